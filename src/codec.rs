@@ -1,0 +1,254 @@
+//! Decoding JSON messages with typed errors that name the offending field.
+//!
+//! Every boundary of the system decodes through [`decode`]: user input with
+//! [`Strictness::Strict`] (an unknown field is an error), messages from peers on
+//! the bus with [`Strictness::Tolerant`] (unknown fields from newer peers are
+//! ignored). Both refuse a message over the size limit before parsing it.
+
+use serde::de::DeserializeOwned;
+
+/// The default size limit for one message: 1 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
+
+/// How a decoder treats fields it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// Unknown fields are an error (input from users and clients).
+    Strict,
+    /// Unknown fields are ignored (messages from possibly newer peers).
+    Tolerant,
+}
+
+/// Why a message could not be decoded. Each variant that concerns one field
+/// names it as a dotted path (`control.idempotency_key`, `history[2].at`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The message is larger than the configured limit; it was not parsed.
+    #[error("message is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Size of the refused message in bytes.
+        size: usize,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The bytes are not well-formed JSON (or are truncated).
+    #[error("malformed JSON at line {line}, column {column}: {message}")]
+    Syntax {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// What the JSON parser expected.
+        message: String,
+    },
+    /// A field the schema does not define (strict decoding only).
+    #[error("unknown field `{field}`")]
+    UnknownField {
+        /// Path of the unknown field.
+        field: String,
+    },
+    /// A required field is absent.
+    #[error("missing field `{field}`")]
+    MissingField {
+        /// Path of the missing field.
+        field: String,
+    },
+    /// A field is present but its value is not acceptable.
+    #[error("field `{field}`: {message}")]
+    InvalidField {
+        /// Path of the field.
+        field: String,
+        /// What was expected.
+        message: String,
+    },
+}
+
+impl DecodeError {
+    /// A stable machine-readable code, used in API error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DecodeError::TooLarge { .. } => "payload_too_large",
+            DecodeError::Syntax { .. } => "malformed_json",
+            DecodeError::UnknownField { .. } => "unknown_field",
+            DecodeError::MissingField { .. } => "missing_field",
+            DecodeError::InvalidField { .. } => "invalid_field",
+        }
+    }
+
+    /// The path of the field concerned, when one field is to blame.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            DecodeError::UnknownField { field }
+            | DecodeError::MissingField { field }
+            | DecodeError::InvalidField { field, .. } => Some(field),
+            DecodeError::TooLarge { .. } | DecodeError::Syntax { .. } => None,
+        }
+    }
+
+    /// An error about one field, for checks made after deserialization.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        DecodeError::InvalidField {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Cross-field rules that a type checks once all its fields are decoded.
+pub trait Validate {
+    /// Returns the first rule broken, naming the field to blame.
+    fn validate(&self) -> Result<(), DecodeError>;
+}
+
+/// Decodes one JSON message of type `T`, refusing it unparsed when it is
+/// larger than `max_bytes`, then checks its cross-field rules.
+pub fn decode<T>(bytes: &[u8], strictness: Strictness, max_bytes: usize) -> Result<T, DecodeError>
+where
+    T: DeserializeOwned + Validate,
+{
+    if bytes.len() > max_bytes {
+        return Err(DecodeError::TooLarge {
+            size: bytes.len(),
+            limit: max_bytes,
+        });
+    }
+    let mut unknown: Option<String> = None;
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    let value: T = {
+        let mut note_unknown = |path: serde_ignored::Path<'_>| {
+            if unknown.is_none() {
+                unknown = Some(path.to_string());
+            }
+        };
+        let tracked = serde_ignored::Deserializer::new(&mut json, &mut note_unknown);
+        serde_path_to_error::deserialize(tracked).map_err(from_path_error)?
+    };
+    json.end().map_err(syntax)?;
+    if strictness == Strictness::Strict
+        && let Some(field) = unknown
+    {
+        return Err(DecodeError::UnknownField { field });
+    }
+    value.validate()?;
+    Ok(value)
+}
+
+fn from_path_error(err: serde_path_to_error::Error<serde_json::Error>) -> DecodeError {
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    if inner.is_syntax() || inner.is_eof() || inner.is_io() {
+        return syntax(inner);
+    }
+    let message = strip_position(&inner.to_string());
+    if let Some(name) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        return DecodeError::MissingField {
+            field: join(&path, name),
+        };
+    }
+    DecodeError::InvalidField {
+        field: if path == "." { String::new() } else { path },
+        message,
+    }
+}
+
+fn syntax(err: serde_json::Error) -> DecodeError {
+    DecodeError::Syntax {
+        line: err.line(),
+        column: err.column(),
+        message: strip_position(&err.to_string()),
+    }
+}
+
+/// serde_json appends " at line L column C" to its messages; the position is
+/// reported in its own fields, so it is removed from the text.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() || path == "." {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    struct Outer {
+        inner: Inner,
+        #[serde(default)]
+        list: Vec<Inner>,
+    }
+    #[derive(Debug, Deserialize)]
+    struct Inner {
+        n: u8,
+    }
+    impl Validate for Outer {
+        fn validate(&self) -> Result<(), DecodeError> {
+            if self.inner.n == 7 {
+                return Err(DecodeError::invalid("inner.n", "7 is not allowed"));
+            }
+            Ok(())
+        }
+    }
+
+    fn strict(s: &str) -> Result<Outer, DecodeError> {
+        decode(s.as_bytes(), Strictness::Strict, 100)
+    }
+
+    #[test]
+    fn names_the_missing_field_with_its_path() {
+        let err = strict(r#"{"inner":{}}"#).unwrap_err();
+        assert_eq!(err, DecodeError::MissingField { field: "inner.n".into() });
+        let err = strict(r#"{}"#).unwrap_err();
+        assert_eq!(err, DecodeError::MissingField { field: "inner".into() });
+    }
+
+    #[test]
+    fn names_the_invalid_field_inside_a_list() {
+        let err = strict(r#"{"inner":{"n":1},"list":[{"n":1},{"n":"x"}]}"#).unwrap_err();
+        assert_eq!(err.field(), Some("list[1].n"));
+        assert_eq!(err.code(), "invalid_field");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_when_strict_and_ignored_when_tolerant() {
+        let text = r#"{"inner":{"n":1,"extra":true}}"#;
+        let err = strict(text).unwrap_err();
+        assert_eq!(err, DecodeError::UnknownField { field: "inner.extra".into() });
+        let ok: Outer = decode(text.as_bytes(), Strictness::Tolerant, 100).unwrap();
+        assert_eq!(ok.inner.n, 1);
+    }
+
+    #[test]
+    fn oversized_input_is_refused_before_parsing() {
+        // Not JSON at all: a parse would fail with a syntax error instead.
+        let err = decode::<Outer>(&[b'x'; 101], Strictness::Strict, 100).unwrap_err();
+        assert_eq!(err, DecodeError::TooLarge { size: 101, limit: 100 });
+    }
+
+    #[test]
+    fn malformed_and_truncated_json_report_the_position() {
+        let err = strict("{\n \"inner\": {\"n\": 1").unwrap_err();
+        assert!(matches!(err, DecodeError::Syntax { line: 2, .. }), "{err:?}");
+        let err = strict(r#"{"inner":{"n":1}} trailing"#).unwrap_err();
+        assert!(matches!(err, DecodeError::Syntax { line: 1, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn cross_field_rules_run_after_decoding() {
+        let err = strict(r#"{"inner":{"n":7}}"#).unwrap_err();
+        assert_eq!(err.field(), Some("inner.n"));
+    }
+}

@@ -1,0 +1,354 @@
+//! The task envelope, wire format v1: `header`, `payload` and `control`.
+//!
+//! The schema is `docs/schema/envelope.schema.json`; `docs/protocol.md`
+//! explains each field. Decode user input with [`Envelope::from_user`]
+//! (unknown fields refused) and bus traffic with [`Envelope::from_wire`]
+//! (unknown fields from newer peers ignored).
+
+mod ids;
+
+pub use ids::{
+    Action, AgentName, CorrelationId, IdempotencyKey, Scope, Sender, TaskId, Timestamp,
+};
+pub(crate) use ids::check_label;
+
+use std::fmt;
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::codec::{self, DecodeError, Strictness, Validate};
+
+/// The one envelope version this build reads and writes.
+pub const VERSION: u32 = 1;
+
+/// One task as it travels to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Wire format version; always [`VERSION`].
+    pub v: Version,
+    /// Who, to whom, when, and the ids that tie tasks together.
+    pub header: Header,
+    /// What the agent is asked to do.
+    pub payload: Payload,
+    /// How the task is to be delivered, retried and answered.
+    pub control: Control,
+}
+
+/// The envelope's routing and identity part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// This task's id (UUIDv7).
+    pub task_id: TaskId,
+    /// Shared by every task of one user request or run.
+    pub correlation_id: CorrelationId,
+    /// The task or run that caused this one, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<CorrelationId>,
+    /// The sender.
+    pub from: Sender,
+    /// The target agent.
+    pub to: AgentName,
+    /// When the envelope was made.
+    pub timestamp: Timestamp,
+    /// The short-lived delegation token (a JWT). Absent at rest: the
+    /// orchestrator mints one per publish, and it is never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<BearerToken>,
+}
+
+/// The envelope's work part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Payload {
+    /// A skill id of the target agent.
+    pub action: Action,
+    /// The action's parameters: always a JSON object.
+    #[serde(default)]
+    pub params: Map<String, Value>,
+    /// Trigger metadata the agent may use (system prompt for an LLM step).
+    #[serde(default)]
+    pub meta: Meta,
+}
+
+/// Metadata injected by the trigger that caused the task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The trigger this task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_id: Option<String>,
+    /// The system instruction for agents that run an LLM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+}
+
+/// The envelope's delivery part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    /// Makes a retried request the same request, at both ends.
+    pub idempotency_key: IdempotencyKey,
+    /// Queue priority: workers take high before normal before low.
+    #[serde(default)]
+    pub priority: Priority,
+    /// How the requester wants the answer.
+    #[serde(default)]
+    pub response_mode: ResponseMode,
+    /// Scopes the task's token must carry.
+    #[serde(default)]
+    pub required_scopes: Vec<Scope>,
+    /// Where to POST the result when `response_mode` is `callback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    /// After this time the result is no longer wanted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// Which attempt this delivery is, from 1.
+    #[serde(default = "one")]
+    pub attempt: NonZeroU32,
+    /// How many attempts the task may take in all.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: NonZeroU32,
+}
+
+fn one() -> NonZeroU32 {
+    NonZeroU32::MIN
+}
+
+fn default_max_attempts() -> NonZeroU32 {
+    NonZeroU32::new(3).unwrap_or(NonZeroU32::MIN)
+}
+
+/// The wire format version number; only [`VERSION`] deserializes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct Version;
+
+impl TryFrom<u32> for Version {
+    type Error = String;
+    fn try_from(v: u32) -> Result<Self, Self::Error> {
+        if v == VERSION {
+            Ok(Version)
+        } else {
+            Err(format!("version {v} is not supported (expected {VERSION})"))
+        }
+    }
+}
+
+impl From<Version> for u32 {
+    fn from(_: Version) -> u32 {
+        VERSION
+    }
+}
+
+/// Queue priority.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// Taken first.
+    High,
+    /// The default.
+    #[default]
+    Normal,
+    /// Taken when nothing else waits.
+    Low,
+}
+
+impl Priority {
+    /// Every priority, highest first (the order workers fetch in).
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
+
+    /// The name used in subjects and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Normal => "normal",
+            Priority::Low => "low",
+        }
+    }
+}
+
+/// How the requester wants the answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseMode {
+    /// The requester waits for the result.
+    Sync,
+    /// The requester polls or subscribes for the result.
+    #[default]
+    Async,
+    /// The result is POSTed to `callback_url`.
+    Callback,
+}
+
+/// A bearer token whose text never appears in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// Wraps a token.
+    pub fn new(token: impl Into<String>) -> Self {
+        BearerToken(token.into())
+    }
+
+    /// The token text, for verification only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+impl Validate for Envelope {
+    fn validate(&self) -> Result<(), DecodeError> {
+        let control = &self.control;
+        if control.response_mode == ResponseMode::Callback && control.callback_url.is_none() {
+            return Err(DecodeError::invalid(
+                "control.callback_url",
+                "is required when response_mode is `callback`",
+            ));
+        }
+        if let Some(url) = &control.callback_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(DecodeError::invalid(
+                "control.callback_url",
+                format!("`{url}` is not an http(s) URL"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Envelope {
+    /// Decodes an envelope given by a user or client: unknown fields are refused.
+    pub fn from_user(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Strict, max_bytes)
+    }
+
+    /// Decodes an envelope from the bus: unknown fields are ignored.
+    pub fn from_wire(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Tolerant, max_bytes)
+    }
+
+    /// The envelope as JSON bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        // Serializing these types cannot fail: every map key is a string.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// A copy without the token, as it is stored and handed to subprocesses.
+    pub fn without_token(&self) -> Envelope {
+        let mut copy = self.clone();
+        copy.header.token = None;
+        copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::DEFAULT_MAX_BYTES;
+
+    fn example() -> Value {
+        serde_json::json!({
+            "v": 1,
+            "header": {
+                "task_id": TaskId::new().to_string(),
+                "correlation_id": "c-1",
+                "from": "orchestrator",
+                "to": "knowledge-agent",
+                "timestamp": "2026-11-22T10:00:00Z",
+                "token": "secret.jwt.value"
+            },
+            "payload": {"action": "search:kb", "params": {"query": "x"}},
+            "control": {"idempotency_key": "i-456"}
+        })
+    }
+
+    fn parse(v: &Value) -> Result<Envelope, DecodeError> {
+        Envelope::from_user(&serde_json::to_vec(v).unwrap(), DEFAULT_MAX_BYTES)
+    }
+
+    #[test]
+    fn defaults_fill_optional_control_fields() {
+        let env = parse(&example()).unwrap();
+        assert_eq!(env.control.priority, Priority::Normal);
+        assert_eq!(env.control.response_mode, ResponseMode::Async);
+        assert_eq!(env.control.attempt.get(), 1);
+        assert_eq!(env.control.max_attempts.get(), 3);
+        let again = Envelope::from_user(&env.to_vec(), DEFAULT_MAX_BYTES).unwrap();
+        assert_eq!(again, env);
+    }
+
+    #[test]
+    fn the_token_is_never_in_debug_output() {
+        let env = parse(&example()).unwrap();
+        let shown = format!("{env:?}");
+        assert!(!shown.contains("secret.jwt.value"));
+        assert!(shown.contains("<redacted>"));
+        assert!(env.without_token().header.token.is_none());
+    }
+
+    #[test]
+    fn a_missing_idempotency_key_is_named() {
+        let mut v = example();
+        v["control"].as_object_mut().unwrap().remove("idempotency_key");
+        let err = parse(&v).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::MissingField { field: "control.idempotency_key".into() }
+        );
+    }
+
+    #[test]
+    fn a_bad_timestamp_is_named() {
+        let mut v = example();
+        v["header"]["timestamp"] = "22/11/2026".into();
+        assert_eq!(parse(&v).unwrap_err().field(), Some("header.timestamp"));
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_from_users_but_tolerated_on_the_wire() {
+        let mut v = example();
+        v["control"]["colour"] = "blue".into();
+        assert_eq!(
+            parse(&v).unwrap_err(),
+            DecodeError::UnknownField { field: "control.colour".into() }
+        );
+        let bytes = serde_json::to_vec(&v).unwrap();
+        assert!(Envelope::from_wire(&bytes, DEFAULT_MAX_BYTES).is_ok());
+    }
+
+    #[test]
+    fn other_versions_are_refused() {
+        let mut v = example();
+        v["v"] = 2.into();
+        assert_eq!(parse(&v).unwrap_err().field(), Some("v"));
+    }
+
+    #[test]
+    fn callback_mode_needs_an_http_url() {
+        let mut v = example();
+        v["control"]["response_mode"] = "callback".into();
+        assert_eq!(parse(&v).unwrap_err().field(), Some("control.callback_url"));
+        v["control"]["callback_url"] = "ftp://x".into();
+        assert_eq!(parse(&v).unwrap_err().field(), Some("control.callback_url"));
+        v["control"]["callback_url"] = "https://example.test/cb".into();
+        assert!(parse(&v).is_ok());
+    }
+
+    #[test]
+    fn an_oversized_envelope_is_refused_at_the_configured_limit() {
+        let mut v = example();
+        v["payload"]["params"]["blob"] = "x".repeat(2000).into();
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let err = Envelope::from_wire(&bytes, 1000).unwrap_err();
+        assert!(matches!(err, DecodeError::TooLarge { limit: 1000, .. }));
+        assert!(Envelope::from_wire(&bytes, DEFAULT_MAX_BYTES).is_ok());
+    }
+}

@@ -1,0 +1,212 @@
+//! The status and result events a worker publishes about a task.
+//!
+//! Schema: `docs/schema/worker-event.schema.json`. The orchestrator applies
+//! each event to the task's state machine through [`ReportedState::event`].
+
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::codec::{self, DecodeError, Strictness, Validate};
+use crate::envelope::{AgentName, CorrelationId, TaskId, Timestamp, Version};
+use crate::task::TaskEvent;
+
+/// One status or result report from a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerEvent {
+    /// Wire format version; always 1.
+    pub v: Version,
+    /// The task reported on.
+    pub task_id: TaskId,
+    /// The task's correlation id, copied from its envelope.
+    pub correlation_id: CorrelationId,
+    /// The agent that ran the task.
+    pub agent: AgentName,
+    /// Which attempt this report is about.
+    pub attempt: NonZeroU32,
+    /// What the worker says the task's state is.
+    pub state: ReportedState,
+    /// The result value, for `completed` (and partial results otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Artifacts produced (A2A artifacts: files, documents, data parts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Value>,
+    /// Why the task failed or was rejected; required for those states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// For a retryable failure: how long to wait before the next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+    /// When the worker made the report.
+    pub at: Timestamp,
+}
+
+/// A task state as a worker may report it (`submitted` is the orchestrator's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedState {
+    /// The worker started the task.
+    Working,
+    /// The task waits for input from a person.
+    InputRequired,
+    /// The task waits for authorization.
+    AuthRequired,
+    /// The task finished with a result.
+    Completed,
+    /// The task failed; `error.retryable` says whether another attempt may help.
+    Failed,
+    /// The worker refused the task (unknown action, bad token, ...).
+    Rejected,
+    /// The worker stopped the task on a cancel request.
+    Canceled,
+}
+
+impl ReportedState {
+    /// The state machine event this report stands for. A retryable failure
+    /// is a [`TaskEvent::Retry`]: the orchestrator schedules another attempt.
+    pub fn event(self, retryable: bool) -> TaskEvent {
+        match self {
+            ReportedState::Working => TaskEvent::Start,
+            ReportedState::InputRequired => TaskEvent::RequireInput,
+            ReportedState::AuthRequired => TaskEvent::RequireAuth,
+            ReportedState::Completed => TaskEvent::Complete,
+            ReportedState::Failed if retryable => TaskEvent::Retry,
+            ReportedState::Failed => TaskEvent::Fail,
+            ReportedState::Rejected => TaskEvent::Reject,
+            ReportedState::Canceled => TaskEvent::Cancel,
+        }
+    }
+}
+
+/// A failure, as told to the orchestrator and to users.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// A stable snake_case code (`upstream_timeout`).
+    pub code: ErrorCode,
+    /// What happened, for people.
+    pub message: String,
+    /// Whether another attempt may succeed.
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// A snake_case error code: 1–64 characters of `a-z`, `0-9` and `_`,
+/// starting with a letter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ErrorCode(String);
+
+impl ErrorCode {
+    /// The code as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ErrorCode {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if ok {
+            Ok(ErrorCode(s))
+        } else {
+            Err(format!("`{s}` is not a snake_case code of 1 to 64 characters"))
+        }
+    }
+}
+
+impl From<ErrorCode> for String {
+    fn from(c: ErrorCode) -> String {
+        c.0
+    }
+}
+
+impl ErrorInfo {
+    /// An error with a code that is known to be valid at compile time.
+    ///
+    /// Codes given here are literals of this crate; one that breaks the rule
+    /// is a bug and becomes `internal_error`.
+    pub fn new(code: &'static str, message: impl Into<String>, retryable: bool) -> Self {
+        let code = ErrorCode::try_from(code.to_string())
+            .unwrap_or_else(|_| ErrorCode("internal_error".to_string()));
+        ErrorInfo {
+            code,
+            message: message.into(),
+            retryable,
+        }
+    }
+}
+
+impl Validate for WorkerEvent {
+    fn validate(&self) -> Result<(), DecodeError> {
+        let needs_error = matches!(self.state, ReportedState::Failed | ReportedState::Rejected);
+        if needs_error && self.error.is_none() {
+            return Err(DecodeError::MissingField {
+                field: "error".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl WorkerEvent {
+    /// Decodes an event from the bus: unknown fields are ignored.
+    pub fn from_wire(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Tolerant, max_bytes)
+    }
+
+    /// Decodes an event strictly (unknown fields refused), as tools checking
+    /// a worker written in another language do.
+    pub fn from_user(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Strict, max_bytes)
+    }
+
+    /// The state machine event this report stands for.
+    pub fn task_event(&self) -> TaskEvent {
+        let retryable = self.error.as_ref().is_some_and(|e| e.retryable);
+        self.state.event(retryable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::DEFAULT_MAX_BYTES;
+
+    fn event(state: &str, error: Value) -> Result<WorkerEvent, DecodeError> {
+        let v = serde_json::json!({
+            "v": 1, "task_id": TaskId::new().to_string(), "correlation_id": "c",
+            "agent": "echo", "attempt": 1, "state": state, "error": error,
+            "at": "2026-11-22T10:00:00Z"
+        });
+        WorkerEvent::from_user(&serde_json::to_vec(&v).unwrap(), DEFAULT_MAX_BYTES)
+    }
+
+    #[test]
+    fn failures_need_an_error_and_map_to_retry_or_fail() {
+        assert_eq!(event("failed", Value::Null).unwrap_err().field(), Some("error"));
+        let retry = serde_json::json!({"code": "upstream_timeout", "message": "m", "retryable": true});
+        assert_eq!(event("failed", retry).unwrap().task_event(), TaskEvent::Retry);
+        let permanent = serde_json::json!({"code": "bad_input", "message": "m"});
+        assert_eq!(event("failed", permanent).unwrap().task_event(), TaskEvent::Fail);
+        assert_eq!(event("working", Value::Null).unwrap().task_event(), TaskEvent::Start);
+    }
+
+    #[test]
+    fn submitted_is_not_a_state_workers_report() {
+        assert_eq!(event("submitted", Value::Null).unwrap_err().field(), Some("state"));
+    }
+
+    #[test]
+    fn error_codes_are_snake_case() {
+        let bad = serde_json::json!({"code": "Bad Code", "message": "m"});
+        assert_eq!(event("failed", bad).unwrap_err().field(), Some("error.code"));
+        assert_eq!(ErrorInfo::new("Not Valid", "m", false).code.as_str(), "internal_error");
+    }
+}

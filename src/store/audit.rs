@@ -1,0 +1,266 @@
+//! The append-only, hash-chained audit log.
+//!
+//! Records are keyed by a big-endian sequence number from 1. Each stored
+//! value is the record's SHA-256 hash (32 bytes) followed by the record's
+//! JSON, which carries the previous record's hash; so changing, removing or
+//! reordering any record breaks the chain at that point. The head (last
+//! sequence and hash) is kept in the `meta` tree in the same transaction as
+//! each append, so a record missing at the end is found too.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+
+use super::{StoreError, keys};
+use crate::envelope::{CorrelationId, TaskId, Timestamp};
+
+/// The `meta` key of the chain's head.
+pub(crate) const HEAD_KEY: &[u8] = b"audit_head";
+
+/// What a caller asks to be audited.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// Who did it: a principal, an agent instance, `orchestrator`.
+    pub actor: String,
+    /// What happened, dotted (`task.submitted`, `task.transition`).
+    pub kind: String,
+    /// The task concerned, if any.
+    pub task_id: Option<TaskId>,
+    /// The request concerned, if any.
+    pub correlation_id: Option<CorrelationId>,
+    /// The trace the action belongs to.
+    pub trace_id: Option<String>,
+    /// A summary: never secrets, never full parameters.
+    pub detail: Value,
+}
+
+/// One audit record as stored and listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Position in the chain, from 1, without gaps.
+    pub seq: u64,
+    /// When it was recorded.
+    pub at: Timestamp,
+    /// Who did it.
+    pub actor: String,
+    /// What happened.
+    pub kind: String,
+    /// The task concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    /// The request concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<CorrelationId>,
+    /// The trace the action belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// A summary of what happened.
+    pub detail: Value,
+    /// Hex SHA-256 of the previous record (64 zeros for the first).
+    pub prev_hash: String,
+    /// Hex SHA-256 of this record. Not part of the hashed body.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hash: String,
+}
+
+/// The end of the chain: the last sequence number and its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Head {
+    pub(crate) seq: u64,
+    pub(crate) hash: [u8; 32],
+}
+
+impl Head {
+    fn encode(&self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        out[..8].copy_from_slice(&self.seq.to_be_bytes());
+        out[8..].copy_from_slice(&self.hash);
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
+        if bytes.len() != 40 {
+            return Err(StoreError::Decode {
+                tree: "meta",
+                key: "audit_head".into(),
+                message: format!("expected 40 bytes, found {}", bytes.len()),
+            });
+        }
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&bytes[..8]);
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&bytes[8..]);
+        Ok(Head {
+            seq: u64::from_be_bytes(seq),
+            hash,
+        })
+    }
+}
+
+/// The result of checking the whole chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditReport {
+    /// Whether every record is present and chained.
+    pub ok: bool,
+    /// How many records were checked.
+    pub records: u64,
+    /// The first sequence number found missing, altered or undecodable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_bad_seq: Option<u64>,
+    /// What is wrong there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl AuditReport {
+    fn bad(records: u64, seq: u64, problem: impl Into<String>) -> Self {
+        AuditReport {
+            ok: false,
+            records,
+            first_bad_seq: Some(seq),
+            problem: Some(problem.into()),
+        }
+    }
+}
+
+/// Appends `entry` after `head` inside a transaction; returns the new head.
+pub(crate) fn append(
+    audit: &TransactionalTree,
+    meta: &TransactionalTree,
+    head: Head,
+    entry: &AuditEntry,
+    at: Timestamp,
+) -> Result<Head, ConflictableTransactionError<StoreError>> {
+    let record = AuditRecord {
+        seq: head.seq + 1,
+        at,
+        actor: entry.actor.clone(),
+        kind: entry.kind.clone(),
+        task_id: entry.task_id,
+        correlation_id: entry.correlation_id.clone(),
+        trace_id: entry.trace_id.clone(),
+        detail: entry.detail.clone(),
+        prev_hash: hex::encode(head.hash),
+        hash: String::new(),
+    };
+    let body = keys::encode(&record);
+    let hash = chain_hash(&head.hash, &body);
+    let mut value = Vec::with_capacity(32 + body.len());
+    value.extend_from_slice(&hash);
+    value.extend_from_slice(&body);
+    audit.insert(&keys::audit(record.seq), value)?;
+    let next = Head {
+        seq: record.seq,
+        hash,
+    };
+    meta.insert(HEAD_KEY, &next.encode()[..])?;
+    Ok(next)
+}
+
+fn chain_hash(prev: &[u8; 32], body: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(prev);
+    hasher.update(body);
+    hasher.finalize().into()
+}
+
+/// Splits a stored value into its hash and record, checking the hash.
+fn decode_stored(key: &[u8], value: &[u8]) -> Result<([u8; 32], AuditRecord), StoreError> {
+    if value.len() < 32 {
+        return Err(StoreError::Decode {
+            tree: "audit",
+            key: keys::describe("audit", key),
+            message: format!("value is {} bytes, shorter than its hash", value.len()),
+        });
+    }
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&value[..32]);
+    let mut record: AuditRecord = keys::decode_value("audit", key, &value[32..])?;
+    record.hash = hex::encode(hash);
+    Ok((hash, record))
+}
+
+/// Checks every record from the first to the head.
+pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, StoreError> {
+    let mut prev = [0u8; 32];
+    let mut expected = 1u64;
+    for item in audit.iter() {
+        let (key, value) = item?;
+        let seq = match <[u8; 8]>::try_from(key.as_ref()) {
+            Ok(bytes) => u64::from_be_bytes(bytes),
+            Err(_) => {
+                let shown = keys::describe("audit", &key);
+                return Ok(AuditReport::bad(expected - 1, expected, format!("malformed key {shown}")));
+            }
+        };
+        if seq != expected {
+            return Ok(AuditReport::bad(expected - 1, expected, "record missing"));
+        }
+        let (hash, record) = match decode_stored(&key, &value) {
+            Ok(decoded) => decoded,
+            Err(e) => return Ok(AuditReport::bad(expected - 1, seq, e.to_string())),
+        };
+        if record.seq != seq {
+            return Ok(AuditReport::bad(seq - 1, seq, format!("record says seq {}", record.seq)));
+        }
+        if record.prev_hash != hex::encode(prev) {
+            return Ok(AuditReport::bad(seq - 1, seq, "previous hash does not match"));
+        }
+        let body = &value[32..];
+        if chain_hash(&prev, body) != hash {
+            return Ok(AuditReport::bad(seq - 1, seq, "record altered: hash does not match"));
+        }
+        prev = hash;
+        expected += 1;
+    }
+    let records = expected - 1;
+    if head.seq > records {
+        return Ok(AuditReport::bad(records, records + 1, "record missing (the head is further on)"));
+    }
+    if head.seq < records || head.hash != prev {
+        return Ok(AuditReport::bad(records, head.seq.max(1), "the chain does not end at the recorded head"));
+    }
+    Ok(AuditReport {
+        ok: true,
+        records,
+        first_bad_seq: None,
+        problem: None,
+    })
+}
+
+/// Which records [`list`] returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditFilter {
+    /// Only records about this task.
+    pub task_id: Option<TaskId>,
+    /// Only records about this request.
+    pub correlation_id: Option<CorrelationId>,
+}
+
+/// Up to `limit` records after sequence `after`, oldest first.
+pub(crate) fn list(
+    audit: &sled::Tree,
+    filter: &AuditFilter,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let mut out = Vec::new();
+    let start = keys::audit(after.saturating_add(1));
+    for item in audit.range(start..) {
+        if out.len() >= limit {
+            break;
+        }
+        let (key, value) = item?;
+        let (_, record) = decode_stored(&key, &value)?;
+        let task_ok = filter.task_id.is_none_or(|id| record.task_id == Some(id));
+        let corr_ok = filter
+            .correlation_id
+            .as_ref()
+            .is_none_or(|c| record.correlation_id.as_ref() == Some(c));
+        if task_ok && corr_ok {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,105 @@
+//! What can go wrong in the store.
+
+use std::path::PathBuf;
+
+use crate::envelope::{IdempotencyKey, TaskId};
+use crate::task::TransitionError;
+
+/// A store operation's failure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be opened (missing permissions, corrupt or
+    /// truncated files).
+    #[error("cannot open the store at {path}: {message}")]
+    Open {
+        /// The store directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// Another process has the store open.
+    #[error("the store at {path} is in use by another process")]
+    Locked {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// The directory holds something that is not this store.
+    #[error("{path} is not an orchestrator store ({found})")]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+        /// What was found instead of the format marker.
+        found: String,
+    },
+    /// A stored record could not be decoded.
+    #[error("record `{key}` in tree `{tree}` cannot be decoded: {message}")]
+    Decode {
+        /// The tree holding it.
+        tree: &'static str,
+        /// Its key, readable.
+        key: String,
+        /// The decoder's complaint.
+        message: String,
+    },
+    /// Reading, writing or flushing failed.
+    #[error("store I/O failed: {0}")]
+    Io(String),
+    /// No task has this id.
+    #[error("task {0} not found")]
+    NotFound(TaskId),
+    /// A task with this id exists already.
+    #[error("task {0} exists already")]
+    DuplicateTask(TaskId),
+    /// The idempotency key belongs to another request.
+    #[error("idempotency key `{key}` was used for a different request (task {existing})")]
+    IdempotencyConflict {
+        /// The key.
+        key: IdempotencyKey,
+        /// The task that owns it.
+        existing: TaskId,
+    },
+    /// The state machine refused the change.
+    #[error("task {task_id}: {error}")]
+    Transition {
+        /// The task.
+        task_id: TaskId,
+        /// Why.
+        error: TransitionError,
+    },
+    /// The idempotency scope is not a valid label.
+    #[error("idempotency scope: {0}")]
+    InvalidScope(String),
+}
+
+impl StoreError {
+    /// A stable machine-readable code, used in API error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Open { .. } | StoreError::Locked { .. } | StoreError::NotAStore { .. } => {
+                "store_unavailable"
+            }
+            StoreError::Decode { .. } => "store_corrupt",
+            StoreError::Io(_) => "store_io",
+            StoreError::NotFound(_) => "not_found",
+            StoreError::DuplicateTask(_) => "duplicate_task",
+            StoreError::IdempotencyConflict { .. } => "idempotency_conflict",
+            StoreError::Transition { .. } => "invalid_transition",
+            StoreError::InvalidScope(_) => "invalid_field",
+        }
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Io(e.to_string())
+    }
+}
+
+impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
+    fn from(e: sled::transaction::TransactionError<StoreError>) -> Self {
+        match e {
+            sled::transaction::TransactionError::Abort(e) => e,
+            sled::transaction::TransactionError::Storage(e) => e.into(),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Idempotency claims: scope + key → the task that owns them.
+//!
+//! A claim is made in the same sled transaction that creates the task, so a
+//! claim never points at a task that does not exist; the transaction reads
+//! the key and writes it only if it is free or expired, which is a
+//! compare-and-swap that also covers the task and its indexes.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{StoreError, keys};
+use crate::envelope::{TaskId, Timestamp};
+
+/// A digest of a request, to tell a retry (same request) from a conflicting
+/// reuse of the same idempotency key (another request).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// SHA-256 of the canonical JSON of `request` (map keys sorted, as
+    /// `serde_json` writes its maps).
+    pub fn of<T: Serialize>(request: &T) -> Self {
+        let bytes = serde_json::to_vec(request).unwrap_or_default();
+        Fingerprint(hex::encode(Sha256::digest(&bytes)))
+    }
+}
+
+/// What the idempotency tree holds for one claimed key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Claim {
+    /// The task that owns the key.
+    pub(crate) task_id: TaskId,
+    /// The request that claimed it.
+    pub(crate) fingerprint: Fingerprint,
+    /// Unix seconds after which the key is free again.
+    pub(crate) expires_at: i64,
+}
+
+impl Claim {
+    pub(crate) fn new(task_id: TaskId, fingerprint: Fingerprint, retention: Duration) -> Self {
+        Claim {
+            task_id,
+            fingerprint,
+            expires_at: Timestamp::now().after(retention).unix_seconds(),
+        }
+    }
+
+    pub(crate) fn is_expired(&self, now: i64) -> bool {
+        self.expires_at <= now
+    }
+}
+
+/// Removes every claim that expired before `now` (Unix seconds); returns how
+/// many were removed. Each removal is a compare-and-swap against the expired
+/// value, so a claim made again meanwhile is kept.
+pub(crate) fn collect_expired(tree: &sled::Tree, now: i64) -> Result<usize, StoreError> {
+    let mut removed = 0;
+    for item in tree.iter() {
+        let (key, value) = item.map_err(StoreError::from)?;
+        let claim: Claim = keys::decode_value("idempotency", &key, &value)?;
+        if !claim.is_expired(now) {
+            continue;
+        }
+        let swapped = tree
+            .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)
+            .map_err(StoreError::from)?;
+        if swapped.is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The background collector: wakes every `interval` and collects expired
+/// claims until it is dropped.
+pub(crate) struct Collector {
+    /// `true` once the store is closing, guarded for the condition variable.
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    /// The collector thread, joined on drop.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    pub(crate) fn start(tree: sled::Tree, interval: Duration) -> Result<Self, StoreError> {
+        use std::sync::{Arc, Condvar, Mutex, PoisonError};
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let for_thread = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("store-idem-gc".into())
+            .spawn(move || {
+                let (lock, cv) = &*for_thread;
+                let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                loop {
+                    let (guard, _) = cv
+                        .wait_timeout(stopped, interval)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    stopped = guard;
+                    if *stopped {
+                        return;
+                    }
+                    // A failed pass is retried at the next interval; the
+                    // claims stay expired meanwhile, so nothing is wrong.
+                    let _ = collect_expired(&tree, Timestamp::now().unix_seconds());
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("cannot start the key collector: {e}")))?;
+        Ok(Collector {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        cv.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_ignore_map_key_order_but_not_values() {
+        let a: serde_json::Value = serde_json::from_str(r#"{"a":1,"b":2}"#).unwrap();
+        let b: serde_json::Value = serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap();
+        let c: serde_json::Value = serde_json::from_str(r#"{"a":1,"b":3}"#).unwrap();
+        assert_eq!(Fingerprint::of(&a), Fingerprint::of(&b));
+        assert_ne!(Fingerprint::of(&a), Fingerprint::of(&c));
+    }
+
+    #[test]
+    fn collection_removes_only_expired_claims() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("idempotency").unwrap();
+        let fp = Fingerprint::of(&1);
+        let old = Claim { task_id: TaskId::new(), fingerprint: fp.clone(), expires_at: 100 };
+        let fresh = Claim { task_id: TaskId::new(), fingerprint: fp, expires_at: 300 };
+        tree.insert("old", serde_json::to_vec(&old).unwrap()).unwrap();
+        tree.insert("fresh", serde_json::to_vec(&fresh).unwrap()).unwrap();
+        assert_eq!(collect_expired(&tree, 200).unwrap(), 1);
+        assert!(tree.get("old").unwrap().is_none());
+        assert!(tree.get("fresh").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_claim_that_fails_to_decode_is_reported_with_its_key() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("idempotency").unwrap();
+        tree.insert("scope\0bad-key", &b"{not json"[..]).unwrap();
+        let err = collect_expired(&tree, 0).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("idempotency") && text.contains("bad-key"), "{text}");
+    }
+}

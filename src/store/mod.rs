@@ -1,0 +1,288 @@
+//! The durable store: tasks with their history, idempotency claims, indexes
+//! and the audit log, in one sled database behind the small [`Store`] handle.
+//!
+//! Rules (DESIGN section 5):
+//! - every method that reports a change returns only once the change is
+//!   flushed to disk (group commit: one flush serves many writers);
+//! - changes that touch several trees are one sled transaction, so indexes
+//!   always agree with tasks and every transition has its audit record;
+//! - records that fail to decode are reported with their tree and key.
+//!
+//! Trees: `tasks` (task id → [`TaskRecord`]), `idempotency` (scope/key →
+//! claim), `by_correlation` and `by_state` (index keys → nothing), `audit`
+//! (sequence → chained record) and `meta` (format marker, audit head).
+
+mod audit;
+mod commit;
+mod error;
+mod idempotency;
+mod keys;
+mod tasks;
+
+pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
+pub use error::StoreError;
+pub use idempotency::Fingerprint;
+pub use tasks::{Applied, Change, IndexReport, NewTask, Submitted};
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::envelope::Timestamp;
+
+/// The format marker written in `meta` when a store is created.
+const FORMAT: &[u8] = b"orchestrator-store-v1";
+
+/// How a store is opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// The directory holding the sled database.
+    pub path: PathBuf,
+    /// How long an idempotency key stays claimed (default 24 h).
+    pub idempotency_retention: Duration,
+    /// How often expired keys are collected (default 10 min).
+    pub gc_interval: Duration,
+    /// sled's page cache size in bytes (default 32 MiB: sled's own default
+    /// of 1 GiB would dwarf the orchestrator's memory budget).
+    pub cache_bytes: u64,
+}
+
+impl StoreConfig {
+    /// The defaults, for a store at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            path: path.into(),
+            idempotency_retention: Duration::from_secs(24 * 3600),
+            gc_interval: Duration::from_secs(600),
+            cache_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// A cheap, cloneable handle to one open store.
+#[derive(Clone)]
+pub struct Store {
+    /// Shared by every clone; the database closes when the last one drops.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Where the store lives, for error messages.
+    path: PathBuf,
+    /// task id → task record.
+    tasks: sled::Tree,
+    /// scope/key → idempotency claim.
+    idempotency: sled::Tree,
+    /// correlation id / task id → nothing.
+    by_correlation: sled::Tree,
+    /// state code / task id → nothing.
+    by_state: sled::Tree,
+    /// sequence → chained audit record.
+    audit: sled::Tree,
+    /// Format marker and audit head.
+    meta: sled::Tree,
+    /// The chain's head. Held while a transaction appends to the chain, so
+    /// audit appends are serialized and their sequence has no gaps.
+    head: Mutex<audit::Head>,
+    /// Idempotency retention.
+    retention: Duration,
+    /// Makes changes durable before they are reported. Dropped before `db`.
+    commit: commit::GroupCommit,
+    /// Collects expired idempotency keys in the background.
+    _collector: idempotency::Collector,
+}
+
+impl Store {
+    /// Opens (or creates) the store described by `config`.
+    ///
+    /// Fails with a message naming the path when the directory cannot be
+    /// created, another process holds the store, the files are corrupt or
+    /// truncated, or the directory holds some other sled database.
+    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        let path = config.path.clone();
+        std::fs::create_dir_all(&path).map_err(|e| StoreError::Open {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let db = open_db(&path, config.cache_bytes)?;
+        let open_tree = |name: &str| {
+            db.open_tree(name).map_err(|e| StoreError::Open {
+                path: path.clone(),
+                message: format!("tree `{name}`: {e}"),
+            })
+        };
+        let tasks = open_tree("tasks")?;
+        let meta = open_tree("meta")?;
+        check_format(&path, &meta, &tasks)?;
+        let audit = open_tree("audit")?;
+        let head = match meta.get(audit::HEAD_KEY)? {
+            Some(bytes) => audit::Head::decode(&bytes)?,
+            None => audit::Head::default(),
+        };
+        let idempotency = open_tree("idempotency")?;
+        let by_correlation = open_tree("by_correlation")?;
+        let by_state = open_tree("by_state")?;
+        let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                commit: commit::GroupCommit::start(db.clone())?,
+                _collector: collector,
+                path,
+                tasks,
+                idempotency,
+                by_correlation,
+                by_state,
+                audit,
+                meta,
+                head: Mutex::new(head),
+                retention: config.idempotency_retention,
+            }),
+        })
+    }
+
+    /// Where the store lives.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Appends one record to the audit log and returns it once durable.
+    pub async fn audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+        let at = Timestamp::now();
+        let seq = self.transact(|tx, head| {
+            let next = audit::append(tx.audit, tx.meta, head, &entry, at)?;
+            Ok((next, next.seq))
+        })?;
+        self.inner.commit.durable().await?;
+        let mut found = audit::list(&self.inner.audit, &AuditFilter::default(), seq - 1, 1)?;
+        found.pop().ok_or_else(|| StoreError::Io(format!("audit record {seq} vanished")))
+    }
+
+    /// Up to `limit` audit records after sequence `after` (0 = from the
+    /// start) that match `filter`, oldest first.
+    pub fn audit_list(
+        &self,
+        filter: &AuditFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        audit::list(&self.inner.audit, filter, after, limit)
+    }
+
+    /// Checks the whole audit chain; reports the first missing, altered or
+    /// undecodable record.
+    pub fn verify_audit(&self) -> Result<AuditReport, StoreError> {
+        let head = *self.inner.head.lock().unwrap_or_else(PoisonError::into_inner);
+        audit::verify(&self.inner.audit, head)
+    }
+
+    /// Removes idempotency claims that expired before `now`; returns how
+    /// many. The store also does this by itself every `gc_interval`.
+    pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
+        idempotency::collect_expired(&self.inner.idempotency, now.unix_seconds())
+    }
+
+    /// Waits until every change made so far is on disk.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.commit.durable().await
+    }
+
+    /// Runs one transaction over every tree while holding the audit head,
+    /// and advances the head when it commits. `body` gets the trees and the
+    /// current head, and returns the new head (the same one when it audited
+    /// nothing) with its own result. Every audited change goes through here.
+    fn transact<T, F>(&self, body: F) -> Result<T, StoreError>
+    where
+        F: Fn(&Tx<'_>, audit::Head) -> Result<(audit::Head, T), Abort>,
+    {
+        use sled::Transactional;
+        let inner = &self.inner;
+        let mut head = inner.head.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = *head;
+        let trees = (
+            &inner.tasks,
+            &inner.idempotency,
+            &inner.by_correlation,
+            &inner.by_state,
+            &inner.audit,
+            &inner.meta,
+        );
+        let (next, out) = trees
+            .transaction(|(tasks, idempotency, by_correlation, by_state, audit, meta)| {
+                let tx = Tx {
+                    tasks,
+                    idempotency,
+                    by_correlation,
+                    by_state,
+                    audit,
+                    meta,
+                };
+                body(&tx, current)
+            })
+            .map_err(StoreError::from)?;
+        *head = next;
+        Ok(out)
+    }
+}
+
+/// How a transaction body gives up: with a [`StoreError`] or on a conflict.
+type Abort = sled::transaction::ConflictableTransactionError<StoreError>;
+
+/// Every tree, inside one transaction.
+struct Tx<'a> {
+    tasks: &'a sled::transaction::TransactionalTree,
+    idempotency: &'a sled::transaction::TransactionalTree,
+    by_correlation: &'a sled::transaction::TransactionalTree,
+    by_state: &'a sled::transaction::TransactionalTree,
+    audit: &'a sled::transaction::TransactionalTree,
+    meta: &'a sled::transaction::TransactionalTree,
+}
+
+/// Opens sled, turning its errors (and its panics on some corrupt files)
+/// into errors that name the path.
+fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || config.open()));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(sled::Error::Io(e))) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Err(StoreError::Locked {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(Err(e)) => Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "sled panicked while reading it".into());
+            Err(StoreError::Open {
+                path: path.to_path_buf(),
+                message: format!("the store files are corrupt: {message}"),
+            })
+        }
+    }
+}
+
+/// Writes the format marker into a new store, or checks it in an old one.
+fn check_format(path: &Path, meta: &sled::Tree, tasks: &sled::Tree) -> Result<(), StoreError> {
+    match meta.get("format")? {
+        Some(found) if found.as_ref() == FORMAT => Ok(()),
+        Some(found) => Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            found: String::from_utf8_lossy(&found).into_owned(),
+        }),
+        None if tasks.is_empty() && meta.is_empty() => {
+            meta.insert("format", FORMAT)?;
+            meta.flush()?;
+            Ok(())
+        }
+        None => Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            found: "no format marker".into(),
+        }),
+    }
+}

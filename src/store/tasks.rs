@@ -1,0 +1,482 @@
+//! Tasks in the store: creation with an idempotency claim, state changes
+//! through the state machine, reads by id, correlation and state, and an
+//! index consistency check.
+
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sled::transaction::ConflictableTransactionError;
+
+use super::idempotency::{Claim, Fingerprint};
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use crate::envelope::{CorrelationId, Envelope, TaskId, Timestamp, check_label};
+use crate::event::ErrorInfo;
+use crate::task::{HistoryEntry, Next, TaskEvent, TaskRecord, TaskState, TransitionError, decide};
+
+/// A task to create.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// The envelope; its token, if any, is not stored.
+    pub envelope: Envelope,
+    /// Whose idempotency keys these are (a principal, an agent): the same key
+    /// in two scopes names two requests.
+    pub scope: String,
+    /// The request's fingerprint, to tell a retry from a conflicting reuse.
+    pub fingerprint: Fingerprint,
+    /// Who asked for the task.
+    pub actor: String,
+    /// The trace the request belongs to.
+    pub trace_id: Option<String>,
+}
+
+/// What [`Store::submit`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A new task was created.
+    Created(TaskRecord),
+    /// The same request was made before: this is its task.
+    Existing(TaskRecord),
+}
+
+impl Submitted {
+    /// The task, new or existing.
+    pub fn record(&self) -> &TaskRecord {
+        match self {
+            Submitted::Created(r) | Submitted::Existing(r) => r,
+        }
+    }
+}
+
+/// A change asked of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// What happened.
+    pub event: TaskEvent,
+    /// The attempt the report is about; a report about another attempt than
+    /// the task's current one is stale and ignored. `None`: not tied to one.
+    pub attempt: Option<u32>,
+    /// Who reports it.
+    pub actor: String,
+    /// Why, in words.
+    pub reason: String,
+    /// A result to record.
+    pub result: Option<Value>,
+    /// An error to record.
+    pub error: Option<ErrorInfo>,
+}
+
+impl Change {
+    /// A change with no result or error, not tied to an attempt.
+    pub fn new(event: TaskEvent, actor: impl Into<String>, reason: impl Into<String>) -> Self {
+        Change {
+            event,
+            attempt: None,
+            actor: actor.into(),
+            reason: reason.into(),
+            result: None,
+            error: None,
+        }
+    }
+}
+
+/// What [`Store::apply`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The task moved; this is its new record.
+    Moved(TaskRecord),
+    /// The event repeated what was already so; nothing was written.
+    Unchanged(TaskRecord),
+    /// The event came too late (terminal task) or is about another attempt;
+    /// it was recorded in the audit log and otherwise ignored.
+    Ignored {
+        /// The task, unchanged.
+        record: TaskRecord,
+        /// Why it was ignored.
+        reason: String,
+    },
+}
+
+impl Applied {
+    /// The task after the change.
+    pub fn record(&self) -> &TaskRecord {
+        match self {
+            Applied::Moved(r) | Applied::Unchanged(r) | Applied::Ignored { record: r, .. } => r,
+        }
+    }
+}
+
+/// The result of [`Store::check_indexes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexReport {
+    /// Tasks checked.
+    pub tasks: u64,
+    /// What disagrees (at most 100 entries).
+    pub problems: Vec<String>,
+}
+
+impl IndexReport {
+    /// Whether every index agrees with the tasks.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    fn problem(&mut self, text: String) {
+        if self.problems.len() < 100 {
+            self.problems.push(text);
+        }
+    }
+}
+
+fn abort(e: StoreError) -> Abort {
+    ConflictableTransactionError::Abort(e)
+}
+
+fn read_task(tx: &Tx<'_>, id: TaskId) -> Result<TaskRecord, Abort> {
+    let key = keys::task(id);
+    let bytes = tx
+        .tasks
+        .get(key)?
+        .ok_or_else(|| abort(StoreError::NotFound(id)))?;
+    keys::decode_value("tasks", &key, &bytes).map_err(abort)
+}
+
+/// How a submit transaction ended.
+enum SubmitOutcome {
+    Created,
+    Existing(TaskId),
+}
+
+/// How an apply transaction ended.
+enum ApplyOutcome {
+    Moved(TaskRecord),
+    Unchanged(TaskRecord),
+    Ignored(TaskRecord, String),
+}
+
+impl Store {
+    /// Creates a task and claims its idempotency key, or returns the task
+    /// that already holds the key for the same request. The same key with
+    /// another fingerprint is [`StoreError::IdempotencyConflict`].
+    pub async fn submit(&self, new: NewTask) -> Result<Submitted, StoreError> {
+        check_label(&new.scope, 256).map_err(StoreError::InvalidScope)?;
+        let now = Timestamp::now();
+        let envelope = new.envelope.without_token();
+        let task_id = envelope.header.task_id;
+        let attempt = envelope.control.attempt.get();
+        let record = TaskRecord {
+            state: TaskState::Submitted,
+            attempt,
+            result: None,
+            error: None,
+            history: vec![HistoryEntry {
+                at: now,
+                from: None,
+                to: TaskState::Submitted,
+                event: None,
+                attempt,
+                actor: new.actor.clone(),
+                reason: "submitted".into(),
+            }],
+            trace_id: new.trace_id.clone(),
+            created_at: now,
+            updated_at: now,
+            envelope,
+        };
+        let key = &record.envelope.control.idempotency_key;
+        let idem_key = keys::idempotency(&new.scope, key.as_str());
+        let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
+        let claim_bytes = keys::encode(&claim);
+        let record_bytes = keys::encode(&record);
+        let entry = AuditEntry {
+            actor: new.actor.clone(),
+            kind: "task.submitted".into(),
+            task_id: Some(task_id),
+            correlation_id: Some(record.correlation_id().clone()),
+            trace_id: new.trace_id.clone(),
+            detail: json!({
+                "agent": record.agent(),
+                "action": record.action(),
+                "attempt": attempt,
+                "max_attempts": record.max_attempts(),
+                "priority": record.envelope.control.priority,
+                "idempotency_key": key,
+            }),
+        };
+        let now_secs = now.unix_seconds();
+        let outcome = self.transact(|tx, head| {
+            if let Some(bytes) = tx.idempotency.get(&idem_key)? {
+                let held: Claim =
+                    keys::decode_value("idempotency", &idem_key, &bytes).map_err(abort)?;
+                if !held.is_expired(now_secs) {
+                    if held.fingerprint == claim.fingerprint {
+                        return Ok((head, SubmitOutcome::Existing(held.task_id)));
+                    }
+                    return Err(abort(StoreError::IdempotencyConflict {
+                        key: key.clone(),
+                        existing: held.task_id,
+                    }));
+                }
+            }
+            if tx.tasks.get(keys::task(task_id))?.is_some() {
+                return Err(abort(StoreError::DuplicateTask(task_id)));
+            }
+            tx.tasks.insert(&keys::task(task_id), record_bytes.as_slice())?;
+            tx.idempotency.insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+            tx.by_correlation
+                .insert(keys::correlation(record.correlation_id(), task_id), &[][..])?;
+            tx.by_state
+                .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
+            let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+            Ok((head, SubmitOutcome::Created))
+        })?;
+        self.inner.commit.durable().await?;
+        match outcome {
+            SubmitOutcome::Created => Ok(Submitted::Created(record)),
+            SubmitOutcome::Existing(id) => {
+                let existing = self.get(id)?.ok_or(StoreError::NotFound(id))?;
+                Ok(Submitted::Existing(existing))
+            }
+        }
+    }
+
+    /// Applies one change to a task through the state machine, recording
+    /// the transition in its history and in the audit log.
+    ///
+    /// A change the state machine refuses in a live state is an error
+    /// ([`StoreError::Transition`]); one that comes after the task ended, or
+    /// that is about another attempt, is audited and returned as
+    /// [`Applied::Ignored`].
+    pub async fn apply(&self, task_id: TaskId, change: Change) -> Result<Applied, StoreError> {
+        let now = Timestamp::now();
+        let outcome = self.transact(|tx, head| {
+            let mut record = read_task(tx, task_id)?;
+            let ignore = |record: TaskRecord, why: String| {
+                let entry = self.ignored_entry(&record, &change, &why);
+                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                Ok((head, ApplyOutcome::Ignored(record, why)))
+            };
+            if let Some(attempt) = change.attempt
+                && attempt != record.attempt
+            {
+                let why = format!(
+                    "report about attempt {attempt}, the task is at attempt {}",
+                    record.attempt
+                );
+                return ignore(record, why);
+            }
+            let next = decide(record.state, record.attempt, record.max_attempts(), change.event);
+            let (state, attempt) = match next {
+                Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
+                Ok(Next::Move { state, attempt }) => (state, attempt),
+                Err(error @ TransitionError::Terminal { .. }) => {
+                    return ignore(record, error.to_string());
+                }
+                Err(error @ TransitionError::NotAllowed { .. }) => {
+                    return Err(abort(StoreError::Transition { task_id, error }));
+                }
+            };
+            let from = record.state;
+            record.history.push(HistoryEntry {
+                at: now,
+                from: Some(from),
+                to: state,
+                event: Some(change.event),
+                attempt,
+                actor: change.actor.clone(),
+                reason: change.reason.clone(),
+            });
+            record.state = state;
+            record.attempt = attempt;
+            record.updated_at = now;
+            if change.result.is_some() {
+                record.result.clone_from(&change.result);
+            }
+            if change.error.is_some() {
+                record.error.clone_from(&change.error);
+            }
+            tx.tasks
+                .insert(&keys::task(task_id), keys::encode(&record))?;
+            tx.by_state.remove(&keys::state(from, task_id))?;
+            tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+            let entry = AuditEntry {
+                actor: change.actor.clone(),
+                kind: "task.transition".into(),
+                task_id: Some(task_id),
+                correlation_id: Some(record.correlation_id().clone()),
+                trace_id: record.trace_id.clone(),
+                detail: json!({
+                    "from": from,
+                    "to": state,
+                    "event": change.event,
+                    "attempt": attempt,
+                    "reason": change.reason,
+                }),
+            };
+            let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+            Ok((head, ApplyOutcome::Moved(record)))
+        })?;
+        self.inner.commit.durable().await?;
+        Ok(match outcome {
+            ApplyOutcome::Moved(r) => Applied::Moved(r),
+            ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
+            ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
+        })
+    }
+
+    fn ignored_entry(&self, record: &TaskRecord, change: &Change, why: &str) -> AuditEntry {
+        AuditEntry {
+            actor: change.actor.clone(),
+            kind: "task.ignored_event".into(),
+            task_id: Some(record.task_id()),
+            correlation_id: Some(record.correlation_id().clone()),
+            trace_id: record.trace_id.clone(),
+            detail: json!({
+                "state": record.state,
+                "event": change.event,
+                "attempt": change.attempt,
+                "reason": change.reason,
+                "ignored_because": why,
+            }),
+        }
+    }
+
+    /// The task with this id, if any.
+    pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        let key = keys::task(id);
+        match self.inner.tasks.get(key)? {
+            Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` tasks after task `after` (exclusive), oldest first.
+    pub fn list(&self, after: Option<TaskId>, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let start = match after {
+            Some(id) => Bound::Excluded(keys::task(id).to_vec()),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for item in self.inner.tasks.range((start, Bound::Unbounded)).take(limit) {
+            let (key, bytes) = item?;
+            out.push(keys::decode_value("tasks", &key, &bytes)?);
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` tasks of one correlation id after task `after`, oldest first.
+    pub fn list_by_correlation(
+        &self,
+        correlation: &CorrelationId,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let prefix = keys::correlation_prefix(correlation);
+        let start = after.map(|id| keys::correlation(correlation, id));
+        self.list_index(&self.inner.by_correlation, "by_correlation", &prefix, start, limit)
+    }
+
+    /// Up to `limit` tasks in `state` after task `after`, oldest first.
+    pub fn list_by_state(
+        &self,
+        state: TaskState,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let prefix = [state.code()];
+        let start = after.map(|id| keys::state(state, id).to_vec());
+        self.list_index(&self.inner.by_state, "by_state", &prefix, start, limit)
+    }
+
+    fn list_index(
+        &self,
+        index: &sled::Tree,
+        name: &'static str,
+        prefix: &[u8],
+        after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let start = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Included(prefix.to_vec()),
+        };
+        let mut out = Vec::new();
+        for item in index.range((start, Bound::Unbounded)) {
+            let (key, _) = item?;
+            if !key.starts_with(prefix) || out.len() >= limit {
+                break;
+            }
+            let id = keys::trailing_task_id(name, &key)?;
+            match self.get(id)? {
+                Some(record) => out.push(record),
+                None => {
+                    return Err(StoreError::Decode {
+                        tree: name,
+                        key: keys::describe(name, &key),
+                        message: format!("indexes task {id}, which does not exist"),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks that every task is in both indexes under its current
+    /// correlation id and state, that every index entry names an existing
+    /// task that matches it, and that every idempotency claim names a task.
+    pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
+        let inner = &self.inner;
+        let mut report = IndexReport::default();
+        for item in inner.tasks.iter() {
+            let (key, bytes) = item?;
+            let record: TaskRecord = keys::decode_value("tasks", &key, &bytes)?;
+            report.tasks += 1;
+            let id = record.task_id();
+            if keys::task(id).as_slice() != key.as_ref() {
+                report.problem(format!("task stored under another id's key: {id}"));
+            }
+            if !inner
+                .by_correlation
+                .contains_key(keys::correlation(record.correlation_id(), id))?
+            {
+                report.problem(format!("task {id} is missing from by_correlation"));
+            }
+            if !inner.by_state.contains_key(keys::state(record.state, id))? {
+                report.problem(format!("task {id} is missing from by_state ({})", record.state));
+            }
+        }
+        for item in inner.by_correlation.iter() {
+            let (key, _) = item?;
+            let id = keys::trailing_task_id("by_correlation", &key)?;
+            match self.get(id)? {
+                Some(r) if keys::correlation(r.correlation_id(), id) == key.as_ref() => {}
+                Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
+                None => report.problem(format!("by_correlation names missing task {id}")),
+            }
+        }
+        for item in inner.by_state.iter() {
+            let (key, _) = item?;
+            let id = keys::trailing_task_id("by_state", &key)?;
+            match self.get(id)? {
+                Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
+                Some(r) => report.problem(format!(
+                    "by_state has a stale entry for {id} (task is {})",
+                    r.state
+                )),
+                None => report.problem(format!("by_state names missing task {id}")),
+            }
+        }
+        for item in inner.idempotency.iter() {
+            let (key, bytes) = item?;
+            let claim: Claim = keys::decode_value("idempotency", &key, &bytes)?;
+            if self.get(claim.task_id)?.is_none() {
+                report.problem(format!(
+                    "idempotency key {} names missing task {}",
+                    keys::describe("idempotency", &key),
+                    claim.task_id
+                ));
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,219 @@
+//! The task state machine: one pure function, [`decide`], rules on every
+//! transition. The store calls it inside the transaction that records the
+//! change, so no other code path can move a task.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::TaskState;
+
+/// Something that happened to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskEvent {
+    /// A worker started (or resumed) the task.
+    Start,
+    /// The task needs input from a person.
+    RequireInput,
+    /// The task needs authorization.
+    RequireAuth,
+    /// The task produced its result.
+    Complete,
+    /// The task failed for good (or was dead-lettered, or missed its deadline).
+    Fail,
+    /// The task was refused (unknown action, bad token, missing scope).
+    Reject,
+    /// Someone asked for the task to stop.
+    Cancel,
+    /// The attempt failed in a way another attempt may fix.
+    Retry,
+}
+
+impl TaskEvent {
+    /// Every event.
+    pub const ALL: [TaskEvent; 8] = [
+        TaskEvent::Start,
+        TaskEvent::RequireInput,
+        TaskEvent::RequireAuth,
+        TaskEvent::Complete,
+        TaskEvent::Fail,
+        TaskEvent::Reject,
+        TaskEvent::Cancel,
+        TaskEvent::Retry,
+    ];
+}
+
+impl fmt::Display for TaskEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            TaskEvent::Start => "start",
+            TaskEvent::RequireInput => "require_input",
+            TaskEvent::RequireAuth => "require_auth",
+            TaskEvent::Complete => "complete",
+            TaskEvent::Fail => "fail",
+            TaskEvent::Reject => "reject",
+            TaskEvent::Cancel => "cancel",
+            TaskEvent::Retry => "retry",
+        };
+        f.write_str(name)
+    }
+}
+
+/// What [`decide`] rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Move to `state`, at `attempt`.
+    Move {
+        /// The new state.
+        state: TaskState,
+        /// The attempt number after the move (one more after a retry).
+        attempt: u32,
+    },
+    /// Nothing changes: the event repeats what is already so (a redelivered
+    /// `working`, a second `input_required`).
+    Stay,
+}
+
+/// Why an event cannot apply to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    /// The task is in a terminal state; nothing leaves it. A late result for
+    /// such a task is audited and otherwise ignored.
+    #[error("task is {state}, a terminal state; `{event}` is ignored")]
+    Terminal {
+        /// The terminal state.
+        state: TaskState,
+        /// The event that came too late.
+        event: TaskEvent,
+    },
+    /// The event makes no sense in the current state.
+    #[error("`{event}` is not allowed while the task is {state}")]
+    NotAllowed {
+        /// The current state.
+        state: TaskState,
+        /// The event refused.
+        event: TaskEvent,
+    },
+}
+
+/// Rules on one event for a task in `state` at `attempt` of `max_attempts`.
+///
+/// - `submitted → working | input_required | auth_required | completed |
+///   failed | rejected | canceled` (a result may arrive without a `working`
+///   report before it, and a task that never started may be dead-lettered);
+/// - `working → input_required | auth_required | completed | failed |
+///   rejected | canceled`, and `working → submitted` with `attempt + 1` on a
+///   retry, or `failed` once `max_attempts` attempts are spent;
+/// - `input_required | auth_required → working | canceled | failed`
+///   (failed: the deadline passed while waiting);
+/// - a repeated report (`working` while working, ...) changes nothing;
+/// - terminal states (completed, failed, canceled, rejected) are final.
+pub fn decide(
+    state: TaskState,
+    attempt: u32,
+    max_attempts: u32,
+    event: TaskEvent,
+) -> Result<Next, TransitionError> {
+    use TaskEvent as E;
+    use TaskState as S;
+    let to = |state| Ok(Next::Move { state, attempt });
+    match (state, event) {
+        (S::Completed | S::Failed | S::Canceled | S::Rejected, event) => {
+            Err(TransitionError::Terminal { state, event })
+        }
+
+        (S::Submitted, E::Start) => to(S::Working),
+        (S::Submitted, E::Retry) => Err(TransitionError::NotAllowed { state, event }),
+
+        (S::Working, E::Start) => Ok(Next::Stay),
+        (S::Working, E::Retry) if attempt < max_attempts => Ok(Next::Move {
+            state: S::Submitted,
+            attempt: attempt + 1,
+        }),
+        (S::Working, E::Retry) => to(S::Failed),
+
+        (S::Submitted | S::Working, E::RequireInput) => to(S::InputRequired),
+        (S::Submitted | S::Working, E::RequireAuth) => to(S::AuthRequired),
+        (S::Submitted | S::Working, E::Complete) => to(S::Completed),
+        (S::Submitted | S::Working, E::Reject) => to(S::Rejected),
+
+        (S::InputRequired, E::RequireInput) | (S::AuthRequired, E::RequireAuth) => Ok(Next::Stay),
+        (S::InputRequired | S::AuthRequired, E::Start) => to(S::Working),
+        (
+            S::InputRequired | S::AuthRequired,
+            E::RequireInput | E::RequireAuth | E::Complete | E::Reject | E::Retry,
+        ) => Err(TransitionError::NotAllowed { state, event }),
+
+        (_, E::Fail) => to(S::Failed),
+        (_, E::Cancel) => to(S::Canceled),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TaskEvent as E;
+    use TaskState as S;
+
+    /// The expected outcome of every (state, event) pair, written out by hand
+    /// (attempt 1 of 3): `Some(state)` = move there, `None` = refused, and
+    /// the same state as the current one = stay.
+    #[rustfmt::skip]
+    fn expected(state: S, event: E) -> Option<S> {
+        let row: [Option<S>; 8] = match state {
+            //                  Start               RequireInput           RequireAuth           Complete            Fail             Reject             Cancel             Retry
+            S::Submitted => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), None],
+            S::Working => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted)],
+            S::InputRequired => [Some(S::Working), Some(S::InputRequired), None, None, Some(S::Failed), None, Some(S::Canceled), None],
+            S::AuthRequired => [Some(S::Working), None, Some(S::AuthRequired), None, Some(S::Failed), None, Some(S::Canceled), None],
+            S::Completed | S::Failed | S::Canceled | S::Rejected => [None; 8],
+        };
+        let column = E::ALL.iter().position(|e| *e == event).unwrap();
+        row[column]
+    }
+
+    #[test]
+    fn every_state_event_pair_matches_the_table() {
+        for state in S::ALL {
+            for event in E::ALL {
+                let got = decide(state, 1, 3, event);
+                match (expected(state, event), got) {
+                    (Some(want), Ok(Next::Stay)) => assert_eq!(want, state, "{state} + {event}"),
+                    (Some(want), Ok(Next::Move { state: s, attempt })) => {
+                        assert_eq!(s, want, "{state} + {event}");
+                        assert_ne!(s, state, "a move must change the state");
+                        let want_attempt = if event == E::Retry { 2 } else { 1 };
+                        assert_eq!(attempt, want_attempt, "{state} + {event}");
+                    }
+                    (None, Err(TransitionError::Terminal { .. })) => assert!(state.is_terminal()),
+                    (None, Err(TransitionError::NotAllowed { .. })) => assert!(!state.is_terminal()),
+                    (want, got) => panic!("{state} + {event}: expected {want:?}, got {got:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn retry_counts_attempts_and_fails_when_they_are_spent() {
+        assert_eq!(
+            decide(S::Working, 2, 3, E::Retry),
+            Ok(Next::Move { state: S::Submitted, attempt: 3 })
+        );
+        assert_eq!(
+            decide(S::Working, 3, 3, E::Retry),
+            Ok(Next::Move { state: S::Failed, attempt: 3 })
+        );
+        assert_eq!(
+            decide(S::Working, 1, 1, E::Retry),
+            Ok(Next::Move { state: S::Failed, attempt: 1 })
+        );
+    }
+
+    #[test]
+    fn terminal_states_are_final_and_say_so() {
+        let err = decide(S::Completed, 1, 3, E::Complete).unwrap_err();
+        assert_eq!(err, TransitionError::Terminal { state: S::Completed, event: E::Complete });
+        assert!(err.to_string().contains("terminal"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Tasks: their states, the one function that moves them between states,
+//! and the record the store keeps of each.
+
+mod machine;
+mod record;
+mod state;
+
+pub use machine::{Next, TaskEvent, TransitionError, decide};
+pub use record::{HistoryEntry, TaskRecord};
+pub use state::TaskState;
