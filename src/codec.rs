@@ -210,9 +210,19 @@ mod tests {
     #[test]
     fn names_the_missing_field_with_its_path() {
         let err = strict(r#"{"inner":{}}"#).unwrap_err();
-        assert_eq!(err, DecodeError::MissingField { field: "inner.n".into() });
+        assert_eq!(
+            err,
+            DecodeError::MissingField {
+                field: "inner.n".into()
+            }
+        );
         let err = strict(r#"{}"#).unwrap_err();
-        assert_eq!(err, DecodeError::MissingField { field: "inner".into() });
+        assert_eq!(
+            err,
+            DecodeError::MissingField {
+                field: "inner".into()
+            }
+        );
     }
 
     #[test]
@@ -226,7 +236,12 @@ mod tests {
     fn unknown_fields_are_refused_when_strict_and_ignored_when_tolerant() {
         let text = r#"{"inner":{"n":1,"extra":true}}"#;
         let err = strict(text).unwrap_err();
-        assert_eq!(err, DecodeError::UnknownField { field: "inner.extra".into() });
+        assert_eq!(
+            err,
+            DecodeError::UnknownField {
+                field: "inner.extra".into()
+            }
+        );
         let ok: Outer = decode(text.as_bytes(), Strictness::Tolerant, 100).unwrap();
         assert_eq!(ok.inner.n, 1);
     }
@@ -235,15 +250,27 @@ mod tests {
     fn oversized_input_is_refused_before_parsing() {
         // Not JSON at all: a parse would fail with a syntax error instead.
         let err = decode::<Outer>(&[b'x'; 101], Strictness::Strict, 100).unwrap_err();
-        assert_eq!(err, DecodeError::TooLarge { size: 101, limit: 100 });
+        assert_eq!(
+            err,
+            DecodeError::TooLarge {
+                size: 101,
+                limit: 100
+            }
+        );
     }
 
     #[test]
     fn malformed_and_truncated_json_report_the_position() {
         let err = strict("{\n \"inner\": {\"n\": 1").unwrap_err();
-        assert!(matches!(err, DecodeError::Syntax { line: 2, .. }), "{err:?}");
+        assert!(
+            matches!(err, DecodeError::Syntax { line: 2, .. }),
+            "{err:?}"
+        );
         let err = strict(r#"{"inner":{"n":1}} trailing"#).unwrap_err();
-        assert!(matches!(err, DecodeError::Syntax { line: 1, .. }), "{err:?}");
+        assert!(
+            matches!(err, DecodeError::Syntax { line: 1, .. }),
+            "{err:?}"
+        );
     }
 
     #[test]

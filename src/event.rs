@@ -116,7 +116,9 @@ impl TryFrom<String> for ErrorCode {
         if ok {
             Ok(ErrorCode(s))
         } else {
-            Err(format!("`{s}` is not a snake_case code of 1 to 64 characters"))
+            Err(format!(
+                "`{s}` is not a snake_case code of 1 to 64 characters"
+            ))
         }
     }
 }
@@ -190,23 +192,45 @@ mod tests {
 
     #[test]
     fn failures_need_an_error_and_map_to_retry_or_fail() {
-        assert_eq!(event("failed", Value::Null).unwrap_err().field(), Some("error"));
-        let retry = serde_json::json!({"code": "upstream_timeout", "message": "m", "retryable": true});
-        assert_eq!(event("failed", retry).unwrap().task_event(), TaskEvent::Retry);
+        assert_eq!(
+            event("failed", Value::Null).unwrap_err().field(),
+            Some("error")
+        );
+        let retry =
+            serde_json::json!({"code": "upstream_timeout", "message": "m", "retryable": true});
+        assert_eq!(
+            event("failed", retry).unwrap().task_event(),
+            TaskEvent::Retry
+        );
         let permanent = serde_json::json!({"code": "bad_input", "message": "m"});
-        assert_eq!(event("failed", permanent).unwrap().task_event(), TaskEvent::Fail);
-        assert_eq!(event("working", Value::Null).unwrap().task_event(), TaskEvent::Start);
+        assert_eq!(
+            event("failed", permanent).unwrap().task_event(),
+            TaskEvent::Fail
+        );
+        assert_eq!(
+            event("working", Value::Null).unwrap().task_event(),
+            TaskEvent::Start
+        );
     }
 
     #[test]
     fn submitted_is_not_a_state_workers_report() {
-        assert_eq!(event("submitted", Value::Null).unwrap_err().field(), Some("state"));
+        assert_eq!(
+            event("submitted", Value::Null).unwrap_err().field(),
+            Some("state")
+        );
     }
 
     #[test]
     fn error_codes_are_snake_case() {
         let bad = serde_json::json!({"code": "Bad Code", "message": "m"});
-        assert_eq!(event("failed", bad).unwrap_err().field(), Some("error.code"));
-        assert_eq!(ErrorInfo::new("Not Valid", "m", false).code.as_str(), "internal_error");
+        assert_eq!(
+            event("failed", bad).unwrap_err().field(),
+            Some("error.code")
+        );
+        assert_eq!(
+            ErrorInfo::new("Not Valid", "m", false).code.as_str(),
+            "internal_error"
+        );
     }
 }

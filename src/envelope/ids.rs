@@ -204,6 +204,20 @@ checked_string!(
     }
 );
 
+impl From<TaskId> for CorrelationId {
+    /// A task's id as the correlation id of a request made of that one task.
+    fn from(id: TaskId) -> Self {
+        CorrelationId(id.to_string())
+    }
+}
+
+impl From<TaskId> for IdempotencyKey {
+    /// A task's id as its idempotency key, when the caller gave none.
+    fn from(id: TaskId) -> Self {
+        IdempotencyKey(id.to_string())
+    }
+}
+
 /// A point in time, written as RFC 3339 (`2026-11-22T10:00:00Z`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

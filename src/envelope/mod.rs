@@ -7,10 +7,8 @@
 
 mod ids;
 
-pub use ids::{
-    Action, AgentName, CorrelationId, IdempotencyKey, Scope, Sender, TaskId, Timestamp,
-};
 pub(crate) use ids::check_label;
+pub use ids::{Action, AgentName, CorrelationId, IdempotencyKey, Scope, Sender, TaskId, Timestamp};
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -225,6 +223,40 @@ impl Validate for Envelope {
 }
 
 impl Envelope {
+    /// A new envelope with a fresh task id, stamped now, with default control
+    /// settings. The task id doubles as correlation id and idempotency key
+    /// until the caller sets its own.
+    pub fn new(from: Sender, to: AgentName, action: Action, params: Map<String, Value>) -> Self {
+        let task_id = TaskId::new();
+        Envelope {
+            v: Version,
+            header: Header {
+                task_id,
+                correlation_id: task_id.into(),
+                causation_id: None,
+                from,
+                to,
+                timestamp: Timestamp::now(),
+                token: None,
+            },
+            payload: Payload {
+                action,
+                params,
+                meta: Meta::default(),
+            },
+            control: Control {
+                idempotency_key: task_id.into(),
+                priority: Priority::default(),
+                response_mode: ResponseMode::default(),
+                required_scopes: Vec::new(),
+                callback_url: None,
+                deadline: None,
+                attempt: one(),
+                max_attempts: default_max_attempts(),
+            },
+        }
+    }
+
     /// Decodes an envelope given by a user or client: unknown fields are refused.
     pub fn from_user(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
         codec::decode(bytes, Strictness::Strict, max_bytes)
@@ -297,11 +329,16 @@ mod tests {
     #[test]
     fn a_missing_idempotency_key_is_named() {
         let mut v = example();
-        v["control"].as_object_mut().unwrap().remove("idempotency_key");
+        v["control"]
+            .as_object_mut()
+            .unwrap()
+            .remove("idempotency_key");
         let err = parse(&v).unwrap_err();
         assert_eq!(
             err,
-            DecodeError::MissingField { field: "control.idempotency_key".into() }
+            DecodeError::MissingField {
+                field: "control.idempotency_key".into()
+            }
         );
     }
 
@@ -318,7 +355,9 @@ mod tests {
         v["control"]["colour"] = "blue".into();
         assert_eq!(
             parse(&v).unwrap_err(),
-            DecodeError::UnknownField { field: "control.colour".into() }
+            DecodeError::UnknownField {
+                field: "control.colour".into()
+            }
         );
         let bytes = serde_json::to_vec(&v).unwrap();
         assert!(Envelope::from_wire(&bytes, DEFAULT_MAX_BYTES).is_ok());

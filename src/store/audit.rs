@@ -124,6 +124,14 @@ impl AuditReport {
     }
 }
 
+/// Reads the head as recorded in `meta` (the default for an empty log).
+pub(crate) fn read_head(meta: &sled::Tree) -> Result<Head, StoreError> {
+    match meta.get(HEAD_KEY)? {
+        Some(bytes) => Head::decode(&bytes),
+        None => Ok(Head::default()),
+    }
+}
+
 /// Appends `entry` after `head` inside a transaction; returns the new head.
 pub(crate) fn append(
     audit: &TransactionalTree,
@@ -191,7 +199,11 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
             Ok(bytes) => u64::from_be_bytes(bytes),
             Err(_) => {
                 let shown = keys::describe("audit", &key);
-                return Ok(AuditReport::bad(expected - 1, expected, format!("malformed key {shown}")));
+                return Ok(AuditReport::bad(
+                    expected - 1,
+                    expected,
+                    format!("malformed key {shown}"),
+                ));
             }
         };
         if seq != expected {
@@ -202,24 +214,44 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
             Err(e) => return Ok(AuditReport::bad(expected - 1, seq, e.to_string())),
         };
         if record.seq != seq {
-            return Ok(AuditReport::bad(seq - 1, seq, format!("record says seq {}", record.seq)));
+            return Ok(AuditReport::bad(
+                seq - 1,
+                seq,
+                format!("record says seq {}", record.seq),
+            ));
         }
         if record.prev_hash != hex::encode(prev) {
-            return Ok(AuditReport::bad(seq - 1, seq, "previous hash does not match"));
+            return Ok(AuditReport::bad(
+                seq - 1,
+                seq,
+                "previous hash does not match",
+            ));
         }
         let body = &value[32..];
         if chain_hash(&prev, body) != hash {
-            return Ok(AuditReport::bad(seq - 1, seq, "record altered: hash does not match"));
+            return Ok(AuditReport::bad(
+                seq - 1,
+                seq,
+                "record altered: hash does not match",
+            ));
         }
         prev = hash;
         expected += 1;
     }
     let records = expected - 1;
     if head.seq > records {
-        return Ok(AuditReport::bad(records, records + 1, "record missing (the head is further on)"));
+        return Ok(AuditReport::bad(
+            records,
+            records + 1,
+            "record missing (the head is further on)",
+        ));
     }
     if head.seq < records || head.hash != prev {
-        return Ok(AuditReport::bad(records, head.seq.max(1), "the chain does not end at the recorded head"));
+        return Ok(AuditReport::bad(
+            records,
+            head.seq.max(1),
+            "the chain does not end at the recorded head",
+        ));
     }
     Ok(AuditReport {
         ok: true,

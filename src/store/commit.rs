@@ -4,7 +4,8 @@
 //! calls [`GroupCommit::durable`] after writing. One background thread
 //! flushes sled whenever writers are waiting; every writer whose change was
 //! made before a flush began is released by that flush. Under load one
-//! `fsync` covers many changes.
+//! `fsync` covers many changes. After each flush the thread records the
+//! audit head it covered in the commit mark (see `mark.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -13,6 +14,8 @@ use std::thread::JoinHandle;
 use tokio::sync::watch;
 
 use super::StoreError;
+use super::audit;
+use super::mark::CommitMark;
 
 /// The flusher's progress, as writers see it.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +48,11 @@ pub(crate) struct GroupCommit {
 
 impl GroupCommit {
     /// Starts the flusher thread for `db`.
-    pub(crate) fn start(db: sled::Db) -> Result<Self, StoreError> {
+    pub(crate) fn start(
+        db: sled::Db,
+        meta: sled::Tree,
+        mut mark: CommitMark,
+    ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared {
             requested: AtomicU64::new(0),
             wake: Mutex::new((false, false)),
@@ -55,7 +62,7 @@ impl GroupCommit {
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("store-flush".into())
-            .spawn(move || flush_loop(&db, &for_thread))
+            .spawn(move || flush_loop(&db, &meta, &mut mark, &for_thread))
             .map_err(|e| StoreError::Io(format!("cannot start the flush thread: {e}")))?;
         Ok(GroupCommit {
             shared,
@@ -68,20 +75,24 @@ impl GroupCommit {
         let ticket = self.shared.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let mut rx = self.shared.flushed.subscribe();
         {
-            let mut wake = self.shared.wake.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut wake = self
+                .shared
+                .wake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             wake.0 = true;
         }
         self.shared.cv.notify_one();
         loop {
             {
                 let state = rx.borrow_and_update();
-                if state.upto >= ticket {
-                    return Ok(());
-                }
                 if let Some((upto, message)) = &state.failed
                     && *upto >= ticket
                 {
                     return Err(StoreError::Io(format!("flush failed: {message}")));
+                }
+                if state.upto >= ticket {
+                    return Ok(());
                 }
             }
             if rx.changed().await.is_err() {
@@ -91,7 +102,8 @@ impl GroupCommit {
     }
 }
 
-fn flush_loop(db: &sled::Db, shared: &Shared) {
+fn flush_loop(db: &sled::Db, meta: &sled::Tree, mark: &mut CommitMark, shared: &Shared) {
+    let mut marked = audit::Head::default();
     loop {
         let closing = {
             let mut wake = shared.wake.lock().unwrap_or_else(PoisonError::into_inner);
@@ -101,14 +113,33 @@ fn flush_loop(db: &sled::Db, shared: &Shared) {
             wake.0 = false;
             wake.1
         };
-        // Every ticket counted here belongs to a change written before this
-        // load, so the flush below covers it.
+        // Every ticket counted here, and the audit head read here, belong to
+        // changes written before these reads, so the flush below covers them.
         let target = shared.requested.load(Ordering::SeqCst);
+        let head = audit::read_head(meta);
         let result = db.flush();
+        let flushed = result.is_ok();
         shared.flushed.send_modify(|f| match result {
             Ok(_) => f.upto = f.upto.max(target),
             Err(e) => f.failed = Some((target, Arc::from(e.to_string()))),
         });
+        // The mark is written after the writers are released: it only has to
+        // lag behind what is on disk, never run ahead of it.
+        if let (true, Ok(head)) = (flushed, head)
+            && head.seq > marked.seq
+        {
+            match mark.write(head) {
+                Ok(()) => marked = head,
+                Err(e) => {
+                    // A store that cannot keep its mark cannot prove what it
+                    // acknowledged: every later write fails until a restart.
+                    let message = format!("cannot write {}: {e}", mark.path().display());
+                    shared
+                        .flushed
+                        .send_modify(|f| f.failed = Some((u64::MAX, Arc::from(message))));
+                }
+            }
+        }
         if closing {
             return;
         }
@@ -118,7 +149,11 @@ fn flush_loop(db: &sled::Db, shared: &Shared) {
 impl Drop for GroupCommit {
     fn drop(&mut self) {
         {
-            let mut wake = self.shared.wake.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut wake = self
+                .shared
+                .wake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             wake.1 = true;
         }
         self.shared.cv.notify_one();

@@ -117,7 +117,9 @@ impl Collector {
 impl Drop for Collector {
     fn drop(&mut self) {
         let (lock, cv) = &*self.stop;
-        *lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        *lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         cv.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -143,10 +145,20 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = db.open_tree("idempotency").unwrap();
         let fp = Fingerprint::of(&1);
-        let old = Claim { task_id: TaskId::new(), fingerprint: fp.clone(), expires_at: 100 };
-        let fresh = Claim { task_id: TaskId::new(), fingerprint: fp, expires_at: 300 };
-        tree.insert("old", serde_json::to_vec(&old).unwrap()).unwrap();
-        tree.insert("fresh", serde_json::to_vec(&fresh).unwrap()).unwrap();
+        let old = Claim {
+            task_id: TaskId::new(),
+            fingerprint: fp.clone(),
+            expires_at: 100,
+        };
+        let fresh = Claim {
+            task_id: TaskId::new(),
+            fingerprint: fp,
+            expires_at: 300,
+        };
+        tree.insert("old", serde_json::to_vec(&old).unwrap())
+            .unwrap();
+        tree.insert("fresh", serde_json::to_vec(&fresh).unwrap())
+            .unwrap();
         assert_eq!(collect_expired(&tree, 200).unwrap(), 1);
         assert!(tree.get("old").unwrap().is_none());
         assert!(tree.get("fresh").unwrap().is_some());
@@ -159,6 +171,9 @@ mod tests {
         tree.insert("scope\0bad-key", &b"{not json"[..]).unwrap();
         let err = collect_expired(&tree, 0).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("idempotency") && text.contains("bad-key"), "{text}");
+        assert!(
+            text.contains("idempotency") && text.contains("bad-key"),
+            "{text}"
+        );
     }
 }

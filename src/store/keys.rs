@@ -50,11 +50,14 @@ pub(crate) fn audit(seq: u64) -> [u8; 8] {
 
 /// The task id that ends an index key (its last 16 bytes).
 pub(crate) fn trailing_task_id(tree: &'static str, key: &[u8]) -> Result<TaskId, StoreError> {
-    let start = key.len().checked_sub(16).ok_or_else(|| StoreError::Decode {
-        tree,
-        key: describe(tree, key),
-        message: "index key is shorter than a task id".into(),
-    })?;
+    let start = key
+        .len()
+        .checked_sub(16)
+        .ok_or_else(|| StoreError::Decode {
+            tree,
+            key: describe(tree, key),
+            message: "index key is shorter than a task id".into(),
+        })?;
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&key[start..]);
     Ok(TaskId::from_bytes(bytes))

@@ -17,6 +17,7 @@ mod commit;
 mod error;
 mod idempotency;
 mod keys;
+mod mark;
 mod tasks;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
@@ -105,6 +106,8 @@ impl Store {
             message: e.to_string(),
         })?;
         let db = open_db(&path, config.cache_bytes)?;
+        // Before any tree is opened (which creates it): is this database new?
+        let fresh = db.is_empty() && db.tree_names().len() == 1;
         let open_tree = |name: &str| {
             db.open_tree(name).map_err(|e| StoreError::Open {
                 path: path.clone(),
@@ -113,11 +116,26 @@ impl Store {
         };
         let tasks = open_tree("tasks")?;
         let meta = open_tree("meta")?;
-        check_format(&path, &meta, &tasks)?;
         let audit = open_tree("audit")?;
-        let head = match meta.get(audit::HEAD_KEY)? {
-            Some(bytes) => audit::Head::decode(&bytes)?,
-            None => audit::Head::default(),
+        let head = audit::read_head(&meta)?;
+        let mark = match mark::CommitMark::open(&path)? {
+            Some((mark, marked)) => {
+                check_format(&path, &meta)?;
+                check_against_mark(&path, &audit, head, marked)?;
+                mark
+            }
+            None if fresh => {
+                let mark = mark::CommitMark::create(&path)?;
+                meta.insert("format", FORMAT)?;
+                meta.flush()?;
+                mark
+            }
+            None => {
+                return Err(StoreError::NotAStore {
+                    path: path.clone(),
+                    found: format!("data without its {}", mark::FILE_NAME),
+                });
+            }
         };
         let idempotency = open_tree("idempotency")?;
         let by_correlation = open_tree("by_correlation")?;
@@ -125,7 +143,7 @@ impl Store {
         let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
         Ok(Store {
             inner: Arc::new(Inner {
-                commit: commit::GroupCommit::start(db.clone())?,
+                commit: commit::GroupCommit::start(db.clone(), meta.clone(), mark)?,
                 _collector: collector,
                 path,
                 tasks,
@@ -154,7 +172,9 @@ impl Store {
         })?;
         self.inner.commit.durable().await?;
         let mut found = audit::list(&self.inner.audit, &AuditFilter::default(), seq - 1, 1)?;
-        found.pop().ok_or_else(|| StoreError::Io(format!("audit record {seq} vanished")))
+        found
+            .pop()
+            .ok_or_else(|| StoreError::Io(format!("audit record {seq} vanished")))
     }
 
     /// Up to `limit` audit records after sequence `after` (0 = from the
@@ -171,7 +191,11 @@ impl Store {
     /// Checks the whole audit chain; reports the first missing, altered or
     /// undecodable record.
     pub fn verify_audit(&self) -> Result<AuditReport, StoreError> {
-        let head = *self.inner.head.lock().unwrap_or_else(PoisonError::into_inner);
+        let head = *self
+            .inner
+            .head
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         audit::verify(&self.inner.audit, head)
     }
 
@@ -179,6 +203,11 @@ impl Store {
     /// many. The store also does this by itself every `gc_interval`.
     pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
         idempotency::collect_expired(&self.inner.idempotency, now.unix_seconds())
+    }
+
+    /// How many idempotency keys are held (expired ones until collected).
+    pub fn claimed_keys(&self) -> usize {
+        self.inner.idempotency.len()
     }
 
     /// Waits until every change made so far is on disk.
@@ -207,17 +236,19 @@ impl Store {
             &inner.meta,
         );
         let (next, out) = trees
-            .transaction(|(tasks, idempotency, by_correlation, by_state, audit, meta)| {
-                let tx = Tx {
-                    tasks,
-                    idempotency,
-                    by_correlation,
-                    by_state,
-                    audit,
-                    meta,
-                };
-                body(&tx, current)
-            })
+            .transaction(
+                |(tasks, idempotency, by_correlation, by_state, audit, meta)| {
+                    let tx = Tx {
+                        tasks,
+                        idempotency,
+                        by_correlation,
+                        by_state,
+                        audit,
+                        meta,
+                    };
+                    body(&tx, current)
+                },
+            )
             .map_err(StoreError::from)?;
         *head = next;
         Ok(out)
@@ -237,52 +268,93 @@ struct Tx<'a> {
     meta: &'a sled::transaction::TransactionalTree,
 }
 
+/// How long [`Store::open`] waits for another holder of the store's lock.
+/// sled releases its lock from background threads shortly after a store is
+/// dropped, so a store closed and reopened in one process may need a moment.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
 /// Opens sled, turning its errors (and its panics on some corrupt files)
 /// into errors that name the path.
 fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
-    let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || config.open()));
-    match opened {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(sled::Error::Io(e))) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            Err(StoreError::Locked {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || config.open()));
+        let error = match opened {
+            Ok(Ok(db)) => return Ok(db),
+            Ok(Err(e)) => e,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "sled panicked while reading it".into());
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    message: format!("the store files are corrupt: {message}"),
+                });
+            }
+        };
+        let locked = error.to_string().contains("could not acquire lock");
+        if !locked {
+            return Err(StoreError::Open {
                 path: path.to_path_buf(),
-            })
+                message: error.to_string(),
+            });
         }
-        Ok(Err(e)) => Err(StoreError::Open {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        }),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "sled panicked while reading it".into());
-            Err(StoreError::Open {
+        if std::time::Instant::now() >= deadline {
+            return Err(StoreError::Locked {
                 path: path.to_path_buf(),
-                message: format!("the store files are corrupt: {message}"),
-            })
+            });
         }
+        std::thread::sleep(Duration::from_millis(25));
     }
 }
 
-/// Writes the format marker into a new store, or checks it in an old one.
-fn check_format(path: &Path, meta: &sled::Tree, tasks: &sled::Tree) -> Result<(), StoreError> {
+/// Checks the format marker of a store that has a commit mark.
+fn check_format(path: &Path, meta: &sled::Tree) -> Result<(), StoreError> {
     match meta.get("format")? {
         Some(found) if found.as_ref() == FORMAT => Ok(()),
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),
         }),
-        None if tasks.is_empty() && meta.is_empty() => {
-            meta.insert("format", FORMAT)?;
-            meta.flush()?;
-            Ok(())
-        }
-        None => Err(StoreError::NotAStore {
+        None => Err(StoreError::Open {
             path: path.to_path_buf(),
-            found: "no format marker".into(),
+            message: "the store files are corrupt or truncated: the format marker is gone".into(),
         }),
+    }
+}
+
+/// Refuses a store that lost writes the commit mark says were flushed.
+fn check_against_mark(
+    path: &Path,
+    audit: &sled::Tree,
+    head: audit::Head,
+    marked: audit::Head,
+) -> Result<(), StoreError> {
+    let corrupt = |message: String| StoreError::Open {
+        path: path.to_path_buf(),
+        message: format!("the store files are corrupt or truncated: {message}"),
+    };
+    if head.seq < marked.seq {
+        return Err(corrupt(format!(
+            "{} audit records were acknowledged, the log now ends at {}",
+            marked.seq, head.seq
+        )));
+    }
+    if marked.seq == 0 {
+        return Ok(());
+    }
+    match audit.get(keys::audit(marked.seq))? {
+        Some(value) if value.len() >= 32 && value[..32] == marked.hash => Ok(()),
+        Some(_) => Err(corrupt(format!(
+            "audit record {} differs from the one acknowledged",
+            marked.seq
+        ))),
+        None => Err(corrupt(format!(
+            "acknowledged audit record {} is missing",
+            marked.seq
+        ))),
     }
 }

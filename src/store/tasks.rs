@@ -221,8 +221,10 @@ impl Store {
             if tx.tasks.get(keys::task(task_id))?.is_some() {
                 return Err(abort(StoreError::DuplicateTask(task_id)));
             }
-            tx.tasks.insert(&keys::task(task_id), record_bytes.as_slice())?;
-            tx.idempotency.insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+            tx.tasks
+                .insert(&keys::task(task_id), record_bytes.as_slice())?;
+            tx.idempotency
+                .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
             tx.by_correlation
                 .insert(keys::correlation(record.correlation_id(), task_id), &[][..])?;
             tx.by_state
@@ -265,7 +267,12 @@ impl Store {
                 );
                 return ignore(record, why);
             }
-            let next = decide(record.state, record.attempt, record.max_attempts(), change.event);
+            let next = decide(
+                record.state,
+                record.attempt,
+                record.max_attempts(),
+                change.event,
+            );
             let (state, attempt) = match next {
                 Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
                 Ok(Next::Move { state, attempt }) => (state, attempt),
@@ -357,7 +364,12 @@ impl Store {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for item in self.inner.tasks.range((start, Bound::Unbounded)).take(limit) {
+        for item in self
+            .inner
+            .tasks
+            .range((start, Bound::Unbounded))
+            .take(limit)
+        {
             let (key, bytes) = item?;
             out.push(keys::decode_value("tasks", &key, &bytes)?);
         }
@@ -373,7 +385,13 @@ impl Store {
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let prefix = keys::correlation_prefix(correlation);
         let start = after.map(|id| keys::correlation(correlation, id));
-        self.list_index(&self.inner.by_correlation, "by_correlation", &prefix, start, limit)
+        self.list_index(
+            &self.inner.by_correlation,
+            "by_correlation",
+            &prefix,
+            start,
+            limit,
+        )
     }
 
     /// Up to `limit` tasks in `state` after task `after`, oldest first.
@@ -442,7 +460,10 @@ impl Store {
                 report.problem(format!("task {id} is missing from by_correlation"));
             }
             if !inner.by_state.contains_key(keys::state(record.state, id))? {
-                report.problem(format!("task {id} is missing from by_state ({})", record.state));
+                report.problem(format!(
+                    "task {id} is missing from by_state ({})",
+                    record.state
+                ));
             }
         }
         for item in inner.by_correlation.iter() {

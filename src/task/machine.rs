@@ -187,7 +187,9 @@ mod tests {
                         assert_eq!(attempt, want_attempt, "{state} + {event}");
                     }
                     (None, Err(TransitionError::Terminal { .. })) => assert!(state.is_terminal()),
-                    (None, Err(TransitionError::NotAllowed { .. })) => assert!(!state.is_terminal()),
+                    (None, Err(TransitionError::NotAllowed { .. })) => {
+                        assert!(!state.is_terminal())
+                    }
                     (want, got) => panic!("{state} + {event}: expected {want:?}, got {got:?}"),
                 }
             }
@@ -198,22 +200,37 @@ mod tests {
     fn retry_counts_attempts_and_fails_when_they_are_spent() {
         assert_eq!(
             decide(S::Working, 2, 3, E::Retry),
-            Ok(Next::Move { state: S::Submitted, attempt: 3 })
+            Ok(Next::Move {
+                state: S::Submitted,
+                attempt: 3
+            })
         );
         assert_eq!(
             decide(S::Working, 3, 3, E::Retry),
-            Ok(Next::Move { state: S::Failed, attempt: 3 })
+            Ok(Next::Move {
+                state: S::Failed,
+                attempt: 3
+            })
         );
         assert_eq!(
             decide(S::Working, 1, 1, E::Retry),
-            Ok(Next::Move { state: S::Failed, attempt: 1 })
+            Ok(Next::Move {
+                state: S::Failed,
+                attempt: 1
+            })
         );
     }
 
     #[test]
     fn terminal_states_are_final_and_say_so() {
         let err = decide(S::Completed, 1, 3, E::Complete).unwrap_err();
-        assert_eq!(err, TransitionError::Terminal { state: S::Completed, event: E::Complete });
+        assert_eq!(
+            err,
+            TransitionError::Terminal {
+                state: S::Completed,
+                event: E::Complete
+            }
+        );
         assert!(err.to_string().contains("terminal"));
     }
 }

@@ -110,6 +110,11 @@ mod tests {
         let mut codes: Vec<u8> = TaskState::ALL.iter().map(|s| s.code()).collect();
         codes.dedup();
         assert_eq!(codes.len(), TaskState::ALL.len());
-        assert!("done".parse::<TaskState>().unwrap_err().contains("completed"));
+        assert!(
+            "done"
+                .parse::<TaskState>()
+                .unwrap_err()
+                .contains("completed")
+        );
     }
 }

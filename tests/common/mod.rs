@@ -1,0 +1,46 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use orchestrator::envelope::{Action, AgentName, Envelope, IdempotencyKey, Sender};
+use orchestrator::store::{Fingerprint, NewTask};
+use orchestrator::{Store, StoreConfig};
+use serde_json::{Map, Value, json};
+
+/// An envelope for `to`/`action` with `params`, idempotency key `key`.
+pub fn envelope(to: &str, action: &str, params: Value, key: &str) -> Envelope {
+    let params: Map<String, Value> = match params {
+        Value::Object(map) => map,
+        other => panic!("params must be an object, got {other}"),
+    };
+    let mut env = Envelope::new(
+        "orchestrator".parse::<Sender>().unwrap(),
+        to.parse::<AgentName>().unwrap(),
+        action.parse::<Action>().unwrap(),
+        params,
+    );
+    env.control.idempotency_key = key.parse::<IdempotencyKey>().unwrap();
+    env
+}
+
+/// A task to submit: fingerprinted over agent, action and params.
+pub fn new_task(env: Envelope) -> NewTask {
+    let fingerprint = Fingerprint::of(&json!({
+        "to": env.header.to,
+        "action": env.payload.action,
+        "params": env.payload.params,
+    }));
+    NewTask {
+        envelope: env,
+        scope: "test-principal".into(),
+        fingerprint,
+        actor: "test-principal".into(),
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+    }
+}
+
+/// A store in a fresh temporary directory (kept alive by the returned guard).
+pub fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig::new(dir.path().join("store"))).unwrap();
+    (dir, store)
+}

@@ -1,0 +1,381 @@
+//! The store as its users see it: tasks, idempotency, state changes,
+//! indexes, the audit chain, and what happens to bad or damaged files.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{envelope, new_task, temp_store};
+use orchestrator::event::ErrorInfo;
+use orchestrator::store::{Applied, AuditEntry, AuditFilter, Change, Submitted};
+use orchestrator::{Store, StoreConfig, StoreError, TaskEvent, TaskState};
+use serde_json::json;
+
+fn change(event: TaskEvent) -> Change {
+    Change::new(event, "worker-1", format!("reported {event}"))
+}
+
+/// A submitted task can be read back with its first history entry, and its
+/// submission is the first audit record.
+#[tokio::test]
+async fn a_submitted_task_is_stored_indexed_and_audited() {
+    let (_dir, store) = temp_store();
+    let env = envelope("knowledge-agent", "search:kb", json!({"query": "x"}), "k1");
+    let created = store.submit(new_task(env.clone())).await.unwrap();
+    let Submitted::Created(record) = created else {
+        panic!("expected a new task")
+    };
+    let got = store.get(env.header.task_id).unwrap().unwrap();
+    assert_eq!(got, record);
+    assert_eq!(got.state, TaskState::Submitted);
+    assert_eq!(got.history.len(), 1);
+    assert_eq!(got.history[0].actor, "test-principal");
+    assert!(got.envelope.header.token.is_none());
+    let by_corr = store
+        .list_by_correlation(&env.header.correlation_id, None, 10)
+        .unwrap();
+    assert_eq!(by_corr, vec![got.clone()]);
+    assert_eq!(
+        store.list_by_state(TaskState::Submitted, None, 10).unwrap(),
+        vec![got]
+    );
+    let audit = store.audit_list(&AuditFilter::default(), 0, 10).unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].kind, "task.submitted");
+    assert_eq!(audit[0].task_id, Some(env.header.task_id));
+    assert_eq!(audit[0].seq, 1);
+}
+
+/// A retry of the same request returns the same task; the same key for a
+/// different request is a conflict; another scope is another key space.
+#[tokio::test]
+async fn idempotency_returns_the_existing_task_or_a_conflict() {
+    let (_dir, store) = temp_store();
+    let first = envelope(
+        "outlook-agent",
+        "compose:draft",
+        json!({"to": "a"}),
+        "same-key",
+    );
+    let Submitted::Created(original) = store.submit(new_task(first)).await.unwrap() else {
+        panic!("first submit must create")
+    };
+    // A retry: same key, same request, but (as a client retry would) a new task id.
+    let retry = envelope(
+        "outlook-agent",
+        "compose:draft",
+        json!({"to": "a"}),
+        "same-key",
+    );
+    match store.submit(new_task(retry)).await.unwrap() {
+        Submitted::Existing(r) => assert_eq!(r.task_id(), original.task_id()),
+        other => panic!("expected the existing task, got {other:?}"),
+    }
+    let other = envelope(
+        "outlook-agent",
+        "compose:draft",
+        json!({"to": "b"}),
+        "same-key",
+    );
+    match store.submit(new_task(other)).await {
+        Err(StoreError::IdempotencyConflict { existing, .. }) => {
+            assert_eq!(existing, original.task_id())
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let mut elsewhere = new_task(envelope(
+        "outlook-agent",
+        "compose:draft",
+        json!({"to": "b"}),
+        "same-key",
+    ));
+    elsewhere.scope = "another-principal".into();
+    assert!(matches!(
+        store.submit(elsewhere).await.unwrap(),
+        Submitted::Created(_)
+    ));
+    assert_eq!(store.list(None, 100).unwrap().len(), 2);
+}
+
+/// Concurrent submits of one key create exactly one task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_one_key_create_one_task() {
+    let (_dir, store) = temp_store();
+    let mut handles = Vec::new();
+    for _ in 0..32 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            let env = envelope("echo", "echo", json!({"n": 1}), "raced");
+            store.submit(new_task(env)).await.unwrap()
+        }));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for h in handles {
+        let s = h.await.unwrap();
+        created += matches!(s, Submitted::Created(_)) as usize;
+        ids.insert(s.record().task_id());
+    }
+    assert_eq!(created, 1);
+    assert_eq!(ids.len(), 1);
+}
+
+/// Keys expire after the retention and are collected; an expired key can be
+/// claimed again by a new request.
+#[tokio::test]
+async fn expired_keys_are_collected_and_can_be_claimed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path().join("s"));
+    config.idempotency_retention = Duration::ZERO;
+    let store = Store::open(&config).unwrap();
+    let a = envelope("echo", "echo", json!({"n": 1}), "k");
+    store.submit(new_task(a)).await.unwrap();
+    let b = envelope("echo", "echo", json!({"n": 2}), "k");
+    assert!(matches!(
+        store.submit(new_task(b)).await.unwrap(),
+        Submitted::Created(_)
+    ));
+    let later = orchestrator::envelope::Timestamp::now().after(Duration::from_secs(1));
+    assert_eq!(store.collect_expired_keys(later).unwrap(), 1);
+    assert_eq!(store.collect_expired_keys(later).unwrap(), 0);
+    assert!(store.check_indexes().unwrap().ok());
+}
+
+/// The background collector removes expired keys by itself.
+#[tokio::test]
+async fn the_background_collector_runs_on_its_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path().join("s"));
+    config.idempotency_retention = Duration::ZERO;
+    config.gc_interval = Duration::from_millis(20);
+    let store = Store::open(&config).unwrap();
+    store
+        .submit(new_task(envelope("echo", "echo", json!({}), "k")))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // The claim expires at the next second boundary; wait for the collector.
+    while store.claimed_keys() > 0 {
+        assert!(std::time::Instant::now() < deadline, "collector never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A task moves working → completed; the history and the audit log record
+/// every transition with its actor and reason, and the indexes follow.
+#[tokio::test]
+async fn transitions_are_recorded_in_history_audit_and_indexes() {
+    let (_dir, store) = temp_store();
+    let env = envelope("echo", "echo", json!({}), "k");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let working = store.apply(id, change(TaskEvent::Start)).await.unwrap();
+    assert!(matches!(working, Applied::Moved(ref r) if r.state == TaskState::Working));
+    let again = store.apply(id, change(TaskEvent::Start)).await.unwrap();
+    assert!(matches!(again, Applied::Unchanged(_)));
+    let mut done = change(TaskEvent::Complete);
+    done.result = Some(json!({"echo": true}));
+    done.attempt = Some(1);
+    let Applied::Moved(record) = store.apply(id, done).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(record.state, TaskState::Completed);
+    assert_eq!(record.result, Some(json!({"echo": true})));
+    let states: Vec<_> = record.history.iter().map(|h| h.to).collect();
+    assert_eq!(
+        states,
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::Completed
+        ]
+    );
+    assert_eq!(record.history[2].actor, "worker-1");
+    assert_eq!(record.history[2].reason, "reported complete");
+    assert!(
+        store
+            .list_by_state(TaskState::Working, None, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .list_by_state(TaskState::Completed, None, 10)
+            .unwrap()
+            .len(),
+        1
+    );
+    let kinds: Vec<_> = store
+        .audit_list(
+            &AuditFilter {
+                task_id: Some(id),
+                correlation_id: None,
+            },
+            0,
+            10,
+        )
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.kind, r.detail["to"].clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("task.submitted".to_string(), json!(null)),
+            ("task.transition".to_string(), json!("working")),
+            ("task.transition".to_string(), json!("completed")),
+        ]
+    );
+    assert!(store.check_indexes().unwrap().ok());
+}
+
+/// A result that arrives after the task ended, or one about an older
+/// attempt, is audited and otherwise ignored; an impossible change is refused.
+#[tokio::test]
+async fn late_stale_and_invalid_events_do_not_move_the_task() {
+    let (_dir, store) = temp_store();
+    let env = envelope("echo", "echo", json!({}), "k");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let refused = store.apply(id, change(TaskEvent::Retry)).await.unwrap_err();
+    assert_eq!(refused.code(), "invalid_transition");
+    store.apply(id, change(TaskEvent::Start)).await.unwrap();
+    let mut retry = change(TaskEvent::Retry);
+    retry.error = Some(ErrorInfo::new("upstream_timeout", "slow", true));
+    let Applied::Moved(r) = store.apply(id, retry).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((r.state, r.attempt), (TaskState::Submitted, 2));
+    let mut stale = change(TaskEvent::Complete);
+    stale.attempt = Some(1);
+    let Applied::Ignored { record, reason } = store.apply(id, stale).await.unwrap() else {
+        panic!("a report about attempt 1 must be ignored")
+    };
+    assert_eq!(record.state, TaskState::Submitted);
+    assert!(reason.contains("attempt 1"), "{reason}");
+    store.apply(id, change(TaskEvent::Cancel)).await.unwrap();
+    let late = store.apply(id, change(TaskEvent::Complete)).await.unwrap();
+    assert!(
+        matches!(late, Applied::Ignored { ref record, .. } if record.state == TaskState::Canceled)
+    );
+    let ignored = store
+        .audit_list(&AuditFilter::default(), 0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == "task.ignored_event")
+        .count();
+    assert_eq!(ignored, 2);
+    assert!(matches!(
+        store
+            .apply(orchestrator::TaskId::new(), change(TaskEvent::Start))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+/// Retries run until max_attempts, then the task fails.
+#[tokio::test]
+async fn retries_stop_at_max_attempts() {
+    let (_dir, store) = temp_store();
+    let mut env = envelope("echo", "echo", json!({}), "k");
+    env.control.max_attempts = std::num::NonZeroU32::new(2).unwrap();
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    for _ in 0..2 {
+        store.apply(id, change(TaskEvent::Start)).await.unwrap();
+        store.apply(id, change(TaskEvent::Retry)).await.unwrap();
+    }
+    let record = store.get(id).unwrap().unwrap();
+    assert_eq!((record.state, record.attempt), (TaskState::Failed, 2));
+}
+
+/// Listing pages through a correlation id in creation order with a cursor.
+#[tokio::test]
+async fn listing_by_correlation_pages_in_creation_order() {
+    let (_dir, store) = temp_store();
+    let corr: orchestrator::envelope::CorrelationId = "run-7".parse().unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut env = envelope("echo", "echo", json!({"i": i}), &format!("k{i}"));
+        env.header.correlation_id = corr.clone();
+        ids.push(env.header.task_id);
+        store.submit(new_task(env)).await.unwrap();
+    }
+    store
+        .submit(new_task(envelope("echo", "echo", json!({}), "other")))
+        .await
+        .unwrap();
+    let page1 = store.list_by_correlation(&corr, None, 2).unwrap();
+    let page2 = store
+        .list_by_correlation(&corr, Some(page1[1].task_id()), 2)
+        .unwrap();
+    let page3 = store
+        .list_by_correlation(&corr, Some(page2[1].task_id()), 2)
+        .unwrap();
+    let got: Vec<_> = page1
+        .iter()
+        .chain(&page2)
+        .chain(&page3)
+        .map(|r| r.task_id())
+        .collect();
+    assert_eq!(got, ids);
+    let all_submitted = store
+        .list_by_state(TaskState::Submitted, None, 100)
+        .unwrap();
+    assert_eq!(all_submitted.len(), 6);
+}
+
+/// Standalone audit records chain onto task records, and the chain verifies.
+#[tokio::test]
+async fn the_audit_chain_verifies() {
+    let (_dir, store) = temp_store();
+    store
+        .submit(new_task(envelope("echo", "echo", json!({}), "k")))
+        .await
+        .unwrap();
+    let rec = store
+        .audit(AuditEntry {
+            actor: "admin".into(),
+            kind: "dlq.replay".into(),
+            task_id: None,
+            correlation_id: None,
+            trace_id: None,
+            detail: json!({"note": "manual"}),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rec.seq, 2);
+    let first = &store.audit_list(&AuditFilter::default(), 0, 1).unwrap()[0];
+    assert_eq!(rec.prev_hash, first.hash);
+    let report = store.verify_audit().unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 2);
+}
+
+/// Everything acknowledged is there after the store is closed and reopened.
+#[tokio::test]
+async fn a_reopened_store_has_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(dir.path().join("s"));
+    let mut ids = Vec::new();
+    {
+        let store = Store::open(&config).unwrap();
+        for i in 0..20 {
+            let env = envelope("echo", "echo", json!({"i": i}), &format!("k{i}"));
+            ids.push(env.header.task_id);
+            store.submit(new_task(env)).await.unwrap();
+        }
+        store.apply(ids[0], change(TaskEvent::Start)).await.unwrap();
+    }
+    let store = Store::open(&config).unwrap();
+    assert_eq!(
+        store.get(ids[0]).unwrap().unwrap().state,
+        TaskState::Working
+    );
+    assert_eq!(store.list(None, 100).unwrap().len(), 20);
+    assert!(store.verify_audit().unwrap().ok);
+    // The chain continues where it stopped.
+    store.apply(ids[1], change(TaskEvent::Start)).await.unwrap();
+    let report = store.verify_audit().unwrap();
+    assert!(report.ok && report.records == 22, "{report:?}");
+}
