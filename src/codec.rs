@@ -94,6 +94,65 @@ impl DecodeError {
     }
 }
 
+/// Deserializes a struct from a JSON object only.
+///
+/// serde's derived structs also accept a JSON array, filling the fields by
+/// position (`["search:kb"]` as a payload); the published schemas do not, so
+/// neither does this reader. Use as `#[serde(deserialize_with = "object")]`
+/// on struct-valued fields; [`decode`] applies it to the message itself.
+pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+}
+
+/// [`object`] for an optional field: `null` or absent is `None`.
+pub fn optional_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    deserializer.deserialize_option(OptionalObjectVisitor(std::marker::PhantomData))
+}
+
+struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+    }
+}
+
+struct OptionalObjectVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for OptionalObjectVisitor<T> {
+    type Value = Option<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object or null")
+    }
+
+    fn visit_none<E>(self) -> Result<Option<T>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<T>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+        object(d).map(Some)
+    }
+}
+
 /// Cross-field rules that a type checks once all its fields are decoded.
 pub trait Validate {
     /// Returns the first rule broken, naming the field to blame.
@@ -121,7 +180,12 @@ where
             }
         };
         let tracked = serde_ignored::Deserializer::new(&mut json, &mut note_unknown);
-        serde_path_to_error::deserialize(tracked).map_err(from_path_error)?
+        let mut track = serde_path_to_error::Track::new();
+        let with_path = serde_path_to_error::Deserializer::new(tracked, &mut track);
+        match object(with_path) {
+            Ok(value) => value,
+            Err(e) => return Err(from_path_error(track.path(), e)),
+        }
     };
     json.end().map_err(syntax)?;
     if strictness == Strictness::Strict
@@ -133,9 +197,8 @@ where
     Ok(value)
 }
 
-fn from_path_error(err: serde_path_to_error::Error<serde_json::Error>) -> DecodeError {
-    let path = err.path().to_string();
-    let inner = err.into_inner();
+fn from_path_error(path: serde_path_to_error::Path, inner: serde_json::Error) -> DecodeError {
+    let path = path.to_string();
     if inner.is_syntax() || inner.is_eof() || inner.is_io() {
         return syntax(inner);
     }
@@ -186,6 +249,7 @@ mod tests {
 
     #[derive(Debug, Deserialize)]
     struct Outer {
+        #[serde(deserialize_with = "object")]
         inner: Inner,
         #[serde(default)]
         list: Vec<Inner>,
@@ -271,6 +335,14 @@ mod tests {
             matches!(err, DecodeError::Syntax { line: 1, .. }),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn structs_are_read_from_objects_only() {
+        let err = strict(r#"{"inner":[1]}"#).unwrap_err();
+        assert_eq!(err.field(), Some("inner"));
+        let err = strict(r#"[{"n":1}]"#).unwrap_err();
+        assert_eq!(err.code(), "invalid_field");
     }
 
     #[test]

@@ -34,7 +34,11 @@ pub struct WorkerEvent {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Value>,
     /// Why the task failed or was rejected; required for those states.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "codec::optional_object"
+    )]
     pub error: Option<ErrorInfo>,
     /// For a retryable failure: how long to wait before the next attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -27,10 +27,13 @@ pub struct Envelope {
     /// Wire format version; always [`VERSION`].
     pub v: Version,
     /// Who, to whom, when, and the ids that tie tasks together.
+    #[serde(deserialize_with = "codec::object")]
     pub header: Header,
     /// What the agent is asked to do.
+    #[serde(deserialize_with = "codec::object")]
     pub payload: Payload,
     /// How the task is to be delivered, retried and answered.
+    #[serde(deserialize_with = "codec::object")]
     pub control: Control,
 }
 
@@ -65,7 +68,7 @@ pub struct Payload {
     #[serde(default)]
     pub params: Map<String, Value>,
     /// Trigger metadata the agent may use (system prompt for an LLM step).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "codec::object")]
     pub meta: Meta,
 }
 
