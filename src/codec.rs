@@ -252,6 +252,7 @@ mod tests {
         #[serde(deserialize_with = "object")]
         inner: Inner,
         #[serde(default)]
+        #[allow(dead_code)] // read only to exercise paths into lists
         list: Vec<Inner>,
     }
     #[derive(Debug, Deserialize)]

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{envelope, new_task};
+use common::{envelope, new_task, with_raw_sled};
 use orchestrator::{Store, StoreConfig, StoreError, TaskId};
 use serde_json::json;
 
@@ -37,24 +37,6 @@ fn open_err(path: &Path) -> StoreError {
 fn assert_names_path(err: &StoreError, path: &Path) {
     let text = err.to_string();
     assert!(text.contains(&path.display().to_string()), "{text}");
-}
-
-/// Edits the sled files directly, as damage or tampering would.
-fn with_raw_sled(path: &Path, edit: impl FnOnce(&sled::Db)) {
-    // sled releases a dropped store's lock from background threads.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let db = loop {
-        match sled::open(path) {
-            Ok(db) => break db,
-            Err(e) if std::time::Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(std::time::Duration::from_millis(25));
-            }
-            Err(e) => panic!("cannot open {}: {e}", path.display()),
-        }
-    };
-    edit(&db);
-    db.flush().unwrap();
 }
 
 /// A truncated data file is refused: sled alone would silently open the

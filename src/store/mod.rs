@@ -19,6 +19,7 @@ mod idempotency;
 mod keys;
 mod mark;
 mod tasks;
+mod writer;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use error::StoreError;
@@ -26,7 +27,7 @@ pub use idempotency::Fingerprint;
 pub use tasks::{Applied, Change, IndexReport, NewTask, Submitted};
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::envelope::Timestamp;
@@ -49,6 +50,12 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
+    /// The defaults, for the store of the data directory `data_dir`
+    /// (its `store/` subdirectory).
+    pub fn in_data_dir(data_dir: impl AsRef<Path>) -> Self {
+        StoreConfig::new(data_dir.as_ref().join("store"))
+    }
+
     /// The defaults, for a store at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         StoreConfig {
@@ -80,11 +87,9 @@ struct Inner {
     by_state: sled::Tree,
     /// sequence → chained audit record.
     audit: sled::Tree,
-    /// Format marker and audit head.
-    meta: sled::Tree,
-    /// The chain's head. Held while a transaction appends to the chain, so
-    /// audit appends are serialized and their sequence has no gaps.
-    head: Mutex<audit::Head>,
+    /// Runs every change, batching those that arrive together into one
+    /// transaction. Dropped before `commit`, so its last batch is flushed.
+    writer: writer::Writer,
     /// Idempotency retention.
     retention: Duration,
     /// Makes changes durable before they are reported. Dropped before `db`.
@@ -143,6 +148,17 @@ impl Store {
         let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
         Ok(Store {
             inner: Arc::new(Inner {
+                writer: writer::Writer::start(
+                    writer::Trees {
+                        tasks: tasks.clone(),
+                        idempotency: idempotency.clone(),
+                        by_correlation: by_correlation.clone(),
+                        by_state: by_state.clone(),
+                        audit: audit.clone(),
+                        meta: meta.clone(),
+                    },
+                    head,
+                )?,
                 commit: commit::GroupCommit::start(db.clone(), meta.clone(), mark)?,
                 _collector: collector,
                 path,
@@ -151,8 +167,6 @@ impl Store {
                 by_correlation,
                 by_state,
                 audit,
-                meta,
-                head: Mutex::new(head),
                 retention: config.idempotency_retention,
             }),
         })
@@ -166,10 +180,12 @@ impl Store {
     /// Appends one record to the audit log and returns it once durable.
     pub async fn audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
         let at = Timestamp::now();
-        let seq = self.transact(|tx, head| {
-            let next = audit::append(tx.audit, tx.meta, head, &entry, at)?;
-            Ok((next, next.seq))
-        })?;
+        let seq = self
+            .transact(Box::new(move |tx, head| {
+                let next = audit::append(tx.audit, tx.meta, head, &entry, at)?;
+                Ok((next, next.seq))
+            }))
+            .await?;
         self.inner.commit.durable().await?;
         let mut found = audit::list(&self.inner.audit, &AuditFilter::default(), seq - 1, 1)?;
         found
@@ -191,11 +207,7 @@ impl Store {
     /// Checks the whole audit chain; reports the first missing, altered or
     /// undecodable record.
     pub fn verify_audit(&self) -> Result<AuditReport, StoreError> {
-        let head = *self
-            .inner
-            .head
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let head = self.inner.writer.head();
         audit::verify(&self.inner.audit, head)
     }
 
@@ -215,43 +227,13 @@ impl Store {
         self.inner.commit.durable().await
     }
 
-    /// Runs one transaction over every tree while holding the audit head,
-    /// and advances the head when it commits. `body` gets the trees and the
-    /// current head, and returns the new head (the same one when it audited
-    /// nothing) with its own result. Every audited change goes through here.
-    fn transact<T, F>(&self, body: F) -> Result<T, StoreError>
-    where
-        F: Fn(&Tx<'_>, audit::Head) -> Result<(audit::Head, T), Abort>,
-    {
-        use sled::Transactional;
-        let inner = &self.inner;
-        let mut head = inner.head.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = *head;
-        let trees = (
-            &inner.tasks,
-            &inner.idempotency,
-            &inner.by_correlation,
-            &inner.by_state,
-            &inner.audit,
-            &inner.meta,
-        );
-        let (next, out) = trees
-            .transaction(
-                |(tasks, idempotency, by_correlation, by_state, audit, meta)| {
-                    let tx = Tx {
-                        tasks,
-                        idempotency,
-                        by_correlation,
-                        by_state,
-                        audit,
-                        meta,
-                    };
-                    body(&tx, current)
-                },
-            )
-            .map_err(StoreError::from)?;
-        *head = next;
-        Ok(out)
+    /// Runs `body` on the writer thread, in the next batch transaction, and
+    /// returns its result once that transaction commits (the caller then
+    /// waits for the flush). `body` gets the trees and the audit head and
+    /// returns the new head (the same one when it audited nothing). To fail,
+    /// it aborts with its error before writing anything.
+    async fn transact<T: Send + 'static>(&self, body: writer::Body<T>) -> Result<T, StoreError> {
+        self.inner.writer.run(body).await
     }
 }
 
@@ -260,11 +242,17 @@ type Abort = sled::transaction::ConflictableTransactionError<StoreError>;
 
 /// Every tree, inside one transaction.
 struct Tx<'a> {
+    /// task id → task record.
     tasks: &'a sled::transaction::TransactionalTree,
+    /// scope/key → idempotency claim.
     idempotency: &'a sled::transaction::TransactionalTree,
+    /// correlation id / task id → nothing.
     by_correlation: &'a sled::transaction::TransactionalTree,
+    /// state code / task id → nothing.
     by_state: &'a sled::transaction::TransactionalTree,
+    /// sequence → chained audit record.
     audit: &'a sled::transaction::TransactionalTree,
+    /// format marker and audit head.
     meta: &'a sled::transaction::TransactionalTree,
 }
 

@@ -141,6 +141,24 @@ fn read_task(tx: &Tx<'_>, id: TaskId) -> Result<TaskRecord, Abort> {
     keys::decode_value("tasks", &key, &bytes).map_err(abort)
 }
 
+/// The audit entry for an event that was ignored.
+fn ignored_entry(record: &TaskRecord, change: &Change, why: &str) -> AuditEntry {
+    AuditEntry {
+        actor: change.actor.clone(),
+        kind: "task.ignored_event".into(),
+        task_id: Some(record.task_id()),
+        correlation_id: Some(record.correlation_id().clone()),
+        trace_id: record.trace_id.clone(),
+        detail: json!({
+            "state": record.state,
+            "event": change.event,
+            "attempt": change.attempt,
+            "reason": change.reason,
+            "ignored_because": why,
+        }),
+    }
+}
+
 /// How a submit transaction ended.
 enum SubmitOutcome {
     Created,
@@ -183,11 +201,12 @@ impl Store {
             updated_at: now,
             envelope,
         };
-        let key = &record.envelope.control.idempotency_key;
+        let key = record.envelope.control.idempotency_key.clone();
         let idem_key = keys::idempotency(&new.scope, key.as_str());
         let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
         let claim_bytes = keys::encode(&claim);
         let record_bytes = keys::encode(&record);
+        let correlation_key = keys::correlation(record.correlation_id(), task_id);
         let entry = AuditEntry {
             actor: new.actor.clone(),
             kind: "task.submitted".into(),
@@ -204,34 +223,36 @@ impl Store {
             }),
         };
         let now_secs = now.unix_seconds();
-        let outcome = self.transact(|tx, head| {
-            if let Some(bytes) = tx.idempotency.get(&idem_key)? {
-                let held: Claim =
-                    keys::decode_value("idempotency", &idem_key, &bytes).map_err(abort)?;
-                if !held.is_expired(now_secs) {
-                    if held.fingerprint == claim.fingerprint {
-                        return Ok((head, SubmitOutcome::Existing(held.task_id)));
+        let outcome = self
+            .transact(Box::new(move |tx, head| {
+                if let Some(bytes) = tx.idempotency.get(&idem_key)? {
+                    let held: Claim =
+                        keys::decode_value("idempotency", &idem_key, &bytes).map_err(abort)?;
+                    if !held.is_expired(now_secs) {
+                        if held.fingerprint == claim.fingerprint {
+                            return Ok((head, SubmitOutcome::Existing(held.task_id)));
+                        }
+                        return Err(abort(StoreError::IdempotencyConflict {
+                            key: key.clone(),
+                            existing: held.task_id,
+                        }));
                     }
-                    return Err(abort(StoreError::IdempotencyConflict {
-                        key: key.clone(),
-                        existing: held.task_id,
-                    }));
                 }
-            }
-            if tx.tasks.get(keys::task(task_id))?.is_some() {
-                return Err(abort(StoreError::DuplicateTask(task_id)));
-            }
-            tx.tasks
-                .insert(&keys::task(task_id), record_bytes.as_slice())?;
-            tx.idempotency
-                .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
-            tx.by_correlation
-                .insert(keys::correlation(record.correlation_id(), task_id), &[][..])?;
-            tx.by_state
-                .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
-            let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
-            Ok((head, SubmitOutcome::Created))
-        })?;
+                if tx.tasks.get(keys::task(task_id))?.is_some() {
+                    return Err(abort(StoreError::DuplicateTask(task_id)));
+                }
+                tx.tasks
+                    .insert(&keys::task(task_id), record_bytes.as_slice())?;
+                tx.idempotency
+                    .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+                tx.by_correlation
+                    .insert(correlation_key.as_slice(), &[][..])?;
+                tx.by_state
+                    .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
+                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                Ok((head, SubmitOutcome::Created))
+            }))
+            .await?;
         self.inner.commit.durable().await?;
         match outcome {
             SubmitOutcome::Created => Ok(Submitted::Created(record)),
@@ -251,101 +272,86 @@ impl Store {
     /// [`Applied::Ignored`].
     pub async fn apply(&self, task_id: TaskId, change: Change) -> Result<Applied, StoreError> {
         let now = Timestamp::now();
-        let outcome = self.transact(|tx, head| {
-            let mut record = read_task(tx, task_id)?;
-            let ignore = |record: TaskRecord, why: String| {
-                let entry = self.ignored_entry(&record, &change, &why);
-                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
-                Ok((head, ApplyOutcome::Ignored(record, why)))
-            };
-            if let Some(attempt) = change.attempt
-                && attempt != record.attempt
-            {
-                let why = format!(
-                    "report about attempt {attempt}, the task is at attempt {}",
-                    record.attempt
+        let outcome = self
+            .transact(Box::new(move |tx, head| {
+                let mut record = read_task(tx, task_id)?;
+                let ignore = |record: TaskRecord, why: String| {
+                    let entry = ignored_entry(&record, &change, &why);
+                    let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                    Ok((head, ApplyOutcome::Ignored(record, why)))
+                };
+                if let Some(attempt) = change.attempt
+                    && attempt != record.attempt
+                {
+                    let why = format!(
+                        "report about attempt {attempt}, the task is at attempt {}",
+                        record.attempt
+                    );
+                    return ignore(record, why);
+                }
+                let next = decide(
+                    record.state,
+                    record.attempt,
+                    record.max_attempts(),
+                    change.event,
                 );
-                return ignore(record, why);
-            }
-            let next = decide(
-                record.state,
-                record.attempt,
-                record.max_attempts(),
-                change.event,
-            );
-            let (state, attempt) = match next {
-                Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
-                Ok(Next::Move { state, attempt }) => (state, attempt),
-                Err(error @ TransitionError::Terminal { .. }) => {
-                    return ignore(record, error.to_string());
+                let (state, attempt) = match next {
+                    Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
+                    Ok(Next::Move { state, attempt }) => (state, attempt),
+                    Err(error @ TransitionError::Terminal { .. }) => {
+                        return ignore(record, error.to_string());
+                    }
+                    Err(error @ TransitionError::NotAllowed { .. }) => {
+                        return Err(abort(StoreError::Transition { task_id, error }));
+                    }
+                };
+                let from = record.state;
+                record.history.push(HistoryEntry {
+                    at: now,
+                    from: Some(from),
+                    to: state,
+                    event: Some(change.event),
+                    attempt,
+                    actor: change.actor.clone(),
+                    reason: change.reason.clone(),
+                });
+                record.state = state;
+                record.attempt = attempt;
+                record.updated_at = now;
+                if change.result.is_some() {
+                    record.result.clone_from(&change.result);
                 }
-                Err(error @ TransitionError::NotAllowed { .. }) => {
-                    return Err(abort(StoreError::Transition { task_id, error }));
+                if change.error.is_some() {
+                    record.error.clone_from(&change.error);
                 }
-            };
-            let from = record.state;
-            record.history.push(HistoryEntry {
-                at: now,
-                from: Some(from),
-                to: state,
-                event: Some(change.event),
-                attempt,
-                actor: change.actor.clone(),
-                reason: change.reason.clone(),
-            });
-            record.state = state;
-            record.attempt = attempt;
-            record.updated_at = now;
-            if change.result.is_some() {
-                record.result.clone_from(&change.result);
-            }
-            if change.error.is_some() {
-                record.error.clone_from(&change.error);
-            }
-            tx.tasks
-                .insert(&keys::task(task_id), keys::encode(&record))?;
-            tx.by_state.remove(&keys::state(from, task_id))?;
-            tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
-            let entry = AuditEntry {
-                actor: change.actor.clone(),
-                kind: "task.transition".into(),
-                task_id: Some(task_id),
-                correlation_id: Some(record.correlation_id().clone()),
-                trace_id: record.trace_id.clone(),
-                detail: json!({
-                    "from": from,
-                    "to": state,
-                    "event": change.event,
-                    "attempt": attempt,
-                    "reason": change.reason,
-                }),
-            };
-            let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
-            Ok((head, ApplyOutcome::Moved(record)))
-        })?;
+                tx.tasks
+                    .insert(&keys::task(task_id), keys::encode(&record))?;
+                tx.by_state.remove(&keys::state(from, task_id))?;
+                tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+                let entry = AuditEntry {
+                    actor: change.actor.clone(),
+                    kind: "task.transition".into(),
+                    task_id: Some(task_id),
+                    correlation_id: Some(record.correlation_id().clone()),
+                    trace_id: record.trace_id.clone(),
+                    detail: json!({
+                        "from": from,
+                        "to": state,
+                        "event": change.event,
+                        "attempt": attempt,
+                        "reason": change.reason,
+                    }),
+                };
+                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                Ok((head, ApplyOutcome::Moved(record)))
+            }))
+            .await?;
         self.inner.commit.durable().await?;
         Ok(match outcome {
             ApplyOutcome::Moved(r) => Applied::Moved(r),
             ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
             ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
         })
-    }
-
-    fn ignored_entry(&self, record: &TaskRecord, change: &Change, why: &str) -> AuditEntry {
-        AuditEntry {
-            actor: change.actor.clone(),
-            kind: "task.ignored_event".into(),
-            task_id: Some(record.task_id()),
-            correlation_id: Some(record.correlation_id().clone()),
-            trace_id: record.trace_id.clone(),
-            detail: json!({
-                "state": record.state,
-                "event": change.event,
-                "attempt": change.attempt,
-                "reason": change.reason,
-                "ignored_because": why,
-            }),
-        }
     }
 
     /// The task with this id, if any.

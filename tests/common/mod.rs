@@ -44,3 +44,21 @@ pub fn temp_store() -> (tempfile::TempDir, Store) {
     let store = Store::open(&StoreConfig::new(dir.path().join("store"))).unwrap();
     (dir, store)
 }
+
+/// Edits a closed store's sled files directly, as damage or tampering would.
+/// sled releases a dropped store's lock from background threads, so this
+/// waits for the lock a moment.
+pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let db = loop {
+        match sled::open(path) {
+            Ok(db) => break db,
+            Err(e) if std::time::Instant::now() >= deadline => {
+                panic!("cannot open {}: {e}", path.display())
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(25)),
+        }
+    };
+    edit(&db);
+    db.flush().unwrap();
+}
