@@ -10,6 +10,7 @@
 //! - [`task`]: task states, the state machine, the task record.
 //! - [`store`]: the durable sled store: tasks, idempotency, indexes, audit.
 
+pub mod bus;
 pub mod codec;
 pub mod envelope;
 pub mod event;

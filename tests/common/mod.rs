@@ -62,3 +62,5 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
     edit(&db);
     db.flush().unwrap();
 }
+
+pub mod nats;

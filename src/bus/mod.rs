@@ -1,0 +1,402 @@
+//! The NATS JetStream bus: connection, idempotent provisioning of streams,
+//! consumers and buckets, and publishing envelopes and events.
+//!
+//! Layout (DESIGN section 3), for the default prefix `orch`:
+//! `ORCH_TASKS` (work queue, `orch.tasks.<agent>.<priority>`), `ORCH_EVENTS`
+//! (limits, `orch.events.<agent>.<task_id>`), `ORCH_DLQ` (`orch.dlq.<agent>`),
+//! KV buckets `ORCH_AGENTS` (live registry) and `ORCH_DELIVERIES` (shared
+//! delivery claims), and per agent and priority the durable pull consumers
+//! `agent_<agent>_<priority>`.
+
+mod names;
+
+pub use names::Names;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, kv, stream};
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::{AgentName, Envelope, Priority};
+use crate::event::WorkerEvent;
+
+/// Header carrying the task id on every message.
+pub const TASK_ID_HEADER: &str = "Orch-Task-Id";
+/// Header carrying the correlation id on every message.
+pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
+
+/// How the bus is laid out and how deliveries behave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusConfig {
+    /// Prefix of every subject, stream and bucket (`orch` → `ORCH_TASKS`).
+    pub prefix: String,
+    /// How long a worker may hold a delivery without acking or sending
+    /// progress before JetStream redelivers it.
+    #[serde(with = "humantime_serde")]
+    pub ack_wait: Duration,
+    /// Deliveries of one message before it is dead-lettered.
+    pub max_deliver: i64,
+    /// Redelivery delays after missed acks; empty = `ack_wait` each time.
+    #[serde(with = "durations")]
+    pub backoff: Vec<Duration>,
+    /// Window in which a republished envelope (same `Nats-Msg-Id`) is dropped.
+    #[serde(with = "humantime_serde")]
+    pub duplicate_window: Duration,
+    /// How long worker events are kept.
+    #[serde(with = "humantime_serde")]
+    pub events_max_age: Duration,
+    /// How long a live-registry entry lives without a heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub registry_ttl: Duration,
+    /// How long a delivery claim is kept (at least the idempotency retention).
+    #[serde(with = "humantime_serde")]
+    pub deliveries_ttl: Duration,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            prefix: "orch".into(),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+            backoff: Vec::new(),
+            duplicate_window: Duration::from_secs(120),
+            events_max_age: Duration::from_secs(7 * 24 * 3600),
+            registry_ttl: Duration::from_secs(15),
+            deliveries_ttl: Duration::from_secs(25 * 3600),
+        }
+    }
+}
+
+/// A bus operation's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// The server could not be reached.
+    #[error("cannot connect to NATS at {url}: {message}")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// A stream, consumer or bucket could not be created or checked.
+    #[error("cannot provision {what}: {message}")]
+    Provision {
+        /// What was being provisioned.
+        what: String,
+        /// Why.
+        message: String,
+    },
+    /// A publish was not acknowledged by JetStream.
+    #[error("publish to {subject} failed: {message}")]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// Why.
+        message: String,
+    },
+}
+
+fn provision_error(what: impl Into<String>) -> impl FnOnce(String) -> BusError {
+    let what = what.into();
+    move |message| BusError::Provision { what, message }
+}
+
+/// A cheap, cloneable handle to the bus.
+#[derive(Clone)]
+pub struct Bus {
+    /// Shared by every clone.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The core NATS client.
+    client: async_nats::Client,
+    /// The JetStream context over it.
+    js: jetstream::Context,
+    /// Every name on the bus.
+    names: Names,
+    /// Layout and delivery settings.
+    config: BusConfig,
+}
+
+impl Bus {
+    /// Connects to `url` (reconnecting by itself if the server restarts).
+    pub async fn connect(url: &str, config: BusConfig) -> Result<Bus, BusError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("orchestrator")
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Bus::from_client(client, config))
+    }
+
+    /// Connects to `url`, failing at once when nothing answers there.
+    pub async fn connect_now(url: &str, config: BusConfig) -> Result<Bus, BusError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("orchestrator")
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Bus::from_client(client, config))
+    }
+
+    fn from_client(client: async_nats::Client, config: BusConfig) -> Bus {
+        let js = jetstream::new(client.clone());
+        Bus {
+            inner: Arc::new(Inner {
+                names: Names::new(&config.prefix),
+                client,
+                js,
+                config,
+            }),
+        }
+    }
+
+    /// The names in use.
+    pub fn names(&self) -> &Names {
+        &self.inner.names
+    }
+
+    /// The bus settings.
+    pub fn config(&self) -> &BusConfig {
+        &self.inner.config
+    }
+
+    /// The core NATS client.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.inner.client
+    }
+
+    /// The JetStream context.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.inner.js
+    }
+
+    /// Whether the client is connected right now.
+    pub fn is_connected(&self) -> bool {
+        self.inner.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Creates the streams and buckets, or checks they exist. Safe to run
+    /// from every process at every start.
+    pub async fn provision(&self) -> Result<(), BusError> {
+        let n = &self.inner.names;
+        let c = &self.inner.config;
+        let js = &self.inner.js;
+        let streams = [
+            stream::Config {
+                name: n.tasks_stream(),
+                subjects: vec![n.all_tasks()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: c.duplicate_window,
+                ..Default::default()
+            },
+            stream::Config {
+                name: n.events_stream(),
+                subjects: vec![n.all_events()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                max_age: c.events_max_age,
+                duplicate_window: c.duplicate_window,
+                ..Default::default()
+            },
+            stream::Config {
+                name: n.dlq_stream(),
+                subjects: vec![n.all_dlq()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                duplicate_window: c.duplicate_window,
+                ..Default::default()
+            },
+        ];
+        for config in streams {
+            let name = config.name.clone();
+            js.get_or_create_stream(config)
+                .await
+                .map_err(|e| provision_error(format!("stream {name}"))(e.to_string()))?;
+        }
+        self.bucket(n.agents_bucket(), c.registry_ttl).await?;
+        self.bucket(n.deliveries_bucket(), c.deliveries_ttl).await?;
+        Ok(())
+    }
+
+    async fn bucket(&self, name: String, ttl: Duration) -> Result<kv::Store, BusError> {
+        let js = &self.inner.js;
+        if let Ok(store) = js.get_key_value(&name).await {
+            return Ok(store);
+        }
+        js.create_key_value(kv::Config {
+            bucket: name.clone(),
+            history: 1,
+            max_age: ttl,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| provision_error(format!("bucket {name}"))(e.to_string()))
+    }
+
+    /// The live agent registry.
+    pub async fn agents(&self) -> Result<kv::Store, BusError> {
+        let c = &self.inner.config;
+        self.bucket(self.inner.names.agents_bucket(), c.registry_ttl)
+            .await
+    }
+
+    /// The shared delivery claims.
+    pub async fn deliveries(&self) -> Result<kv::Store, BusError> {
+        let c = &self.inner.config;
+        self.bucket(self.inner.names.deliveries_bucket(), c.deliveries_ttl)
+            .await
+    }
+
+    /// The durable pull consumer the workers of `agent` share for
+    /// `priority`, created when missing (and updated to `settings`).
+    pub async fn agent_consumer(
+        &self,
+        agent: &AgentName,
+        priority: Priority,
+        settings: &DeliverySettings,
+    ) -> Result<consumer::PullConsumer, BusError> {
+        let n = &self.inner.names;
+        let name = n.agent_consumer(agent, priority);
+        let stream = self
+            .inner
+            .js
+            .get_stream(n.tasks_stream())
+            .await
+            .map_err(|e| provision_error(format!("stream {}", n.tasks_stream()))(e.to_string()))?;
+        let config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: n.task_subject(agent, priority),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: settings.ack_wait,
+            max_deliver: settings.max_deliver,
+            backoff: settings.backoff.clone(),
+            max_ack_pending: -1,
+            ..Default::default()
+        };
+        stream
+            .create_consumer(config)
+            .await
+            .map_err(|e| provision_error(format!("consumer {name}"))(e.to_string()))
+    }
+
+    /// Publishes an envelope on its agent's subject and waits for JetStream
+    /// to store it. `Nats-Msg-Id` is `<task_id>.<attempt>`, so a republish of
+    /// the same attempt within the duplicate window is dropped.
+    pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), BusError> {
+        let h = &envelope.header;
+        let subject = self
+            .inner
+            .names
+            .task_subject(&h.to, envelope.control.priority);
+        let msg_id = format!("{}.{}", h.task_id, envelope.control.attempt);
+        let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str());
+        self.publish(subject, msg_id, headers, envelope.to_vec()).await
+    }
+
+    /// Publishes a worker event and waits for JetStream to store it.
+    pub async fn publish_event(&self, event: &WorkerEvent) -> Result<(), BusError> {
+        let subject = self
+            .inner
+            .names
+            .event_subject(&event.agent, event.task_id);
+        let state = serde_json::to_value(event.state).unwrap_or_default();
+        let msg_id = format!(
+            "{}.{}.{}",
+            event.task_id,
+            event.attempt,
+            state.as_str().unwrap_or_default()
+        );
+        let headers = task_headers(&event.task_id.to_string(), event.correlation_id.as_str());
+        let body = serde_json::to_vec(event).unwrap_or_default();
+        self.publish(subject, msg_id, headers, body).await
+    }
+
+    async fn publish(
+        &self,
+        subject: String,
+        msg_id: String,
+        headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<(), BusError> {
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(body.into())
+            .headers(headers)
+            .message_id(msg_id);
+        let publish_error = |e: String| BusError::Publish {
+            subject: subject.clone(),
+            message: e,
+        };
+        let ack = self
+            .inner
+            .js
+            .send_publish(subject.clone(), publish)
+            .await
+            .map_err(|e| publish_error(e.to_string()))?;
+        ack.await.map_err(|e| publish_error(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Delivery settings of one agent's consumers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliverySettings {
+    /// See [`BusConfig::ack_wait`].
+    pub ack_wait: Duration,
+    /// See [`BusConfig::max_deliver`].
+    pub max_deliver: i64,
+    /// See [`BusConfig::backoff`].
+    pub backoff: Vec<Duration>,
+}
+
+impl From<&BusConfig> for DeliverySettings {
+    fn from(c: &BusConfig) -> Self {
+        DeliverySettings {
+            ack_wait: c.ack_wait,
+            max_deliver: c.max_deliver,
+            backoff: c.backoff.clone(),
+        }
+    }
+}
+
+/// `serde(with)` for a list of human-readable durations (`["1s", "5s"]`).
+mod durations {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|d| humantime::format_duration(*d).to_string()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|s| humantime::parse_duration(s).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+fn task_headers(task_id: &str, correlation_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(TASK_ID_HEADER, task_id);
+    headers.insert(CORRELATION_ID_HEADER, correlation_id);
+    headers
+}

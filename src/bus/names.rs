@@ -1,0 +1,148 @@
+//! Names on the bus: subjects, streams, consumers and buckets, all derived
+//! from one configurable prefix (default `orch`). Pure functions.
+
+use crate::envelope::{AgentName, Priority, TaskId};
+
+/// Every name the system uses on NATS, for one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The subject prefix, lowercase (`orch`).
+    prefix: String,
+    /// The stream/bucket prefix, uppercase (`ORCH`).
+    upper: String,
+}
+
+impl Names {
+    /// Names for `prefix` (a single subject token, such as `orch`).
+    pub fn new(prefix: &str) -> Self {
+        Names {
+            prefix: prefix.to_string(),
+            upper: prefix.to_ascii_uppercase().replace('-', "_"),
+        }
+    }
+
+    /// The work-queue stream of task envelopes.
+    pub fn tasks_stream(&self) -> String {
+        format!("{}_TASKS", self.upper)
+    }
+
+    /// The stream of worker status and result events.
+    pub fn events_stream(&self) -> String {
+        format!("{}_EVENTS", self.upper)
+    }
+
+    /// The dead-letter stream.
+    pub fn dlq_stream(&self) -> String {
+        format!("{}_DLQ", self.upper)
+    }
+
+    /// The live agent registry bucket.
+    pub fn agents_bucket(&self) -> String {
+        format!("{}_AGENTS", self.upper)
+    }
+
+    /// The shared delivery-claim bucket.
+    pub fn deliveries_bucket(&self) -> String {
+        format!("{}_DELIVERIES", self.upper)
+    }
+
+    /// Where envelopes for `agent` at `priority` are published.
+    pub fn task_subject(&self, agent: &AgentName, priority: Priority) -> String {
+        format!("{}.tasks.{}.{}", self.prefix, agent, priority.as_str())
+    }
+
+    /// Every task subject.
+    pub fn all_tasks(&self) -> String {
+        format!("{}.tasks.>", self.prefix)
+    }
+
+    /// Where `agent` publishes events about `task`.
+    pub fn event_subject(&self, agent: &AgentName, task: TaskId) -> String {
+        format!("{}.events.{}.{}", self.prefix, agent, task)
+    }
+
+    /// Every event subject.
+    pub fn all_events(&self) -> String {
+        format!("{}.events.>", self.prefix)
+    }
+
+    /// Where dead letters of `agent` go.
+    pub fn dlq_subject(&self, agent: &str) -> String {
+        format!("{}.dlq.{}", self.prefix, agent)
+    }
+
+    /// Every dead-letter subject.
+    pub fn all_dlq(&self) -> String {
+        format!("{}.dlq.>", self.prefix)
+    }
+
+    /// The core-NATS subject a cancel request for `task` is broadcast on.
+    pub fn cancel_subject(&self, task: TaskId) -> String {
+        format!("{}.control.cancel.{}", self.prefix, task)
+    }
+
+    /// Every cancel subject.
+    pub fn all_cancels(&self) -> String {
+        format!("{}.control.cancel.*", self.prefix)
+    }
+
+    /// The durable consumer the workers of `agent` share for `priority`.
+    pub fn agent_consumer(&self, agent: &AgentName, priority: Priority) -> String {
+        format!("agent_{}_{}", agent, priority.as_str())
+    }
+
+    /// The orchestrator's durable consumer of worker events.
+    pub fn events_consumer(&self) -> String {
+        "orchestrator_events".to_string()
+    }
+
+    /// The advisory subject JetStream publishes when a task message has been
+    /// delivered `max_deliver` times.
+    pub fn max_deliveries_advisory(&self) -> String {
+        format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.*",
+            self.tasks_stream()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_design_for_the_default_prefix() {
+        let n = Names::new("orch");
+        let agent: AgentName = "knowledge-agent".parse().unwrap();
+        let task = TaskId::new();
+        assert_eq!(n.tasks_stream(), "ORCH_TASKS");
+        assert_eq!(n.events_stream(), "ORCH_EVENTS");
+        assert_eq!(n.dlq_stream(), "ORCH_DLQ");
+        assert_eq!(n.agents_bucket(), "ORCH_AGENTS");
+        assert_eq!(n.deliveries_bucket(), "ORCH_DELIVERIES");
+        assert_eq!(
+            n.task_subject(&agent, Priority::High),
+            "orch.tasks.knowledge-agent.high"
+        );
+        assert_eq!(
+            n.event_subject(&agent, task),
+            format!("orch.events.knowledge-agent.{task}")
+        );
+        assert_eq!(n.cancel_subject(task), format!("orch.control.cancel.{task}"));
+        assert_eq!(
+            n.agent_consumer(&agent, Priority::Low),
+            "agent_knowledge-agent_low"
+        );
+        assert_eq!(
+            n.max_deliveries_advisory(),
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORCH_TASKS.*"
+        );
+    }
+
+    #[test]
+    fn another_prefix_keeps_deployments_apart() {
+        let n = Names::new("staging");
+        assert_eq!(n.tasks_stream(), "STAGING_TASKS");
+        assert_eq!(n.all_tasks(), "staging.tasks.>");
+    }
+}

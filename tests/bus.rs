@@ -1,0 +1,38 @@
+//! The bus against a real nats-server: provisioning and publishing.
+
+mod common;
+
+use common::envelope;
+use common::nats::NatsServer;
+use orchestrator::bus::{Bus, BusConfig};
+use serde_json::json;
+
+/// Provisioning twice is harmless, and a republished envelope (same task,
+/// same attempt) is stored once: JetStream drops it by `Nats-Msg-Id`.
+#[tokio::test]
+async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
+    let nats = NatsServer::start();
+    let bus = Bus::connect_now(&nats.url(), BusConfig::default()).await.unwrap();
+    bus.provision().await.unwrap();
+    bus.provision().await.unwrap();
+    let env = envelope("echo", "echo", json!({"x": 1}), "k");
+    bus.publish_envelope(&env).await.unwrap();
+    bus.publish_envelope(&env).await.unwrap();
+    let mut next = env.clone();
+    next.control.attempt = std::num::NonZeroU32::new(2).unwrap();
+    bus.publish_envelope(&next).await.unwrap();
+    let mut stream = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 2);
+    assert!(bus.agents().await.is_ok());
+    assert!(bus.deliveries().await.is_ok());
+}
+
+/// With nothing listening at the URL, connecting fails with a clear error.
+#[tokio::test]
+async fn connecting_to_nothing_fails_clearly() {
+    let err = Bus::connect_now("nats://127.0.0.1:1", BusConfig::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("nats://127.0.0.1:1"), "{err}");
+}
