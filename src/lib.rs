@@ -10,12 +10,16 @@
 //! - [`task`]: task states, the state machine, the task record.
 //! - [`store`]: the durable sled store: tasks, idempotency, indexes, audit.
 
+pub mod agent;
 pub mod bus;
 pub mod codec;
 pub mod envelope;
 pub mod event;
+pub mod http;
+pub mod service;
 pub mod store;
 pub mod task;
+pub mod worker;
 
 pub use envelope::{Envelope, TaskId};
 pub use event::WorkerEvent;

@@ -12,7 +12,9 @@ use serde_json::json;
 #[tokio::test]
 async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
     let nats = NatsServer::start();
-    let bus = Bus::connect_now(&nats.url(), BusConfig::default()).await.unwrap();
+    let bus = Bus::connect_now(&nats.url(), BusConfig::default())
+        .await
+        .unwrap();
     bus.provision().await.unwrap();
     bus.provision().await.unwrap();
     let env = envelope("echo", "echo", json!({"x": 1}), "k");

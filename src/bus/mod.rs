@@ -308,15 +308,13 @@ impl Bus {
             .task_subject(&h.to, envelope.control.priority);
         let msg_id = format!("{}.{}", h.task_id, envelope.control.attempt);
         let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str());
-        self.publish(subject, msg_id, headers, envelope.to_vec()).await
+        self.publish(subject, msg_id, headers, envelope.to_vec())
+            .await
     }
 
     /// Publishes a worker event and waits for JetStream to store it.
     pub async fn publish_event(&self, event: &WorkerEvent) -> Result<(), BusError> {
-        let subject = self
-            .inner
-            .names
-            .event_subject(&event.agent, event.task_id);
+        let subject = self.inner.names.event_subject(&event.agent, event.task_id);
         let state = serde_json::to_value(event.state).unwrap_or_default();
         let msg_id = format!(
             "{}.{}.{}",

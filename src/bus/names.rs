@@ -128,7 +128,10 @@ mod tests {
             n.event_subject(&agent, task),
             format!("orch.events.knowledge-agent.{task}")
         );
-        assert_eq!(n.cancel_subject(task), format!("orch.control.cancel.{task}"));
+        assert_eq!(
+            n.cancel_subject(task),
+            format!("orch.control.cancel.{task}")
+        );
         assert_eq!(
             n.agent_consumer(&agent, Priority::Low),
             "agent_knowledge-agent_low"

@@ -204,6 +204,13 @@ checked_string!(
     }
 );
 
+impl Sender {
+    /// The orchestrator as sender.
+    pub fn orchestrator() -> Sender {
+        Sender("orchestrator".to_string())
+    }
+}
+
 impl From<TaskId> for CorrelationId {
     /// A task's id as the correlation id of a request made of that one task.
     fn from(id: TaskId) -> Self {

@@ -64,3 +64,4 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
 }
 
 pub mod nats;
+pub mod system;

@@ -25,7 +25,11 @@ impl NatsServer {
     pub fn start() -> NatsServer {
         let store = tempfile::tempdir().unwrap();
         let (child, port) = spawn(&store.path().to_path_buf(), None);
-        NatsServer { child: Some(child), port, store }
+        NatsServer {
+            child: Some(child),
+            port,
+            store,
+        }
     }
 
     /// The client URL.
@@ -68,10 +72,12 @@ fn spawn(store: &PathBuf, port: Option<u16>) -> (Child, u16) {
     std::thread::spawn(move || {
         let mut sent = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent
-                && let Some(rest) = line.split("Listening for client connections on ").nth(1)
-            {
-                let port = rest.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+            if !sent && let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+                let port = rest
+                    .trim()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
                 let _ = tx.send(port);
                 sent = true;
             }
@@ -84,7 +90,10 @@ fn spawn(store: &PathBuf, port: Option<u16>) -> (Child, u16) {
     // "Listening" comes before JetStream is ready; wait for the server to
     // accept a connection, which follows.
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server never accepted connections");
+        assert!(
+            Instant::now() < deadline,
+            "nats-server never accepted connections"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     (child, port)

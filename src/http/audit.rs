@@ -1,0 +1,76 @@
+//! `/v1/audit`: list records and verify the chain.
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::ApiError;
+use crate::service::Orchestrator;
+use crate::store::{AuditFilter, AuditRecord, AuditReport};
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/v1/audit", get(list))
+        .route("/v1/audit/verify", get(verify))
+}
+
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    correlation_id: Option<String>,
+    task_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<u64>,
+}
+
+/// A page of audit records.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditPage {
+    /// The records, oldest first.
+    pub records: Vec<AuditRecord>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next_cursor: Option<u64>,
+}
+
+async fn list(
+    State(o): State<Orchestrator>,
+    Query(q): Query<AuditQuery>,
+) -> Result<Json<AuditPage>, ApiError> {
+    let filter = AuditFilter {
+        task_id: q
+            .task_id
+            .as_deref()
+            .map(|t| {
+                t.parse()
+                    .map_err(|e: String| ApiError::bad_param("task_id", e))
+            })
+            .transpose()?,
+        correlation_id: q
+            .correlation_id
+            .as_deref()
+            .map(|c| {
+                c.parse()
+                    .map_err(|e: String| ApiError::bad_param("correlation_id", e))
+            })
+            .transpose()?,
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let mut records = o
+        .store()
+        .audit_list(&filter, q.cursor.unwrap_or(0), limit + 1)?;
+    let more = records.len() > limit;
+    records.truncate(limit);
+    let next_cursor = if more {
+        records.last().map(|r| r.seq)
+    } else {
+        None
+    };
+    Ok(Json(AuditPage {
+        records,
+        next_cursor,
+    }))
+}
+
+async fn verify(State(o): State<Orchestrator>) -> Result<Json<AuditReport>, ApiError> {
+    Ok(Json(o.store().verify_audit()?))
+}

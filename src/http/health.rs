@@ -1,0 +1,30 @@
+//! `/healthz` (the process answers) and `/readyz` (store and broker usable).
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::service::Orchestrator;
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
+        .route("/readyz", get(ready))
+}
+
+async fn ready(State(o): State<Orchestrator>) -> (StatusCode, Json<Value>) {
+    let nats = o.bus().is_connected();
+    let store = o.store().flush().await.is_ok();
+    let status = if nats && store {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({"ok": nats && store, "nats": nats, "store": store})),
+    )
+}

@@ -1,0 +1,28 @@
+//! The HTTP API (DESIGN section 13), one router merged from one per
+//! resource. JSON in and out; errors as `{"error":{"code","message","field"}}`.
+
+mod agents;
+mod audit;
+mod error;
+mod health;
+mod tasks;
+
+pub use error::ApiError;
+
+use axum::Router;
+
+use crate::service::Orchestrator;
+
+/// Who is asking. Authentication is not built yet: every caller is the
+/// anonymous principal, recorded as such in the audit trail.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The whole API.
+pub fn router(orchestrator: Orchestrator) -> Router {
+    Router::new()
+        .merge(tasks::router())
+        .merge(audit::router())
+        .merge(agents::router())
+        .merge(health::router())
+        .with_state(orchestrator)
+}

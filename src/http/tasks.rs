@@ -1,0 +1,182 @@
+//! `/v1/tasks`: submit, get, list, cancel.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{ANONYMOUS, ApiError};
+use crate::codec::{self, Strictness};
+use crate::envelope::{CorrelationId, TaskId, Timestamp};
+use crate::event::ErrorInfo;
+use crate::service::{Orchestrator, TaskRequest};
+use crate::store::Submitted;
+use crate::task::{HistoryEntry, TaskRecord, TaskState};
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/v1/tasks", post(submit).get(list))
+        .route("/v1/tasks/{id}", get(get_task))
+        .route("/v1/tasks/{id}/cancel", post(cancel))
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskView {
+    /// The task's id.
+    pub task_id: TaskId,
+    /// Its request.
+    pub correlation_id: CorrelationId,
+    /// The agent it is for.
+    pub agent: String,
+    /// The action asked.
+    pub action: String,
+    /// Where it stands.
+    pub state: TaskState,
+    /// The current attempt.
+    pub attempt: u32,
+    /// Its attempt budget.
+    pub max_attempts: u32,
+    /// The result, once completed.
+    pub result: Option<Value>,
+    /// The last error.
+    pub error: Option<ErrorInfo>,
+    /// Every transition.
+    pub history: Vec<HistoryEntry>,
+    /// Its trace.
+    pub trace_id: Option<String>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+impl From<&TaskRecord> for TaskView {
+    fn from(r: &TaskRecord) -> Self {
+        TaskView {
+            task_id: r.task_id(),
+            correlation_id: r.correlation_id().clone(),
+            agent: r.agent().to_string(),
+            action: r.action().to_string(),
+            state: r.state,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts(),
+            result: r.result.clone(),
+            error: r.error.clone(),
+            history: r.history.clone(),
+            trace_id: r.trace_id.clone(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+async fn submit(
+    State(o): State<Orchestrator>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<TaskView>), ApiError> {
+    let request: TaskRequest =
+        codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
+    let submitted = o.submit(request, ANONYMOUS).await?;
+    let status = match submitted {
+        Submitted::Created(_) => StatusCode::CREATED,
+        Submitted::Existing(_) => StatusCode::OK,
+    };
+    Ok((status, Json(TaskView::from(submitted.record()))))
+}
+
+fn parse_id(id: &str) -> Result<TaskId, ApiError> {
+    id.parse().map_err(|e: String| ApiError::bad_param("id", e))
+}
+
+async fn get_task(
+    State(o): State<Orchestrator>,
+    Path(id): Path<String>,
+) -> Result<Json<TaskView>, ApiError> {
+    let id = parse_id(&id)?;
+    let record = o
+        .store()
+        .get(id)?
+        .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
+    Ok(Json(TaskView::from(&record)))
+}
+
+async fn cancel(
+    State(o): State<Orchestrator>,
+    Path(id): Path<String>,
+) -> Result<Json<TaskView>, ApiError> {
+    let record = o.cancel(parse_id(&id)?, ANONYMOUS).await?;
+    Ok(Json(TaskView::from(&record)))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    correlation_id: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// A page of tasks; `next_cursor` continues it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TaskPage {
+    /// The tasks, oldest first.
+    pub tasks: Vec<TaskView>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next_cursor: Option<TaskId>,
+}
+
+async fn list(
+    State(o): State<Orchestrator>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<TaskPage>, ApiError> {
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let cursor = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.parse()
+                .map_err(|e: String| ApiError::bad_param("cursor", e))
+        })
+        .transpose()?;
+    let state = q
+        .state
+        .as_deref()
+        .map(|s| {
+            s.parse::<TaskState>()
+                .map_err(|e| ApiError::bad_param("state", e))
+        })
+        .transpose()?;
+    let correlation = q
+        .correlation_id
+        .as_deref()
+        .map(|c| {
+            c.parse::<CorrelationId>()
+                .map_err(|e| ApiError::bad_param("correlation_id", e))
+        })
+        .transpose()?;
+    let store = o.store();
+    // One page more than asked tells whether there is a next page.
+    let mut records = match (&correlation, state) {
+        (Some(c), _) => store.list_by_correlation(c, cursor, limit + 1)?,
+        (None, Some(s)) => store.list_by_state(s, cursor, limit + 1)?,
+        (None, None) => store.list(cursor, limit + 1)?,
+    };
+    if let (Some(_), Some(s)) = (&correlation, state) {
+        records.retain(|r| r.state == s);
+    }
+    let more = records.len() > limit;
+    records.truncate(limit);
+    let next_cursor = if more {
+        records.last().map(TaskRecord::task_id)
+    } else {
+        None
+    };
+    Ok(Json(TaskPage {
+        tasks: records.iter().map(TaskView::from).collect(),
+        next_cursor,
+    }))
+}

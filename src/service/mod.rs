@@ -1,0 +1,338 @@
+//! The orchestrator service: owns the store, publishes envelopes, applies
+//! worker events, and serves the HTTP API.
+//!
+//! A submission is claimed and stored (flushed) before it is published, so
+//! a crash in between leaves a `submitted` task that the next start
+//! republishes under the same `Nats-Msg-Id`. Worker events come through a
+//! durable consumer, so results published while the orchestrator is down
+//! are applied when it comes back.
+
+mod events;
+mod request;
+
+pub use request::TaskRequest;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::agent::AgentCard;
+use crate::bus::{Bus, BusConfig, BusError};
+use crate::envelope::{AgentName, Sender, TaskId};
+use crate::event::ReportedState;
+use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
+use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::worker::claims::settle_unstarted;
+
+/// The orchestrator's settings (`--config FILE`, JSON; every field optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Where the store (and a managed broker's data) live.
+    pub data_dir: PathBuf,
+    /// The HTTP API's address.
+    pub http_addr: SocketAddr,
+    /// The broker; `None`: `nats://127.0.0.1:4222`.
+    pub nats_url: Option<String>,
+    /// Bus layout and delivery settings.
+    pub bus: BusConfig,
+    /// Largest request or envelope accepted, in bytes.
+    pub max_envelope_bytes: usize,
+    /// How long an idempotency key stays claimed.
+    #[serde(with = "humantime_serde")]
+    pub idempotency_retention: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            data_dir: PathBuf::from("data"),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            nats_url: None,
+            bus: BusConfig::default(),
+            max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
+            idempotency_retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The default broker URL.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// Why a submission or cancel was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// No agent card has this id.
+    #[error("no agent `{0}` is known")]
+    UnknownAgent(AgentName),
+    /// The agent has no such skill.
+    #[error("agent `{agent}` has no skill `{action}`")]
+    UnknownAction {
+        /// The agent.
+        agent: AgentName,
+        /// The action asked for.
+        action: String,
+    },
+    /// The task ended before the cancel came.
+    #[error("task {task_id} is {state} and cannot be canceled")]
+    NotCancelable {
+        /// The task.
+        task_id: TaskId,
+        /// Its terminal state.
+        state: TaskState,
+    },
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The bus failed.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A cheap, cloneable handle to the running orchestrator.
+#[derive(Clone)]
+pub struct Orchestrator {
+    /// Shared by every clone (HTTP handlers, background loops).
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    bus: Bus,
+    /// The static agent cards, by id; empty = accept any agent.
+    cards: BTreeMap<AgentName, AgentCard>,
+    config: ServiceConfig,
+    /// Tasks stored but not yet published (the broker was unreachable).
+    unpublished: Mutex<BTreeSet<TaskId>>,
+}
+
+impl Orchestrator {
+    /// Opens the store and provisions the bus.
+    pub async fn open(
+        config: ServiceConfig,
+        bus: Bus,
+        cards: Vec<AgentCard>,
+    ) -> Result<Orchestrator, ServiceError> {
+        let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
+        store_config.idempotency_retention = config.idempotency_retention;
+        let store = Store::open(&store_config)?;
+        bus.provision().await?;
+        Ok(Orchestrator {
+            inner: Arc::new(Inner {
+                store,
+                bus,
+                cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
+                config,
+                unpublished: Mutex::new(BTreeSet::new()),
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The bus.
+    pub fn bus(&self) -> &Bus {
+        &self.inner.bus
+    }
+
+    /// The static agent cards.
+    pub fn cards(&self) -> &BTreeMap<AgentName, AgentCard> {
+        &self.inner.cards
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.inner.config
+    }
+
+    /// Stores a task and publishes it. The same idempotency key with the same
+    /// request returns the existing task; with another request it is an
+    /// `idempotency_conflict`.
+    pub async fn submit(
+        &self,
+        request: TaskRequest,
+        principal: &str,
+    ) -> Result<Submitted, ServiceError> {
+        if !self.inner.cards.is_empty() {
+            let card = self
+                .inner
+                .cards
+                .get(&request.to)
+                .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
+            if card.skill(request.action.as_str()).is_none() {
+                return Err(ServiceError::UnknownAction {
+                    agent: request.to.clone(),
+                    action: request.action.to_string(),
+                });
+            }
+        }
+        let envelope = request.envelope(Sender::orchestrator());
+        let submitted = self
+            .inner
+            .store
+            .submit(NewTask {
+                envelope,
+                scope: principal.to_string(),
+                fingerprint: request.fingerprint(),
+                actor: principal.to_string(),
+                trace_id: None,
+            })
+            .await?;
+        let record = submitted.record();
+        if record.state == TaskState::Submitted {
+            self.publish(record).await;
+        }
+        Ok(submitted)
+    }
+
+    /// Publishes a stored task; on failure remembers it for the republisher.
+    async fn publish(&self, record: &TaskRecord) {
+        match self
+            .inner
+            .bus
+            .publish_envelope(&record.envelope_for_attempt())
+            .await
+        {
+            Ok(()) => {
+                lock(&self.inner.unpublished).remove(&record.task_id());
+            }
+            Err(e) => {
+                warn!(task_id = %record.task_id(), error = %e, "publish failed; will retry");
+                lock(&self.inner.unpublished).insert(record.task_id());
+            }
+        }
+    }
+
+    /// Cancels a task: idempotent for a canceled task, refused for one that
+    /// ended otherwise. A task no worker has started is settled in the shared
+    /// claims so no replica runs it; a running one is told by broadcast.
+    pub async fn cancel(
+        &self,
+        task_id: TaskId,
+        principal: &str,
+    ) -> Result<TaskRecord, ServiceError> {
+        let change = Change::new(TaskEvent::Cancel, principal, "cancel requested");
+        let record = match self.inner.store.apply(task_id, change).await? {
+            Applied::Moved(r) | Applied::Unchanged(r) => r,
+            Applied::Ignored { record, .. } if record.state == TaskState::Canceled => {
+                return Ok(record);
+            }
+            Applied::Ignored { record, .. } => {
+                return Err(ServiceError::NotCancelable {
+                    task_id,
+                    state: record.state,
+                });
+            }
+        };
+        let env = &record.envelope;
+        let event = crate::worker::report(env, record.attempt, ReportedState::Canceled);
+        let kv = self.inner.bus.deliveries().await?;
+        let settled = settle_unstarted(&kv, &event, &env.control.idempotency_key).await;
+        if !matches!(settled, Ok(true)) {
+            let subject = self.inner.bus.names().cancel_subject(task_id);
+            if let Err(e) = self
+                .inner
+                .bus
+                .client()
+                .publish(subject, "cancel".into())
+                .await
+            {
+                warn!(task_id = %task_id, error = %e, "cancel broadcast failed");
+            }
+        }
+        Ok(record)
+    }
+
+    /// Runs the background work (event consumer, republisher) and the HTTP
+    /// API until `shutdown` fires.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<(), ServiceError> {
+        let events = events::consumer(&self.inner.bus).await?;
+        let stop = CancellationToken::new();
+        let applier = tokio::spawn(events::apply_events(
+            self.inner.store.clone(),
+            events,
+            stop.clone(),
+        ));
+        self.recover().await?;
+        let republisher = tokio::spawn(self.clone().republish_loop(stop.clone()));
+        let app = crate::http::router(self.clone());
+        let addr = listener.local_addr().ok();
+        info!(addr = ?addr, "HTTP API listening");
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .await;
+        stop.cancel();
+        let _ = applier.await;
+        let _ = republisher.await;
+        self.inner.store.flush().await?;
+        if let Err(e) = served {
+            warn!(error = %e, "HTTP server ended with an error");
+        }
+        info!("orchestrator stopped");
+        Ok(())
+    }
+
+    /// Republishes every task still `submitted` at its first attempt: it may
+    /// have been stored but not published before a crash. JetStream drops
+    /// the copies it already has (same `Nats-Msg-Id`), and worker claims
+    /// catch any that get through.
+    async fn recover(&self) -> Result<(), ServiceError> {
+        let mut after = None;
+        let mut count = 0;
+        loop {
+            let page = self
+                .inner
+                .store
+                .list_by_state(TaskState::Submitted, after, 500)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.task_id());
+            for record in page
+                .iter()
+                .filter(|r| r.attempt == r.envelope.control.attempt.get())
+            {
+                self.publish(record).await;
+                count += 1;
+            }
+        }
+        if count > 0 {
+            info!(tasks = count, "republished submitted tasks after start");
+        }
+        Ok(())
+    }
+
+    async fn republish_loop(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
+            let pending: Vec<TaskId> = lock(&self.inner.unpublished).iter().copied().collect();
+            for id in pending {
+                match self.inner.store.get(id) {
+                    Ok(Some(r)) if r.state == TaskState::Submitted => self.publish(&r).await,
+                    _ => {
+                        lock(&self.inner.unpublished).remove(&id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

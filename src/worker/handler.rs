@@ -1,0 +1,63 @@
+//! Handlers: what runs one task. Native Rust handlers implement [`Handler`];
+//! the card's `invocation` picks one for a worker started from the CLI.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::Outcome;
+use super::command::CommandHandler;
+use crate::agent::{AgentCard, Invocation};
+use crate::envelope::Envelope;
+
+/// One task as a handler sees it.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The envelope, without its token.
+    pub envelope: Envelope,
+    /// Which attempt this is.
+    pub attempt: u32,
+    /// An earlier run of this attempt lost its lease (its worker died or
+    /// stalled): it may have partly happened. Reconcile side effects with the
+    /// idempotency key before repeating them.
+    pub resumed: bool,
+    /// The agent's directory (where its card is).
+    pub agent_dir: PathBuf,
+    /// Fires when the task is canceled; long handlers should watch it.
+    pub cancel: CancellationToken,
+}
+
+/// Runs tasks for an agent.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one task to its outcome.
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome>;
+}
+
+/// Answers every task with its own params: `{"echo": params}`. For tests
+/// and benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoHandler;
+
+impl Handler for EchoHandler {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let params = Value::Object(task.envelope.payload.params);
+        Box::pin(async move { Outcome::completed(serde_json::json!({ "echo": params })) })
+    }
+}
+
+/// The handler a card's `invocation` names.
+pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
+    match &card.invocation {
+        Some(Invocation::Command { command, timeout }) => {
+            Ok(Arc::new(CommandHandler::new(command.clone(), *timeout)))
+        }
+        Some(Invocation::Builtin { handler }) if handler == "echo" => Ok(Arc::new(EchoHandler)),
+        Some(Invocation::Builtin { handler }) => Err(format!(
+            "invocation.handler: `{handler}` is not a built-in handler (known: echo)"
+        )),
+        None => Err("invocation: the card does not say how to run the agent".into()),
+    }
+}

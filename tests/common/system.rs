@@ -1,0 +1,171 @@
+//! A whole system for tests: a real nats-server, an orchestrator serving
+//! HTTP on a free port, and in-process workers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchestrator::agent::AgentCard;
+use orchestrator::bus::{Bus, BusConfig};
+use orchestrator::service::{Orchestrator, ServiceConfig};
+use orchestrator::worker::{Handler, Worker, WorkerConfig};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::nats::NatsServer;
+
+/// A running orchestrator with its broker.
+pub struct System {
+    pub nats: NatsServer,
+    pub http: String,
+    pub data: tempfile::TempDir,
+    pub bus_config: BusConfig,
+    pub client: reqwest::Client,
+    stop: CancellationToken,
+    server: Option<tokio::task::JoinHandle<()>>,
+    workers: Vec<(CancellationToken, tokio::task::JoinHandle<()>)>,
+}
+
+/// A card for an agent `name` with the given skills, run by a built-in echo.
+pub fn card(name: &str, skills: &[&str]) -> AgentCard {
+    let skills: Vec<Value> = skills
+        .iter()
+        .map(|s| json!({"id": s, "description": s}))
+        .collect();
+    serde_json::from_value(json!({
+        "name": name, "version": "1.0.0", "description": format!("test agent {name}"),
+        "skills": skills, "invocation": {"type": "builtin", "handler": "echo"}
+    }))
+    .unwrap()
+}
+
+/// Bus settings that make redelivery quick in tests.
+pub fn fast_bus() -> BusConfig {
+    BusConfig {
+        ack_wait: Duration::from_secs(2),
+        ..BusConfig::default()
+    }
+}
+
+impl System {
+    /// Starts a broker and an orchestrator knowing `cards`.
+    pub async fn start(cards: Vec<AgentCard>, bus_config: BusConfig) -> System {
+        let nats = NatsServer::start();
+        let data = tempfile::tempdir().unwrap();
+        let mut sys = System {
+            nats,
+            http: String::new(),
+            data,
+            bus_config,
+            client: reqwest::Client::new(),
+            stop: CancellationToken::new(),
+            server: None,
+            workers: Vec::new(),
+        };
+        sys.start_orchestrator(cards).await;
+        sys
+    }
+
+    /// (Re)starts the orchestrator on the same data directory.
+    pub async fn start_orchestrator(&mut self, cards: Vec<AgentCard>) {
+        let config = ServiceConfig {
+            data_dir: self.data.path().to_path_buf(),
+            nats_url: Some(self.nats.url()),
+            bus: self.bus_config.clone(),
+            ..ServiceConfig::default()
+        };
+        let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
+            .await
+            .unwrap();
+        let orchestrator = Orchestrator::open(config, bus, cards).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.http = format!("http://{}", listener.local_addr().unwrap());
+        self.stop = CancellationToken::new();
+        let stop = self.stop.clone();
+        self.server = Some(tokio::spawn(async move {
+            orchestrator.serve(listener, stop).await.unwrap();
+        }));
+    }
+
+    /// Stops the orchestrator gracefully.
+    pub async fn stop_orchestrator(&mut self) {
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+    }
+
+    /// Starts an in-process worker for `card` with `handler`.
+    pub async fn worker(&mut self, card: AgentCard, handler: Arc<dyn Handler>) {
+        let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
+            .await
+            .unwrap();
+        let dir = PathBuf::from(".");
+        let config = WorkerConfig {
+            idle_poll: Duration::from_millis(500),
+            shutdown_grace: Duration::from_secs(5),
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::start(bus, card, dir, handler, config)
+            .await
+            .unwrap();
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(worker.run(stop.clone()));
+        self.workers.push((stop, handle));
+    }
+
+    /// POSTs JSON to `path`, returning status and body.
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.http))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// GETs `path`, returning status and body.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.http))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits until task `id` is in a terminal state (or `timeout` passes).
+    pub async fn wait_terminal(&self, id: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (status, task) = self.get(&format!("/v1/tasks/{id}")).await;
+            if status == 200
+                && matches!(
+                    task["state"].as_str(),
+                    Some("completed" | "failed" | "canceled" | "rejected")
+                )
+            {
+                return task;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task {id} not finished in time: {task:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        for (stop, _) in &self.workers {
+            stop.cancel();
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Tasks flow end to end: HTTP → store → JetStream → worker → events →
+//! store, against a real nats-server.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::system::{System, card, fast_bus};
+use orchestrator::worker::EchoHandler;
+use serde_json::json;
+
+/// A submitted task runs on a worker and completes; its history and the
+/// audit trail show every transition, and the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_submitted_run_and_completed() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "params": {"hello": "world"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{task}");
+    let id = task["task_id"].as_str().unwrap().to_string();
+    let done = sys.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(done["state"], "completed", "{done:#}");
+    assert_eq!(done["result"], json!({"echo": {"hello": "world"}}));
+    let states: Vec<&str> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["submitted", "working", "completed"]);
+    let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
+    let kinds: Vec<&str> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["task.submitted", "task.transition", "task.transition"]
+    );
+    let (_, verify) = sys.get("/v1/audit/verify").await;
+    assert_eq!(verify["ok"], true, "{verify}");
+}
+
+/// The same idempotency key twice is one task; with other params it is a
+/// 409 idempotency_conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_dedupe_and_conflict_over_http() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let body =
+        json!({"to": "echo", "action": "echo", "params": {"n": 1}, "idempotency_key": "order-1"});
+    let (first, a) = sys.post("/v1/tasks", body.clone()).await;
+    let (second, b) = sys.post("/v1/tasks", body).await;
+    assert_eq!((first, second), (201, 200));
+    assert_eq!(a["task_id"], b["task_id"]);
+    let other =
+        json!({"to": "echo", "action": "echo", "params": {"n": 2}, "idempotency_key": "order-1"});
+    let (status, err) = sys.post("/v1/tasks", other).await;
+    assert_eq!(status, 409);
+    assert_eq!(err["error"]["code"], "idempotency_conflict");
+    assert_eq!(err["error"]["field"], "idempotency_key");
+}
+
+/// Bad submissions are refused with the field named: unknown field,
+/// unknown agent, unknown action, malformed JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_submissions_are_refused_with_the_field_named() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let (status, err) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "colour": 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (400, Some("unknown_field"))
+    );
+    assert_eq!(err["error"]["field"], "colour");
+    let (status, err) = sys
+        .post("/v1/tasks", json!({"to": "nobody", "action": "echo"}))
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (404, Some("unknown_agent"))
+    );
+    let (status, err) = sys
+        .post("/v1/tasks", json!({"to": "echo", "action": "fly"}))
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (422, Some("unknown_action"))
+    );
+    let resp = sys
+        .client
+        .post(format!("{}/v1/tasks", sys.http))
+        .body("{\"to\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let err: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "malformed_json");
+    let (status, _) = sys.get("/v1/tasks/not-a-uuid").await;
+    assert_eq!(status, 400);
+    let (status, _) = sys
+        .get(&format!("/v1/tasks/{}", orchestrator::TaskId::new()))
+        .await;
+    assert_eq!(status, 404);
+}
