@@ -11,6 +11,7 @@
 //! - [`store`]: the durable sled store: tasks, idempotency, indexes, audit.
 
 pub mod agent;
+pub mod broker;
 pub mod bus;
 pub mod codec;
 pub mod envelope;

@@ -1,23 +1,17 @@
-//! The `orchestrator` command line. It parses arguments and calls the library.
-//!
-//! Exit codes: 0 success, 1 the thing checked is invalid or damaged,
-//! 2 the command could not run (bad arguments, unreadable file, store busy).
+//! The `orchestrator` command line: parses arguments, sets up logging and
+//! calls the library. See `docs/cli.md` for every command and exit code.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+mod cli;
+
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
-use orchestrator::codec::{DEFAULT_MAX_BYTES, DecodeError};
-use orchestrator::{Envelope, Store, StoreConfig, WorkerEvent};
-use serde_json::json;
+use clap::{Parser, Subcommand};
+use cli::client::{AgentsCommand, AuditCommand, ClientArgs, TasksCommand};
+use cli::offline::{CheckArgs, VerifyArgs};
+use cli::serve::{RunArgs, WorkerArgs};
 
 #[derive(Parser)]
-#[command(
-    name = "orchestrator",
-    version,
-    about = "A queue-based orchestrator for AI agents"
-)]
+#[command(name = "orchestrator", version, about = "A queue-based orchestrator for AI agents")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,6 +19,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the orchestrator: store, event consumer and HTTP API.
+    Run(RunArgs),
+    /// Run a worker for one agent.
+    Worker(WorkerArgs),
+    /// Submit, show, list and cancel tasks.
+    Tasks {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
+    /// List audit records and verify the chain.
+    Audit {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Show agent cards and live instances.
+    Agents {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
     /// Check envelopes and worker events against wire format v1.
     #[command(subcommand)]
     Envelope(EnvelopeCommand),
@@ -39,166 +58,39 @@ enum EnvelopeCommand {
     Check(CheckArgs),
 }
 
-#[derive(Args)]
-struct CheckArgs {
-    /// The JSON file, or `-` for standard input.
-    file: PathBuf,
-    /// The file is a worker event, not an envelope.
-    #[arg(long)]
-    event: bool,
-    /// Size limit in bytes.
-    #[arg(long, default_value_t = DEFAULT_MAX_BYTES)]
-    max_bytes: usize,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
 #[derive(Subcommand)]
 enum StoreCommand {
     /// Verify the audit chain and that the indexes agree with the tasks.
     Verify(VerifyArgs),
 }
 
-#[derive(Args)]
-struct VerifyArgs {
-    /// The orchestrator's data directory (the store is its `store/`).
-    #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
-    data_dir: PathBuf,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Envelope(EnvelopeCommand::Check(args)) => check(&args),
-        Command::Store(StoreCommand::Verify(args)) => verify(&args),
-    }
-}
-
-fn check(args: &CheckArgs) -> ExitCode {
-    let bytes = match read_input(&args.file) {
-        Ok(bytes) => bytes,
+    let cli = Cli::parse();
+    let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
+    init_logging(if service { "info" } else { "warn" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
         Err(e) => {
-            return fail(
-                args.json,
-                "io_error",
-                &format!("{}: {e}", args.file.display()),
-            );
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
         }
     };
-    let outcome = if args.event {
-        WorkerEvent::from_user(&bytes, args.max_bytes).map(|_| "worker event")
-    } else {
-        Envelope::from_user(&bytes, args.max_bytes).map(|_| "envelope")
-    };
-    match outcome {
-        Ok(kind) => {
-            if args.json {
-                println!("{}", json!({"ok": true, "kind": kind}));
-            } else {
-                println!("{}: valid {kind}", args.file.display());
-            }
-            ExitCode::SUCCESS
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => cli::serve::run(args).await,
+            Command::Worker(args) => cli::serve::worker(args).await,
+            Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
+            Command::Audit { client, command } => cli::client::audit(&client, command).await,
+            Command::Agents { client, command } => cli::client::agents(&client, command).await,
+            Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
+            Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
         }
-        Err(e) => {
-            report_invalid(&args.file, &e, args.json);
-            ExitCode::from(1)
-        }
-    }
+    })
 }
 
-fn report_invalid(file: &Path, e: &DecodeError, as_json: bool) {
-    if as_json {
-        let mut error = json!({"code": e.code(), "message": e.to_string()});
-        if let Some(field) = e.field() {
-            error["field"] = field.into();
-        }
-        if let DecodeError::Syntax { line, column, .. } = e {
-            error["line"] = (*line).into();
-            error["column"] = (*column).into();
-        }
-        println!("{}", json!({"ok": false, "error": error}));
-    } else {
-        eprintln!("{}: {e}", file.display());
-    }
-}
-
-fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
-    if file == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin().read_to_end(&mut bytes)?;
-        Ok(bytes)
-    } else {
-        std::fs::read(file)
-    }
-}
-
-fn verify(args: &VerifyArgs) -> ExitCode {
-    let config = StoreConfig::in_data_dir(&args.data_dir);
-    let store = match Store::open(&config) {
-        Ok(store) => store,
-        Err(e) => return fail(args.json, e.code(), &e.to_string()),
-    };
-    let (audit, indexes) = match (store.verify_audit(), store.check_indexes()) {
-        (Ok(a), Ok(i)) => (a, i),
-        (Err(e), _) | (_, Err(e)) => {
-            let code = e.code();
-            let message = e.to_string();
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"ok": false, "error": {"code": code, "message": message}})
-                );
-            } else {
-                eprintln!("{message}");
-            }
-            return ExitCode::from(1);
-        }
-    };
-    let ok = audit.ok && indexes.ok();
-    if args.json {
-        println!("{}", json!({"ok": ok, "audit": audit, "indexes": indexes}));
-    } else {
-        println!("store {}", store.path().display());
-        match (&audit.first_bad_seq, &audit.problem) {
-            (Some(seq), Some(problem)) => {
-                println!(
-                    "audit chain: BROKEN at record {seq}: {problem} ({} good records before it)",
-                    audit.records
-                )
-            }
-            _ => println!("audit chain: ok, {} records", audit.records),
-        }
-        if indexes.ok() {
-            println!("indexes: ok, {} tasks", indexes.tasks);
-        } else {
-            println!(
-                "indexes: {} problems in {} tasks",
-                indexes.problems.len(),
-                indexes.tasks
-            );
-            for p in &indexes.problems {
-                println!("  - {p}");
-            }
-        }
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
-fn fail(as_json: bool, code: &str, message: &str) -> ExitCode {
-    if as_json {
-        println!(
-            "{}",
-            json!({"ok": false, "error": {"code": code, "message": message}})
-        );
-    } else {
-        eprintln!("error: {message}");
-    }
-    ExitCode::from(2)
+/// Logs to stderr; `RUST_LOG` overrides the default level.
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

@@ -62,6 +62,15 @@ impl Default for ServiceConfig {
     }
 }
 
+impl crate::codec::Validate for ServiceConfig {
+    fn validate(&self) -> Result<(), crate::codec::DecodeError> {
+        if self.max_envelope_bytes == 0 {
+            return Err(crate::codec::DecodeError::invalid("max_envelope_bytes", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
 /// The default broker URL.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 

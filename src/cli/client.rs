@@ -1,0 +1,401 @@
+//! The client commands: they talk to a running orchestrator's HTTP API.
+//!
+//! Exit codes: 0 success; 1 the task ended other than completed (`--wait`)
+//! or the audit chain is broken; 2 the request was refused (4xx); 3 the
+//! orchestrator is unreachable or failed (5xx).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+/// Where the orchestrator is, and how to print.
+#[derive(Args, Clone)]
+pub struct ClientArgs {
+    /// The orchestrator's HTTP address.
+    #[arg(long, env = "ORCH_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    server: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum TasksCommand {
+    /// Submit one task.
+    Submit {
+        /// The target agent.
+        #[arg(long)]
+        to: String,
+        /// The skill to run.
+        #[arg(long)]
+        action: String,
+        /// Parameters, as a JSON object.
+        #[arg(long, default_value = "{}")]
+        params: String,
+        /// Makes a retried submission the same submission.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// high, normal or low.
+        #[arg(long)]
+        priority: Option<String>,
+        /// Wait for the task to finish, showing progress.
+        #[arg(long)]
+        wait: bool,
+        /// Longest wait with --wait.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Show one task with its history.
+    Get {
+        /// The task id.
+        id: String,
+    },
+    /// List tasks, by correlation id or state.
+    List {
+        /// Only this request's tasks.
+        #[arg(long)]
+        correlation_id: Option<String>,
+        /// Only tasks in this state.
+        #[arg(long)]
+        state: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Continue after this task id.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Cancel a task (idempotent).
+    Cancel {
+        /// The task id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AuditCommand {
+    /// List audit records.
+    List {
+        /// Only this task's records.
+        #[arg(long)]
+        task_id: Option<String>,
+        /// Only this request's records.
+        #[arg(long)]
+        correlation_id: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Continue after this sequence number.
+        #[arg(long)]
+        cursor: Option<u64>,
+    },
+    /// Check the hash chain.
+    Verify,
+}
+
+#[derive(Subcommand)]
+pub enum AgentsCommand {
+    /// The agent cards and their live instances.
+    List,
+}
+
+/// A failed call, with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(args: &ClientArgs) -> Api {
+        Api {
+            base: args.server.trim_end_matches('/').to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.map_err(|e| Failure {
+            code: 3,
+            message: format!("cannot reach the orchestrator at {}: {e}", self.base),
+        })?;
+        let status = resp.status();
+        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(value);
+        }
+        let err = &value["error"];
+        let mut message = format!("{}: {}", err["code"].as_str().unwrap_or("error"), err["message"].as_str().unwrap_or(""));
+        if let Some(field) = err["field"].as_str() {
+            message.push_str(&format!(" (field `{field}`)"));
+        }
+        Err(Failure {
+            code: if status.is_client_error() { 2 } else { 3 },
+            message,
+        })
+    }
+}
+
+fn finish(args: &ClientArgs, result: Result<(Value, u8), Failure>, human: impl FnOnce(&Value)) -> ExitCode {
+    match result {
+        Ok((value, code)) => {
+            if args.json {
+                println!("{value}");
+            } else {
+                human(&value);
+            }
+            ExitCode::from(code)
+        }
+        Err(f) => {
+            if args.json {
+                println!("{}", json!({"error": {"message": f.message}}));
+            } else {
+                eprintln!("error: {}", f.message);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
+    let api = Api::new(args);
+    match command {
+        TasksCommand::Submit { to, action, params, idempotency_key, priority, wait, timeout } => {
+            let result = submit(&api, args, to, action, &params, idempotency_key, priority, wait, timeout).await;
+            finish(args, result, print_task)
+        }
+        TasksCommand::Get { id } => {
+            let result = api.call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None).await.map(|v| (v, 0));
+            finish(args, result, print_task)
+        }
+        TasksCommand::List { correlation_id, state, limit, cursor } => {
+            let mut query = vec![format!("limit={limit}")];
+            query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
+            query.extend(state.map(|s| format!("state={}", encode(&s))));
+            query.extend(cursor.map(|c| format!("cursor={}", encode(&c))));
+            let path = format!("/v1/tasks?{}", query.join("&"));
+            let result = api.call(reqwest::Method::GET, &path, None).await.map(|v| (v, 0));
+            finish(args, result, |page| {
+                let rows: Vec<Vec<String>> = page["tasks"]
+                    .as_array()
+                    .map(|ts| {
+                        ts.iter()
+                            .map(|t| vec![s(&t["task_id"]), s(&t["agent"]), s(&t["action"]), s(&t["state"]), s(&t["attempt"]), s(&t["updated_at"])])
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                table(&["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "UPDATED"], &rows);
+                if let Some(next) = page["next_cursor"].as_str() {
+                    println!("more: --cursor {next}");
+                }
+            })
+        }
+        TasksCommand::Cancel { id } => {
+            let result = api.call(reqwest::Method::POST, &format!("/v1/tasks/{id}/cancel"), None).await.map(|v| (v, 0));
+            finish(args, result, print_task)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn submit(
+    api: &Api,
+    args: &ClientArgs,
+    to: String,
+    action: String,
+    params: &str,
+    idempotency_key: Option<String>,
+    priority: Option<String>,
+    wait: bool,
+    timeout: Duration,
+) -> Result<(Value, u8), Failure> {
+    let params: Value = serde_json::from_str(params).map_err(|e| Failure {
+        code: 2,
+        message: format!("--params is not JSON: {e}"),
+    })?;
+    let mut body = json!({"to": to, "action": action, "params": params});
+    if let Some(k) = idempotency_key {
+        body["idempotency_key"] = k.into();
+    }
+    if let Some(p) = priority {
+        body["priority"] = p.into();
+    }
+    let task = api.call(reqwest::Method::POST, "/v1/tasks", Some(body)).await?;
+    if !wait {
+        return Ok((task, 0));
+    }
+    let id = s(&task["task_id"]);
+    wait_for(api, args, &id, timeout).await
+}
+
+/// Polls a task until it ends, showing its state on stderr as it goes.
+async fn wait_for(api: &Api, args: &ClientArgs, id: &str, timeout: Duration) -> Result<(Value, u8), Failure> {
+    let started = Instant::now();
+    let spinner = ['|', '/', '-', '\\'];
+    let mut last_state = String::new();
+    for tick in 0usize.. {
+        let task = api.call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None).await?;
+        let state = s(&task["state"]);
+        if matches!(state.as_str(), "completed" | "failed" | "canceled" | "rejected") {
+            if !args.json {
+                eprint!("\r\x1b[2K");
+            }
+            let code = if state == "completed" { 0 } else { 1 };
+            return Ok((task, code));
+        }
+        if started.elapsed() > timeout {
+            return Err(Failure {
+                code: 1,
+                message: format!("task {id} still {state} after {timeout:?}"),
+            });
+        }
+        if !args.json {
+            eprint!("\r\x1b[2K{} task {id}: {state} ({:.0?})", spinner[tick % 4], started.elapsed());
+            let _ = std::io::stderr().flush();
+        } else if state != last_state {
+            eprintln!("task {id}: {state}");
+        }
+        last_state = state;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    unreachable!("the loop returns")
+}
+
+pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
+    let api = Api::new(args);
+    match command {
+        AuditCommand::List { task_id, correlation_id, limit, cursor } => {
+            let mut query = vec![format!("limit={limit}")];
+            query.extend(task_id.map(|t| format!("task_id={}", encode(&t))));
+            query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
+            query.extend(cursor.map(|c| format!("cursor={c}")));
+            let path = format!("/v1/audit?{}", query.join("&"));
+            let result = api.call(reqwest::Method::GET, &path, None).await.map(|v| (v, 0));
+            finish(args, result, |page| {
+                let rows: Vec<Vec<String>> = page["records"]
+                    .as_array()
+                    .map(|rs| {
+                        rs.iter()
+                            .map(|r| vec![s(&r["seq"]), s(&r["at"]), s(&r["actor"]), s(&r["kind"]), s(&r["task_id"]), summary(&r["detail"])])
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                table(&["SEQ", "AT", "ACTOR", "KIND", "TASK", "DETAIL"], &rows);
+                if let Some(next) = page["next_cursor"].as_u64() {
+                    println!("more: --cursor {next}");
+                }
+            })
+        }
+        AuditCommand::Verify => {
+            let result = api
+                .call(reqwest::Method::GET, "/v1/audit/verify", None)
+                .await
+                .map(|v| {
+                    let code = if v["ok"] == true { 0 } else { 1 };
+                    (v, code)
+                });
+            finish(args, result, |v| {
+                if v["ok"] == true {
+                    println!("audit chain ok: {} records", s(&v["records"]));
+                } else {
+                    println!("audit chain BROKEN at record {}: {}", s(&v["first_bad_seq"]), s(&v["problem"]));
+                }
+            })
+        }
+    }
+}
+
+pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> ExitCode {
+    let api = Api::new(args);
+    let result = api.call(reqwest::Method::GET, "/v1/agents", None).await.map(|v| (v, 0));
+    finish(args, result, |v| {
+        let rows: Vec<Vec<String>> = v["agents"]
+            .as_array()
+            .map(|agents| {
+                agents
+                    .iter()
+                    .map(|a| {
+                        let skills: Vec<String> = a["card"]["skills"].as_array().map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect()).unwrap_or_default();
+                        let live = a["instances"].as_array().map(Vec::len).unwrap_or(0);
+                        vec![s(&a["card"]["name"]), s(&a["card"]["version"]), skills.join(", "), live.to_string()]
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        table(&["AGENT", "VERSION", "SKILLS", "LIVE"], &rows);
+    })
+}
+
+fn print_task(t: &Value) {
+    println!("task     {}", s(&t["task_id"]));
+    println!("agent    {} / {}", s(&t["agent"]), s(&t["action"]));
+    println!("state    {} (attempt {} of {})", s(&t["state"]), s(&t["attempt"]), s(&t["max_attempts"]));
+    println!("request  {}", s(&t["correlation_id"]));
+    if !t["result"].is_null() {
+        println!("result   {}", t["result"]);
+    }
+    if !t["error"].is_null() {
+        println!("error    {}: {}", s(&t["error"]["code"]), s(&t["error"]["message"]));
+    }
+    if let Some(history) = t["history"].as_array() {
+        println!("history");
+        for h in history {
+            println!("  {}  {:<14} {}  ({})", s(&h["at"]), s(&h["to"]), s(&h["actor"]), s(&h["reason"]));
+        }
+    }
+}
+
+/// A JSON value as table text: strings bare, null empty.
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn summary(detail: &Value) -> String {
+    let text = detail.to_string();
+    if text.chars().count() > 60 {
+        format!("{}…", text.chars().take(59).collect::<String>())
+    } else {
+        text
+    }
+}
+
+fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}

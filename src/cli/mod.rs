@@ -1,0 +1,5 @@
+//! The command line's commands, one module per group.
+
+pub mod client;
+pub mod offline;
+pub mod serve;

@@ -1,0 +1,161 @@
+//! Offline commands: `envelope check` and `store verify`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use orchestrator::codec::{DEFAULT_MAX_BYTES, DecodeError};
+use orchestrator::{Envelope, Store, StoreConfig, WorkerEvent};
+use serde_json::json;
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The JSON file, or `-` for standard input.
+    file: PathBuf,
+    /// The file is a worker event, not an envelope.
+    #[arg(long)]
+    event: bool,
+    /// Size limit in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_BYTES)]
+    max_bytes: usize,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The orchestrator's data directory (the store is its `store/`).
+    #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
+    data_dir: PathBuf,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn check(args: &CheckArgs) -> ExitCode {
+    let bytes = match read_input(&args.file) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return fail(
+                args.json,
+                "io_error",
+                &format!("{}: {e}", args.file.display()),
+            );
+        }
+    };
+    let outcome = if args.event {
+        WorkerEvent::from_user(&bytes, args.max_bytes).map(|_| "worker event")
+    } else {
+        Envelope::from_user(&bytes, args.max_bytes).map(|_| "envelope")
+    };
+    match outcome {
+        Ok(kind) => {
+            if args.json {
+                println!("{}", json!({"ok": true, "kind": kind}));
+            } else {
+                println!("{}: valid {kind}", args.file.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            report_invalid(&args.file, &e, args.json);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn report_invalid(file: &Path, e: &DecodeError, as_json: bool) {
+    if as_json {
+        let mut error = json!({"code": e.code(), "message": e.to_string()});
+        if let Some(field) = e.field() {
+            error["field"] = field.into();
+        }
+        if let DecodeError::Syntax { line, column, .. } = e {
+            error["line"] = (*line).into();
+            error["column"] = (*column).into();
+        }
+        println!("{}", json!({"ok": false, "error": error}));
+    } else {
+        eprintln!("{}: {e}", file.display());
+    }
+}
+
+fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
+    if file == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes)?;
+        Ok(bytes)
+    } else {
+        std::fs::read(file)
+    }
+}
+
+pub fn verify(args: &VerifyArgs) -> ExitCode {
+    let config = StoreConfig::in_data_dir(&args.data_dir);
+    let store = match Store::open(&config) {
+        Ok(store) => store,
+        Err(e) => return fail(args.json, e.code(), &e.to_string()),
+    };
+    let (audit, indexes) = match (store.verify_audit(), store.check_indexes()) {
+        (Ok(a), Ok(i)) => (a, i),
+        (Err(e), _) | (_, Err(e)) => {
+            let code = e.code();
+            let message = e.to_string();
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"ok": false, "error": {"code": code, "message": message}})
+                );
+            } else {
+                eprintln!("{message}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    let ok = audit.ok && indexes.ok();
+    if args.json {
+        println!("{}", json!({"ok": ok, "audit": audit, "indexes": indexes}));
+    } else {
+        println!("store {}", store.path().display());
+        match (&audit.first_bad_seq, &audit.problem) {
+            (Some(seq), Some(problem)) => {
+                println!(
+                    "audit chain: BROKEN at record {seq}: {problem} ({} good records before it)",
+                    audit.records
+                )
+            }
+            _ => println!("audit chain: ok, {} records", audit.records),
+        }
+        if indexes.ok() {
+            println!("indexes: ok, {} tasks", indexes.tasks);
+        } else {
+            println!(
+                "indexes: {} problems in {} tasks",
+                indexes.problems.len(),
+                indexes.tasks
+            );
+            for p in &indexes.problems {
+                println!("  - {p}");
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn fail(as_json: bool, code: &str, message: &str) -> ExitCode {
+    if as_json {
+        println!(
+            "{}",
+            json!({"ok": false, "error": {"code": code, "message": message}})
+        );
+    } else {
+        eprintln!("error: {message}");
+    }
+    ExitCode::from(2)
+}

@@ -1,0 +1,188 @@
+//! The long-running commands: `run` (the orchestrator) and `worker`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use orchestrator::agent::AgentCard;
+use orchestrator::broker::ManagedBroker;
+use orchestrator::bus::Bus;
+use orchestrator::codec::{self, Strictness};
+use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
+use orchestrator::worker::{Worker, WorkerConfig, handler_for};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Trigger definitions (not built yet: only listed at start).
+    #[arg(long)]
+    triggers: Option<PathBuf>,
+    /// Agent cards: every `*/agent.json` under this directory.
+    #[arg(long, default_value = "agents")]
+    agents: PathBuf,
+    /// Settings file (JSON; see docs/operations.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where the store lives (overrides the config file).
+    #[arg(long, env = "ORCH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The HTTP API's address (overrides the config file).
+    #[arg(long, env = "ORCH_HTTP_ADDR")]
+    http_addr: Option<SocketAddr>,
+    /// The broker (overrides the config file). Without one, the default URL
+    /// is tried and a local nats-server is started if nothing answers.
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<String>,
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    /// The agent's directory (with agent.json) or its card file.
+    #[arg(long)]
+    agent: PathBuf,
+    /// Settings file (the same JSON as `run`'s; its bus settings apply).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The broker (overrides the config file).
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<String>,
+    /// Tasks run at once (overrides the card).
+    #[arg(long)]
+    concurrency: Option<usize>,
+}
+
+fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
+    let Some(path) = path else {
+        return Ok(ServiceConfig::default());
+    };
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Fires on Ctrl-C or SIGTERM.
+fn shutdown_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let fire = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+        info!("shutting down");
+        fire.cancel();
+    });
+    token
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    error!("{message}");
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+pub async fn run(args: RunArgs) -> ExitCode {
+    let mut config = match load_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
+    if let Some(a) = args.http_addr {
+        config.http_addr = a;
+    }
+    if let Some(u) = args.nats_url {
+        config.nats_url = Some(u);
+    }
+    let cards = if args.agents.is_dir() {
+        match AgentCard::load_all(&args.agents) {
+            Ok(cards) => cards.into_iter().map(|(c, _)| c).collect(),
+            Err(e) => return fail(e),
+        }
+    } else {
+        warn!(dir = %args.agents.display(), "no agents directory: tasks for any agent are accepted");
+        Vec::new()
+    };
+    if let Some(dir) = &args.triggers {
+        warn!(dir = %dir.display(), "triggers are not built yet; the directory is not read");
+    }
+    let (bus, managed) = match connect_or_start_broker(&config).await {
+        Ok(pair) => pair,
+        Err(e) => return fail(e),
+    };
+    let listener = match tokio::net::TcpListener::bind(config.http_addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(format!("cannot listen on {}: {e}", config.http_addr)),
+    };
+    info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
+    let orchestrator = match Orchestrator::open(config, bus, cards).await {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let result = orchestrator.serve(listener, shutdown_signal()).await;
+    if let Some(broker) = managed {
+        broker.stop().await;
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// Connects to the configured broker; with none configured, to the default
+/// URL, starting a managed `nats-server` there when nothing answers.
+async fn connect_or_start_broker(config: &ServiceConfig) -> Result<(Bus, Option<ManagedBroker>), String> {
+    if let Some(url) = &config.nats_url {
+        let bus = Bus::connect_now(url, config.bus.clone()).await.map_err(|e| e.to_string())?;
+        return Ok((bus, None));
+    }
+    if let Ok(bus) = Bus::connect_now(DEFAULT_NATS_URL, config.bus.clone()).await {
+        return Ok((bus, None));
+    }
+    let broker = ManagedBroker::start(&config.data_dir, 4222).await?;
+    let message = format!(
+        "no NATS at {DEFAULT_NATS_URL}: started a managed nats-server (data in {})",
+        config.data_dir.join("nats").display()
+    );
+    info!("{message}");
+    eprintln!("{message}");
+    let bus = Bus::connect(broker.url(), config.bus.clone()).await.map_err(|e| e.to_string())?;
+    Ok((bus, Some(broker)))
+}
+
+pub async fn worker(args: WorkerArgs) -> ExitCode {
+    let config = match load_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let (card, dir) = match AgentCard::load(&args.agent) {
+        Ok(pair) => pair,
+        Err(e) => return fail(e),
+    };
+    let handler = match handler_for(&card) {
+        Ok(h) => h,
+        Err(e) => return fail(format!("{}: {e}", args.agent.display())),
+    };
+    let url = args.nats_url.or(config.nats_url.clone()).unwrap_or_else(|| DEFAULT_NATS_URL.to_string());
+    let bus = match Bus::connect_now(&url, config.bus.clone()).await {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let mut worker_config = WorkerConfig {
+        max_envelope_bytes: config.max_envelope_bytes,
+        ..WorkerConfig::default()
+    };
+    if let Some(c) = args.concurrency {
+        worker_config.concurrency = c;
+    }
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let worker = match Worker::start(bus, card, dir, handler, worker_config).await {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
+    worker.run(shutdown_signal()).await;
+    ExitCode::SUCCESS
+}
