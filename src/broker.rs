@@ -46,9 +46,15 @@ impl ManagedBroker {
                 )
             })?;
         let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
             if Instant::now() > deadline {
-                return Err(format!("nats-server did not start on port {port}; see {}", data_dir.join("nats-server.log").display()));
+                return Err(format!(
+                    "nats-server did not start on port {port}; see {}",
+                    data_dir.join("nats-server.log").display()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -20,6 +20,7 @@ pub mod http;
 pub mod service;
 pub mod store;
 pub mod task;
+pub mod trigger;
 pub mod worker;
 
 pub use envelope::{Envelope, TaskId};

@@ -6,12 +6,16 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::client::{AgentsCommand, AuditCommand, ClientArgs, TasksCommand};
+use cli::client::{AgentsCommand, AuditCommand, ClientArgs, TasksCommand, TriggerArgs};
 use cli::offline::{CheckArgs, VerifyArgs};
 use cli::serve::{RunArgs, WorkerArgs};
 
 #[derive(Parser)]
-#[command(name = "orchestrator", version, about = "A queue-based orchestrator for AI agents")]
+#[command(
+    name = "orchestrator",
+    version,
+    about = "A queue-based orchestrator for AI agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +27,13 @@ enum Command {
     Run(RunArgs),
     /// Run a worker for one agent.
     Worker(WorkerArgs),
+    /// Start a run of a trigger.
+    Trigger {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        run: TriggerArgs,
+    },
     /// Submit, show, list and cancel tasks.
     Tasks {
         #[command(flatten)]
@@ -68,7 +79,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
     init_logging(if service { "info" } else { "warn" });
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -79,6 +93,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => cli::serve::run(args).await,
             Command::Worker(args) => cli::serve::worker(args).await,
+            Command::Trigger { client, run } => cli::client::trigger(&client, run).await,
             Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
             Command::Agents { client, command } => cli::client::agents(&client, command).await,
@@ -92,5 +107,8 @@ fn main() -> ExitCode {
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -15,7 +15,12 @@ use serde_json::{Value, json};
 #[derive(Args, Clone)]
 pub struct ClientArgs {
     /// The orchestrator's HTTP address.
-    #[arg(long, env = "ORCH_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "ORCH_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
     server: String,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
@@ -75,6 +80,25 @@ pub enum TasksCommand {
     },
 }
 
+/// `trigger ID --input JSON [--wait]`.
+#[derive(Args)]
+pub struct TriggerArgs {
+    /// The trigger's id.
+    id: String,
+    /// The run's input, as JSON.
+    #[arg(long, default_value = "{}")]
+    input: String,
+    /// Makes a retried run the same run.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Wait for the run to finish, showing progress.
+    #[arg(long)]
+    wait: bool,
+    /// Longest wait with --wait.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
 #[derive(Subcommand)]
 pub enum AuditCommand {
     /// List audit records.
@@ -121,7 +145,12 @@ impl Api {
         }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, Failure> {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             req = req.json(&body);
@@ -136,7 +165,11 @@ impl Api {
             return Ok(value);
         }
         let err = &value["error"];
-        let mut message = format!("{}: {}", err["code"].as_str().unwrap_or("error"), err["message"].as_str().unwrap_or(""));
+        let mut message = format!(
+            "{}: {}",
+            err["code"].as_str().unwrap_or("error"),
+            err["message"].as_str().unwrap_or("")
+        );
         if let Some(field) = err["field"].as_str() {
             message.push_str(&format!(" (field `{field}`)"));
         }
@@ -147,7 +180,11 @@ impl Api {
     }
 }
 
-fn finish(args: &ClientArgs, result: Result<(Value, u8), Failure>, human: impl FnOnce(&Value)) -> ExitCode {
+fn finish(
+    args: &ClientArgs,
+    result: Result<(Value, u8), Failure>,
+    human: impl FnOnce(&Value),
+) -> ExitCode {
     match result {
         Ok((value, code)) => {
             if args.json {
@@ -171,38 +208,87 @@ fn finish(args: &ClientArgs, result: Result<(Value, u8), Failure>, human: impl F
 pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
     let api = Api::new(args);
     match command {
-        TasksCommand::Submit { to, action, params, idempotency_key, priority, wait, timeout } => {
-            let result = submit(&api, args, to, action, &params, idempotency_key, priority, wait, timeout).await;
+        TasksCommand::Submit {
+            to,
+            action,
+            params,
+            idempotency_key,
+            priority,
+            wait,
+            timeout,
+        } => {
+            let result = submit(
+                &api,
+                args,
+                to,
+                action,
+                &params,
+                idempotency_key,
+                priority,
+                wait,
+                timeout,
+            )
+            .await;
             finish(args, result, print_task)
         }
         TasksCommand::Get { id } => {
-            let result = api.call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None).await.map(|v| (v, 0));
+            let result = api
+                .call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None)
+                .await
+                .map(|v| (v, 0));
             finish(args, result, print_task)
         }
-        TasksCommand::List { correlation_id, state, limit, cursor } => {
+        TasksCommand::List {
+            correlation_id,
+            state,
+            limit,
+            cursor,
+        } => {
             let mut query = vec![format!("limit={limit}")];
             query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
             query.extend(state.map(|s| format!("state={}", encode(&s))));
             query.extend(cursor.map(|c| format!("cursor={}", encode(&c))));
             let path = format!("/v1/tasks?{}", query.join("&"));
-            let result = api.call(reqwest::Method::GET, &path, None).await.map(|v| (v, 0));
+            let result = api
+                .call(reqwest::Method::GET, &path, None)
+                .await
+                .map(|v| (v, 0));
             finish(args, result, |page| {
                 let rows: Vec<Vec<String>> = page["tasks"]
                     .as_array()
                     .map(|ts| {
                         ts.iter()
-                            .map(|t| vec![s(&t["task_id"]), s(&t["agent"]), s(&t["action"]), s(&t["state"]), s(&t["attempt"]), s(&t["updated_at"])])
+                            .map(|t| {
+                                vec![
+                                    s(&t["task_id"]),
+                                    s(&t["agent"]),
+                                    s(&t["action"]),
+                                    s(&t["state"]),
+                                    s(&t["attempt"]),
+                                    s(&t["updated_at"]),
+                                ]
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
-                table(&["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "UPDATED"], &rows);
+                table(
+                    &["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "UPDATED"],
+                    &rows,
+                );
                 if let Some(next) = page["next_cursor"].as_str() {
                     println!("more: --cursor {next}");
                 }
             })
         }
         TasksCommand::Cancel { id } => {
-            let result = api.call(reqwest::Method::POST, &format!("/v1/tasks/{id}/cancel"), None).await.map(|v| (v, 0));
+            let result = api
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/tasks/{id}/cancel"),
+                    None,
+                )
+                .await
+                .map(|v| (v, 0));
             finish(args, result, print_task)
         }
     }
@@ -231,7 +317,9 @@ async fn submit(
     if let Some(p) = priority {
         body["priority"] = p.into();
     }
-    let task = api.call(reqwest::Method::POST, "/v1/tasks", Some(body)).await?;
+    let task = api
+        .call(reqwest::Method::POST, "/v1/tasks", Some(body))
+        .await?;
     if !wait {
         return Ok((task, 0));
     }
@@ -240,14 +328,24 @@ async fn submit(
 }
 
 /// Polls a task until it ends, showing its state on stderr as it goes.
-async fn wait_for(api: &Api, args: &ClientArgs, id: &str, timeout: Duration) -> Result<(Value, u8), Failure> {
+async fn wait_for(
+    api: &Api,
+    args: &ClientArgs,
+    id: &str,
+    timeout: Duration,
+) -> Result<(Value, u8), Failure> {
     let started = Instant::now();
     let spinner = ['|', '/', '-', '\\'];
     let mut last_state = String::new();
     for tick in 0usize.. {
-        let task = api.call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None).await?;
+        let task = api
+            .call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None)
+            .await?;
         let state = s(&task["state"]);
-        if matches!(state.as_str(), "completed" | "failed" | "canceled" | "rejected") {
+        if matches!(
+            state.as_str(),
+            "completed" | "failed" | "canceled" | "rejected"
+        ) {
             if !args.json {
                 eprint!("\r\x1b[2K");
             }
@@ -261,7 +359,11 @@ async fn wait_for(api: &Api, args: &ClientArgs, id: &str, timeout: Duration) -> 
             });
         }
         if !args.json {
-            eprint!("\r\x1b[2K{} task {id}: {state} ({:.0?})", spinner[tick % 4], started.elapsed());
+            eprint!(
+                "\r\x1b[2K{} task {id}: {state} ({:.0?})",
+                spinner[tick % 4],
+                started.elapsed()
+            );
             let _ = std::io::stderr().flush();
         } else if state != last_state {
             eprintln!("task {id}: {state}");
@@ -272,22 +374,66 @@ async fn wait_for(api: &Api, args: &ClientArgs, id: &str, timeout: Duration) -> 
     unreachable!("the loop returns")
 }
 
+pub async fn trigger(args: &ClientArgs, t: TriggerArgs) -> ExitCode {
+    let api = Api::new(args);
+    let result = async {
+        let input: Value = serde_json::from_str(&t.input).map_err(|e| Failure {
+            code: 2,
+            message: format!("--input is not JSON: {e}"),
+        })?;
+        let mut body = json!({ "input": input });
+        if let Some(k) = t.idempotency_key {
+            body["idempotency_key"] = k.into();
+        }
+        let run = api
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/triggers/{}/runs", encode(&t.id)),
+                Some(body),
+            )
+            .await?;
+        if !t.wait {
+            return Ok((run["task"].clone(), 0));
+        }
+        wait_for(&api, args, &s(&run["run_id"]), t.timeout).await
+    }
+    .await;
+    finish(args, result, print_task)
+}
+
 pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
     let api = Api::new(args);
     match command {
-        AuditCommand::List { task_id, correlation_id, limit, cursor } => {
+        AuditCommand::List {
+            task_id,
+            correlation_id,
+            limit,
+            cursor,
+        } => {
             let mut query = vec![format!("limit={limit}")];
             query.extend(task_id.map(|t| format!("task_id={}", encode(&t))));
             query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
             query.extend(cursor.map(|c| format!("cursor={c}")));
             let path = format!("/v1/audit?{}", query.join("&"));
-            let result = api.call(reqwest::Method::GET, &path, None).await.map(|v| (v, 0));
+            let result = api
+                .call(reqwest::Method::GET, &path, None)
+                .await
+                .map(|v| (v, 0));
             finish(args, result, |page| {
                 let rows: Vec<Vec<String>> = page["records"]
                     .as_array()
                     .map(|rs| {
                         rs.iter()
-                            .map(|r| vec![s(&r["seq"]), s(&r["at"]), s(&r["actor"]), s(&r["kind"]), s(&r["task_id"]), summary(&r["detail"])])
+                            .map(|r| {
+                                vec![
+                                    s(&r["seq"]),
+                                    s(&r["at"]),
+                                    s(&r["actor"]),
+                                    s(&r["kind"]),
+                                    s(&r["task_id"]),
+                                    summary(&r["detail"]),
+                                ]
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -309,7 +455,11 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                 if v["ok"] == true {
                     println!("audit chain ok: {} records", s(&v["records"]));
                 } else {
-                    println!("audit chain BROKEN at record {}: {}", s(&v["first_bad_seq"]), s(&v["problem"]));
+                    println!(
+                        "audit chain BROKEN at record {}: {}",
+                        s(&v["first_bad_seq"]),
+                        s(&v["problem"])
+                    );
                 }
             })
         }
@@ -318,7 +468,10 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
 
 pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> ExitCode {
     let api = Api::new(args);
-    let result = api.call(reqwest::Method::GET, "/v1/agents", None).await.map(|v| (v, 0));
+    let result = api
+        .call(reqwest::Method::GET, "/v1/agents", None)
+        .await
+        .map(|v| (v, 0));
     finish(args, result, |v| {
         let rows: Vec<Vec<String>> = v["agents"]
             .as_array()
@@ -326,9 +479,17 @@ pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> Ex
                 agents
                     .iter()
                     .map(|a| {
-                        let skills: Vec<String> = a["card"]["skills"].as_array().map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect()).unwrap_or_default();
+                        let skills: Vec<String> = a["card"]["skills"]
+                            .as_array()
+                            .map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect())
+                            .unwrap_or_default();
                         let live = a["instances"].as_array().map(Vec::len).unwrap_or(0);
-                        vec![s(&a["card"]["name"]), s(&a["card"]["version"]), skills.join(", "), live.to_string()]
+                        vec![
+                            s(&a["card"]["name"]),
+                            s(&a["card"]["version"]),
+                            skills.join(", "),
+                            live.to_string(),
+                        ]
                     })
                     .collect()
             })
@@ -340,18 +501,33 @@ pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> Ex
 fn print_task(t: &Value) {
     println!("task     {}", s(&t["task_id"]));
     println!("agent    {} / {}", s(&t["agent"]), s(&t["action"]));
-    println!("state    {} (attempt {} of {})", s(&t["state"]), s(&t["attempt"]), s(&t["max_attempts"]));
+    println!(
+        "state    {} (attempt {} of {})",
+        s(&t["state"]),
+        s(&t["attempt"]),
+        s(&t["max_attempts"])
+    );
     println!("request  {}", s(&t["correlation_id"]));
     if !t["result"].is_null() {
         println!("result   {}", t["result"]);
     }
     if !t["error"].is_null() {
-        println!("error    {}: {}", s(&t["error"]["code"]), s(&t["error"]["message"]));
+        println!(
+            "error    {}: {}",
+            s(&t["error"]["code"]),
+            s(&t["error"]["message"])
+        );
     }
     if let Some(history) = t["history"].as_array() {
         println!("history");
         for h in history {
-            println!("  {}  {:<14} {}  ({})", s(&h["at"]), s(&h["to"]), s(&h["actor"]), s(&h["reason"]));
+            println!(
+                "  {}  {:<14} {}  ({})",
+                s(&h["at"]),
+                s(&h["to"]),
+                s(&h["actor"]),
+                s(&h["reason"])
+            );
         }
     }
 }
@@ -382,7 +558,11 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
@@ -394,7 +574,9 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
 fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             b => format!("%{b:02X}"),
         })
         .collect()

@@ -1,5 +1,6 @@
 //! The long-running commands: `run` (the orchestrator) and `worker`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,15 +11,16 @@ use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::Bus;
 use orchestrator::codec::{self, Strictness};
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
+use orchestrator::trigger::Trigger;
 use orchestrator::worker::{Worker, WorkerConfig, handler_for};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Trigger definitions (not built yet: only listed at start).
-    #[arg(long)]
-    triggers: Option<PathBuf>,
+    /// Trigger definitions: every `*.yaml`, `*.yml` and `*.json` here.
+    #[arg(long, default_value = "triggers")]
+    triggers: PathBuf,
     /// Agent cards: every `*/agent.json` under this directory.
     #[arg(long, default_value = "agents")]
     agents: PathBuf,
@@ -58,7 +60,8 @@ fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
         return Ok(ServiceConfig::default());
     };
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES).map_err(|e| format!("{}: {e}", path.display()))
+    codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Fires on Ctrl-C or SIGTERM.
@@ -66,7 +69,8 @@ fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let fire = token.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
@@ -106,9 +110,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         warn!(dir = %args.agents.display(), "no agents directory: tasks for any agent are accepted");
         Vec::new()
     };
-    if let Some(dir) = &args.triggers {
-        warn!(dir = %dir.display(), "triggers are not built yet; the directory is not read");
-    }
+    let triggers = load_triggers(&args.triggers, &cards);
     let (bus, managed) = match connect_or_start_broker(&config).await {
         Ok(pair) => pair,
         Err(e) => return fail(e),
@@ -118,7 +120,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(format!("cannot listen on {}: {e}", config.http_addr)),
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
-    let orchestrator = match Orchestrator::open(config, bus, cards).await {
+    let orchestrator = match Orchestrator::open(config, bus, cards, triggers).await {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -132,11 +134,41 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Loads the triggers; a broken one is reported and skipped.
+fn load_triggers(dir: &Path, cards: &[AgentCard]) -> BTreeMap<String, Trigger> {
+    if !dir.is_dir() {
+        warn!(dir = %dir.display(), "no triggers directory: no triggers");
+        return BTreeMap::new();
+    }
+    let (mut triggers, errors) = Trigger::load_dir(dir);
+    for e in errors {
+        warn!("trigger skipped: {e}");
+        eprintln!("warning: trigger skipped: {e}");
+    }
+    if !cards.is_empty() {
+        let by_name: BTreeMap<_, _> = cards.iter().map(|c| (c.name.clone(), c.clone())).collect();
+        triggers.retain(|id, t| match t.check_agents(&by_name) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!("trigger `{id}` skipped: {e}");
+                eprintln!("warning: trigger `{id}` skipped: {e}");
+                false
+            }
+        });
+    }
+    info!(triggers = triggers.len(), "triggers loaded");
+    triggers
+}
+
 /// Connects to the configured broker; with none configured, to the default
 /// URL, starting a managed `nats-server` there when nothing answers.
-async fn connect_or_start_broker(config: &ServiceConfig) -> Result<(Bus, Option<ManagedBroker>), String> {
+async fn connect_or_start_broker(
+    config: &ServiceConfig,
+) -> Result<(Bus, Option<ManagedBroker>), String> {
     if let Some(url) = &config.nats_url {
-        let bus = Bus::connect_now(url, config.bus.clone()).await.map_err(|e| e.to_string())?;
+        let bus = Bus::connect_now(url, config.bus.clone())
+            .await
+            .map_err(|e| e.to_string())?;
         return Ok((bus, None));
     }
     if let Ok(bus) = Bus::connect_now(DEFAULT_NATS_URL, config.bus.clone()).await {
@@ -149,7 +181,9 @@ async fn connect_or_start_broker(config: &ServiceConfig) -> Result<(Bus, Option<
     );
     info!("{message}");
     eprintln!("{message}");
-    let bus = Bus::connect(broker.url(), config.bus.clone()).await.map_err(|e| e.to_string())?;
+    let bus = Bus::connect(broker.url(), config.bus.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((bus, Some(broker)))
 }
 
@@ -166,7 +200,10 @@ pub async fn worker(args: WorkerArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(format!("{}: {e}", args.agent.display())),
     };
-    let url = args.nats_url.or(config.nats_url.clone()).unwrap_or_else(|| DEFAULT_NATS_URL.to_string());
+    let url = args
+        .nats_url
+        .or(config.nats_url.clone())
+        .unwrap_or_else(|| DEFAULT_NATS_URL.to_string());
     let bus = match Bus::connect_now(&url, config.bus.clone()).await {
         Ok(b) => b,
         Err(e) => return fail(e),

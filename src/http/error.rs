@@ -104,6 +104,11 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotCancelable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "not_cancelable", e.to_string())
             }
+            ServiceError::UnknownTrigger(_) => ApiError::not_found(e.to_string()),
+            ServiceError::BadInput(e) => ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                ..e.into()
+            },
             ServiceError::Store(e) => e.into(),
             ServiceError::Bus(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

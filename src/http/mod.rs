@@ -6,8 +6,10 @@ mod audit;
 mod error;
 mod health;
 mod tasks;
+mod triggers;
 
 pub use error::ApiError;
+pub use tasks::{TaskPage, TaskView};
 
 use axum::Router;
 
@@ -21,6 +23,7 @@ pub const ANONYMOUS: &str = "anonymous";
 pub fn router(orchestrator: Orchestrator) -> Router {
     Router::new()
         .merge(tasks::router())
+        .merge(triggers::router())
         .merge(audit::router())
         .merge(agents::router())
         .merge(health::router())

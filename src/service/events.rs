@@ -1,7 +1,6 @@
 //! Applies worker events to the store, from a durable consumer: events
 //! published while the orchestrator is down are applied when it is back.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, PullConsumer};
@@ -11,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::bus::{Bus, BusError};
-use crate::envelope::TaskId;
 use crate::event::WorkerEvent;
 use crate::store::{Applied, Change, Store, StoreError};
 
@@ -44,43 +42,77 @@ pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
         })
 }
 
-/// Applies events until `stop` fires. Events of one task are applied in
-/// order; different tasks' events are applied concurrently (the store
-/// batches them into shared transactions).
+/// How many tasks' events are applied at once.
+const SHARDS: usize = 16;
+
+/// Applies events as they arrive until `stop` fires. Events of one task go
+/// to one shard and are applied in order; shards run concurrently (the
+/// store batches their changes into shared transactions).
 pub(crate) async fn apply_events(store: Store, events: PullConsumer, stop: CancellationToken) {
-    loop {
-        let batch = tokio::select! {
-            b = events.batch().max_messages(512).expires(Duration::from_secs(1)).messages() => b,
-            () = stop.cancelled() => return,
-        };
-        let batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(error = %e, "fetching worker events failed");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue;
+    let mut shards = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..SHARDS {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(1024);
+        let store = store.clone();
+        senders.push(tx);
+        shards.push(tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                let event =
+                    WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES).ok();
+                apply_one(&store, msg, event).await;
             }
-        };
-        let msgs: Vec<Message> = batch.filter_map(|m| async { m.ok() }).collect().await;
-        let mut by_task: BTreeMap<Option<TaskId>, Vec<(Message, Option<WorkerEvent>)>> =
-            BTreeMap::new();
-        for msg in msgs {
-            let event = WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES).ok();
-            by_task
-                .entry(event.as_ref().map(|e| e.task_id))
-                .or_default()
-                .push((msg, event));
-        }
-        let groups = by_task.into_values().map(|group| {
-            let store = store.clone();
-            async move {
-                for (msg, event) in group {
-                    apply_one(&store, msg, event).await;
+        }));
+    }
+    'connect: while !stop.is_cancelled() {
+        let mut messages = match events.messages().await {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "cannot consume worker events; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(500)) => continue 'connect,
+                    () = stop.cancelled() => break 'connect,
                 }
             }
-        });
-        futures::future::join_all(groups).await;
+        };
+        loop {
+            let next = tokio::select! {
+                next = messages.next() => next,
+                () = stop.cancelled() => break 'connect,
+            };
+            match next {
+                Some(Ok(msg)) => {
+                    let shard = shard_of(&msg);
+                    if senders[shard].send(msg).await.is_err() {
+                        break 'connect;
+                    }
+                }
+                Some(Err(e)) => {
+                    debug!(error = %e, "worker event stream interrupted");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None => continue 'connect,
+            }
+        }
     }
+    drop(senders);
+    for shard in shards {
+        let _ = shard.await;
+    }
+}
+
+/// The shard of a message: by its task id header, so one task's events
+/// stay in order.
+fn shard_of(msg: &Message) -> usize {
+    use std::hash::{Hash, Hasher};
+    let key = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(crate::bus::TASK_ID_HEADER))
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_else(|| msg.subject.to_string());
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % SHARDS as u64) as usize
 }
 
 async fn apply_one(store: &Store, msg: Message, event: Option<WorkerEvent>) {

@@ -24,10 +24,11 @@ use tracing::{info, warn};
 
 use crate::agent::AgentCard;
 use crate::bus::{Bus, BusConfig, BusError};
-use crate::envelope::{AgentName, Sender, TaskId};
+use crate::envelope::{AgentName, Meta, Sender, TaskId};
 use crate::event::ReportedState;
 use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
 use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::trigger::Trigger;
 use crate::worker::claims::settle_unstarted;
 
 /// The orchestrator's settings (`--config FILE`, JSON; every field optional).
@@ -65,7 +66,10 @@ impl Default for ServiceConfig {
 impl crate::codec::Validate for ServiceConfig {
     fn validate(&self) -> Result<(), crate::codec::DecodeError> {
         if self.max_envelope_bytes == 0 {
-            return Err(crate::codec::DecodeError::invalid("max_envelope_bytes", "must be positive"));
+            return Err(crate::codec::DecodeError::invalid(
+                "max_envelope_bytes",
+                "must be positive",
+            ));
         }
         Ok(())
     }
@@ -96,6 +100,12 @@ pub enum ServiceError {
         /// Its terminal state.
         state: TaskState,
     },
+    /// No trigger has this id.
+    #[error("no trigger `{0}` is known")]
+    UnknownTrigger(String),
+    /// The trigger's input is not what it expects.
+    #[error("{0}")]
+    BadInput(crate::codec::DecodeError),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -116,6 +126,8 @@ struct Inner {
     bus: Bus,
     /// The static agent cards, by id; empty = accept any agent.
     cards: BTreeMap<AgentName, AgentCard>,
+    /// The triggers, by id.
+    triggers: BTreeMap<String, Trigger>,
     config: ServiceConfig,
     /// Tasks stored but not yet published (the broker was unreachable).
     unpublished: Mutex<BTreeSet<TaskId>>,
@@ -127,6 +139,7 @@ impl Orchestrator {
         config: ServiceConfig,
         bus: Bus,
         cards: Vec<AgentCard>,
+        triggers: BTreeMap<String, Trigger>,
     ) -> Result<Orchestrator, ServiceError> {
         let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
@@ -137,6 +150,7 @@ impl Orchestrator {
                 store,
                 bus,
                 cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
+                triggers,
                 config,
                 unpublished: Mutex::new(BTreeSet::new()),
             }),
@@ -158,6 +172,11 @@ impl Orchestrator {
         &self.inner.cards
     }
 
+    /// The triggers.
+    pub fn triggers(&self) -> &BTreeMap<String, Trigger> {
+        &self.inner.triggers
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
@@ -169,6 +188,61 @@ impl Orchestrator {
     pub async fn submit(
         &self,
         request: TaskRequest,
+        principal: &str,
+    ) -> Result<Submitted, ServiceError> {
+        self.submit_with_meta(request, Meta::default(), principal)
+            .await
+    }
+
+    /// Starts a run of trigger `id` with `input`: its step becomes one task,
+    /// with the trigger id and system prompt in `payload.meta`.
+    pub async fn run_trigger(
+        &self,
+        id: &str,
+        input: serde_json::Value,
+        idempotency_key: Option<crate::envelope::IdempotencyKey>,
+        principal: &str,
+    ) -> Result<Submitted, ServiceError> {
+        let trigger = self
+            .inner
+            .triggers
+            .get(id)
+            .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
+        trigger
+            .check_input(&input)
+            .map_err(ServiceError::BadInput)?;
+        let step = &trigger.steps[0];
+        let context = serde_json::json!({ "input": input });
+        let params = crate::trigger::render(&step.params, &context).map_err(|e| {
+            ServiceError::BadInput(crate::codec::DecodeError::invalid("input", e.to_string()))
+        })?;
+        let request = TaskRequest {
+            to: step.agent.clone(),
+            action: step.action.clone(),
+            params,
+            idempotency_key,
+            priority: trigger.defaults.priority,
+            response_mode: None,
+            required_scopes: trigger.required_scopes.clone(),
+            callback_url: None,
+            deadline: None,
+            max_attempts: trigger.defaults.max_attempts,
+            correlation_id: None,
+        };
+        let meta = Meta {
+            trigger_id: Some(trigger.id.clone()),
+            system_prompt: step
+                .system_prompt
+                .clone()
+                .or_else(|| trigger.default_system_prompt.clone()),
+        };
+        self.submit_with_meta(request, meta, principal).await
+    }
+
+    async fn submit_with_meta(
+        &self,
+        request: TaskRequest,
+        meta: Meta,
         principal: &str,
     ) -> Result<Submitted, ServiceError> {
         if !self.inner.cards.is_empty() {
@@ -184,7 +258,8 @@ impl Orchestrator {
                 });
             }
         }
-        let envelope = request.envelope(Sender::orchestrator());
+        let mut envelope = request.envelope(Sender::orchestrator());
+        envelope.payload.meta = meta;
         let submitted = self
             .inner
             .store

@@ -1,6 +1,7 @@
 //! A whole system for tests: a real nats-server, an orchestrator serving
 //! HTTP on a free port, and in-process workers.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use orchestrator::agent::AgentCard;
 use orchestrator::bus::{Bus, BusConfig};
 use orchestrator::service::{Orchestrator, ServiceConfig};
+use orchestrator::trigger::Trigger;
 use orchestrator::worker::{Handler, Worker, WorkerConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +22,7 @@ pub struct System {
     pub http: String,
     pub data: tempfile::TempDir,
     pub bus_config: BusConfig,
+    pub triggers: BTreeMap<String, Trigger>,
     pub client: reqwest::Client,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -57,6 +60,7 @@ impl System {
             http: String::new(),
             data,
             bus_config,
+            triggers: BTreeMap::new(),
             client: reqwest::Client::new(),
             stop: CancellationToken::new(),
             server: None,
@@ -77,7 +81,9 @@ impl System {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
             .unwrap();
-        let orchestrator = Orchestrator::open(config, bus, cards).await.unwrap();
+        let orchestrator = Orchestrator::open(config, bus, cards, self.triggers.clone())
+            .await
+            .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.http = format!("http://{}", listener.local_addr().unwrap());
         self.stop = CancellationToken::new();
