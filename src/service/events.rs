@@ -11,7 +11,8 @@ use tracing::{debug, warn};
 
 use crate::bus::{Bus, BusError};
 use crate::event::WorkerEvent;
-use crate::store::{Applied, Change, Store, StoreError};
+use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
+use serde_json::json;
 
 /// Creates (or finds) the orchestrator's durable consumer of worker events.
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
@@ -147,7 +148,30 @@ async fn apply_one(store: &Store, msg: Message, event: Option<WorkerEvent>) {
         Ok(_) => {
             let _ = msg.ack().await;
         }
-        Err(e @ (StoreError::NotFound(_) | StoreError::Transition { .. })) => {
+        Err(StoreError::NotFound(_)) => {
+            // Not a task of this orchestrator (published straight onto the
+            // bus, or from another deployment): keep a record of it.
+            warn!(task_id = %event.task_id, "event for an unknown task");
+            let entry = AuditEntry {
+                actor: format!("agent:{}", event.agent),
+                kind: "task.unknown_event".into(),
+                task_id: Some(event.task_id),
+                correlation_id: Some(event.correlation_id.clone()),
+                trace_id: None,
+                detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
+            };
+            match store.audit(entry).await {
+                Ok(_) => {
+                    let _ = msg.ack().await;
+                }
+                Err(_) => {
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+                        .await;
+                }
+            }
+        }
+        Err(e @ StoreError::Transition { .. }) => {
             warn!(task_id = %event.task_id, error = %e, "event not applied");
             let _ = msg.ack().await;
         }

@@ -10,7 +10,7 @@ use orchestrator::agent::AgentCard;
 use orchestrator::bus::{Bus, BusConfig};
 use orchestrator::service::{Orchestrator, ServiceConfig};
 use orchestrator::trigger::Trigger;
-use orchestrator::worker::{Handler, Worker, WorkerConfig};
+use orchestrator::worker::{Handler, RetryPolicy, Worker, WorkerConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -110,6 +110,10 @@ impl System {
         let config = WorkerConfig {
             idle_poll: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(5),
+            retry: RetryPolicy {
+                base: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+            },
             ..WorkerConfig::default()
         };
         let worker = Worker::start(bus, card, dir, handler, config)
@@ -143,6 +147,13 @@ impl System {
             .unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The bus, for publishing straight onto subjects.
+    pub async fn bus(&self) -> Bus {
+        Bus::connect_now(&self.nats.url(), self.bus_config.clone())
+            .await
+            .unwrap()
     }
 
     /// Waits until task `id` is in a terminal state (or `timeout` passes).

@@ -1,0 +1,250 @@
+//! Failure paths against a real broker: retries, bad messages published
+//! straight onto the bus, a broker restart, cancel.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::envelope;
+use common::system::{System, card, fast_bus};
+use futures::future::BoxFuture;
+use orchestrator::worker::{EchoHandler, Handler, Outcome, Task};
+use serde_json::json;
+
+/// Fails every run, retryably, and counts the runs.
+struct AlwaysRetry(Arc<AtomicU32>);
+
+impl Handler for AlwaysRetry {
+    fn handle(&self, _task: Task) -> BoxFuture<'static, Outcome> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Outcome::retryable("upstream_timeout", "the upstream did not answer") })
+    }
+}
+
+/// A handler that always fails retryably is run max_attempts times; then
+/// the task fails, with each retry in its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_failures_are_retried_up_to_max_attempts_then_fail() {
+    let flaky = card("flaky", &["work"]);
+    let mut sys = System::start(vec![flaky.clone()], fast_bus()).await;
+    let runs = Arc::new(AtomicU32::new(0));
+    sys.worker(flaky, Arc::new(AlwaysRetry(Arc::clone(&runs))))
+        .await;
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "flaky", "action": "work", "max_attempts": 3}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let id = task["task_id"].as_str().unwrap();
+    let done = sys.wait_terminal(id, Duration::from_secs(30)).await;
+    assert_eq!(done["state"], "failed", "{done:#}");
+    assert_eq!(done["attempt"], 3);
+    assert_eq!(done["error"]["code"], "upstream_timeout");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let states: Vec<&str> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "submitted",
+            "working",
+            "submitted",
+            "working",
+            "submitted",
+            "working",
+            "failed"
+        ]
+    );
+}
+
+/// Malformed JSON, an oversized envelope and an unknown action published
+/// straight onto the agent's subject end in the DLQ or a rejected report,
+/// and the worker goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_on_the_subject_do_not_stop_the_worker() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let bus = sys.bus().await;
+    let js = bus.jetstream();
+    js.publish("orch.tasks.echo.normal", "{ not json".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut big = envelope(
+        "echo",
+        "echo",
+        json!({"blob": "x".repeat(2 * 1024 * 1024)}),
+        "big",
+    );
+    big.control.attempt = std::num::NonZeroU32::MIN;
+    let big_bytes = big.to_vec();
+    // The broker's own limit (1 MiB by default) may refuse it first; either
+    // way it must not reach a handler.
+    let big_published = match js.publish("orch.tasks.echo.normal", big_bytes.into()).await {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    let unknown = envelope("echo", "fly", json!({}), "unknown-action");
+    bus.publish_envelope(&unknown).await.unwrap();
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "params": {"ok": true}}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let done = sys
+        .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(20))
+        .await;
+    assert_eq!(done["state"], "completed");
+    let mut dlq = js.get_stream("ORCH_DLQ").await.unwrap();
+    let expected = if big_published { 2 } else { 1 };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dlq.info().await.unwrap().state.messages < expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bad messages did not reach the DLQ"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = dlq.get_raw_message(1).await.unwrap();
+    let reason = first.headers.get("Orch-Dlq-Code").map(|v| v.to_string());
+    assert_eq!(reason.as_deref(), Some("malformed_json"));
+    // The unknown action was reported as rejected; the orchestrator, which
+    // never stored that task, audits the report.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, audit) = sys
+            .get(&format!("/v1/audit?task_id={}", unknown.header.task_id))
+            .await;
+        let records = audit["records"].as_array().cloned().unwrap_or_default();
+        if let Some(r) = records.first() {
+            assert_eq!(r["kind"], "task.unknown_event");
+            assert_eq!(r["detail"]["state"], "rejected");
+            assert_eq!(r["detail"]["error"]["code"], "unknown_action");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rejection was not audited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The broker is killed and restarted mid-run: clients reconnect and every
+/// task submitted before and after completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_loses_nothing() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let (_, t) = sys
+            .post(
+                "/v1/tasks",
+                json!({"to": "echo", "action": "echo", "params": {"i": i}}),
+            )
+            .await;
+        ids.push(t["task_id"].as_str().unwrap().to_string());
+    }
+    sys.nats.restart();
+    for i in 10..20 {
+        let (status, t) = sys
+            .post(
+                "/v1/tasks",
+                json!({"to": "echo", "action": "echo", "params": {"i": i}}),
+            )
+            .await;
+        assert!(status == 201, "{status}: {t}");
+        ids.push(t["task_id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        let done = sys.wait_terminal(id, Duration::from_secs(60)).await;
+        assert_eq!(done["state"], "completed", "{done:#}");
+    }
+}
+
+/// Blocks until canceled.
+struct UntilCanceled;
+
+impl Handler for UntilCanceled {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            task.cancel.cancelled().await;
+            Outcome::Canceled
+        })
+    }
+}
+
+/// Cancel stops a running task on its worker, stops a queued task before any
+/// worker runs it, is idempotent, and is refused for a completed task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_running_and_queued_tasks() {
+    let slow = card("slow", &["wait"]);
+    let mut sys = System::start(vec![slow.clone(), card("idle", &["echo"])], fast_bus()).await;
+    sys.worker(slow, Arc::new(UntilCanceled)).await;
+    let (_, running) = sys
+        .post("/v1/tasks", json!({"to": "slow", "action": "wait"}))
+        .await;
+    let id = running["task_id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sys.get(&format!("/v1/tasks/{id}")).await.1["state"] != "working" {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, canceled) = sys
+        .post(&format!("/v1/tasks/{id}/cancel"), json!(null))
+        .await;
+    assert_eq!(
+        (status, canceled["state"].as_str()),
+        (200, Some("canceled"))
+    );
+    let (status, again) = sys
+        .post(&format!("/v1/tasks/{id}/cancel"), json!(null))
+        .await;
+    assert_eq!((status, again["state"].as_str()), (200, Some("canceled")));
+
+    // Queued for an agent with no worker yet: canceled before it runs.
+    let (_, queued) = sys
+        .post("/v1/tasks", json!({"to": "idle", "action": "echo"}))
+        .await;
+    let qid = queued["task_id"].as_str().unwrap().to_string();
+    let (status, _) = sys
+        .post(&format!("/v1/tasks/{qid}/cancel"), json!(null))
+        .await;
+    assert_eq!(status, 200);
+    sys.worker(card("idle", &["echo"]), Arc::new(EchoHandler))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, after) = sys.get(&format!("/v1/tasks/{qid}")).await;
+    assert_eq!(after["state"], "canceled");
+    assert!(
+        after["result"].is_null(),
+        "a canceled task must not have run: {after:#}"
+    );
+
+    let (_, done) = sys
+        .post("/v1/tasks", json!({"to": "idle", "action": "echo"}))
+        .await;
+    let did = done["task_id"].as_str().unwrap().to_string();
+    sys.wait_terminal(&did, Duration::from_secs(10)).await;
+    let (status, err) = sys
+        .post(&format!("/v1/tasks/{did}/cancel"), json!(null))
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (409, Some("not_cancelable"))
+    );
+}
