@@ -6,7 +6,7 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::client::{AgentsCommand, AuditCommand, ClientArgs, TasksCommand, TriggerArgs};
+use cli::client::{AgentsCommand, AuditCommand, ClientArgs, DlqCommand, TasksCommand, TriggerArgs};
 use cli::offline::{CheckArgs, VerifyArgs};
 use cli::serve::{RunArgs, WorkerArgs};
 
@@ -47,6 +47,13 @@ enum Command {
         client: ClientArgs,
         #[command(subcommand)]
         command: AuditCommand,
+    },
+    /// List and replay dead letters.
+    Dlq {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: DlqCommand,
     },
     /// Show agent cards and live instances.
     Agents {
@@ -96,6 +103,7 @@ fn main() -> ExitCode {
             Command::Trigger { client, run } => cli::client::trigger(&client, run).await,
             Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
+            Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
             Command::Agents { client, command } => cli::client::agents(&client, command).await,
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),

@@ -248,3 +248,78 @@ async fn cancel_stops_running_and_queued_tasks() {
         (409, Some("not_cancelable"))
     );
 }
+
+/// Fails retryably while `failing` is set.
+struct FailWhile(Arc<std::sync::atomic::AtomicBool>);
+
+impl Handler for FailWhile {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let failing = self.0.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if failing {
+                Outcome::retryable("upstream_down", "still down")
+            } else {
+                Outcome::completed(json!({"attempt": task.attempt}))
+            }
+        })
+    }
+}
+
+/// A task that exhausts the broker's delivery limit before its attempts is
+/// a poison message: it is copied to the DLQ, removed from the queue and
+/// marked failed; `dlq replay` runs it again as a new task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_tasks_go_to_the_dlq_and_can_be_replayed() {
+    let mut poison = card("poison", &["work"]);
+    poison.delivery = Some(orchestrator::agent::Delivery {
+        max_deliver: Some(2),
+        ..Default::default()
+    });
+    let mut sys = System::start(vec![poison.clone()], fast_bus()).await;
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    sys.worker(poison, Arc::new(FailWhile(Arc::clone(&failing))))
+        .await;
+    let (_, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "poison", "action": "work", "max_attempts": 10, "params": {"n": 1}}),
+        )
+        .await;
+    let id = task["task_id"].as_str().unwrap().to_string();
+    let done = sys.wait_terminal(&id, Duration::from_secs(30)).await;
+    assert_eq!(done["state"], "failed", "{done:#}");
+    assert_eq!(done["error"]["code"], "dead_lettered");
+    let (_, dlq) = sys.get("/v1/dlq").await;
+    let letters = dlq["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{dlq:#}");
+    assert_eq!(letters[0]["task_id"], id.as_str());
+    assert_eq!(letters[0]["code"], "max_deliveries");
+    assert_eq!(letters[0]["message"]["payload"]["params"]["n"], 1);
+    let bus = sys.bus().await;
+    let mut tasks = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
+    assert_eq!(
+        tasks.info().await.unwrap().state.messages,
+        0,
+        "the poison message is still queued"
+    );
+
+    failing.store(false, Ordering::SeqCst);
+    let (status, replayed) = sys.post(&format!("/v1/dlq/{id}/replay"), json!(null)).await;
+    assert_eq!(status, 201, "{replayed}");
+    let new_id = replayed["task_id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, id);
+    let again = sys.wait_terminal(&new_id, Duration::from_secs(30)).await;
+    assert_eq!(again["state"], "completed", "{again:#}");
+    let (_, dlq) = sys.get("/v1/dlq").await;
+    assert!(dlq["dead_letters"].as_array().unwrap().is_empty());
+    let (status, _) = sys.post(&format!("/v1/dlq/{id}/replay"), json!(null)).await;
+    assert_eq!(status, 404);
+    let (_, audit) = sys.get(&format!("/v1/audit?task_id={new_id}")).await;
+    let kinds: Vec<&str> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"dlq.replay"), "{kinds:?}");
+}

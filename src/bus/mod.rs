@@ -27,6 +27,15 @@ pub const TASK_ID_HEADER: &str = "Orch-Task-Id";
 /// Header carrying the correlation id on every message.
 pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
 
+/// Dead-letter header: why, in words.
+pub const DLQ_REASON_HEADER: &str = "Orch-Dlq-Reason";
+/// Dead-letter header: why, as a code.
+pub const DLQ_CODE_HEADER: &str = "Orch-Dlq-Code";
+/// Dead-letter header: the subject the message was on.
+pub const DLQ_SUBJECT_HEADER: &str = "Orch-Original-Subject";
+/// Dead-letter header: its sequence in the task stream.
+pub const DLQ_SEQ_HEADER: &str = "Orch-Stream-Seq";
+
 /// How the bus is laid out and how deliveries behave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -216,6 +225,14 @@ impl Bus {
                 ..Default::default()
             },
             stream::Config {
+                name: n.advisories_stream(),
+                subjects: vec![n.max_deliveries_advisory()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                max_age: c.events_max_age,
+                ..Default::default()
+            },
+            stream::Config {
                 name: n.dlq_stream(),
                 subjects: vec![n.all_dlq()],
                 retention: stream::RetentionPolicy::Limits,
@@ -310,6 +327,37 @@ impl Bus {
         let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str());
         self.publish(subject, msg_id, headers, envelope.to_vec())
             .await
+    }
+
+    /// The durable pull consumer `name` on `stream`, created when missing.
+    pub async fn durable_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<consumer::PullConsumer, BusError> {
+        let error = |e: String| BusError::Provision {
+            what: format!("consumer {name} on {stream}"),
+            message: e,
+        };
+        let stream = self
+            .inner
+            .js
+            .get_stream(stream)
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        stream
+            .get_or_create_consumer(
+                name,
+                consumer::pull::Config {
+                    durable_name: Some(name.to_string()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(30),
+                    max_ack_pending: -1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| error(e.to_string()))
     }
 
     /// Publishes a worker event and waits for JetStream to store it.

@@ -36,6 +36,12 @@ impl Names {
         format!("{}_DLQ", self.upper)
     }
 
+    /// The stream that keeps JetStream's max-deliveries advisories for the
+    /// task stream, so none is lost while the orchestrator is down.
+    pub fn advisories_stream(&self) -> String {
+        format!("{}_ADVISORIES", self.upper)
+    }
+
     /// The live agent registry bucket.
     pub fn agents_bucket(&self) -> String {
         format!("{}_AGENTS", self.upper)
@@ -89,6 +95,11 @@ impl Names {
     /// The durable consumer the workers of `agent` share for `priority`.
     pub fn agent_consumer(&self, agent: &AgentName, priority: Priority) -> String {
         format!("agent_{}_{}", agent, priority.as_str())
+    }
+
+    /// The orchestrator's durable consumer of advisories.
+    pub fn advisories_consumer(&self) -> String {
+        "orchestrator_advisories".to_string()
     }
 
     /// The orchestrator's durable consumer of worker events.

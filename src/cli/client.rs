@@ -121,6 +121,24 @@ pub enum AuditCommand {
 }
 
 #[derive(Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters.
+    List {
+        /// Page size.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Continue after this DLQ sequence.
+        #[arg(long)]
+        cursor: Option<u64>,
+    },
+    /// Run a dead-lettered task again, as a new task.
+    Replay {
+        /// The dead-lettered task's id.
+        task_id: String,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum AgentsCommand {
     /// The agent cards and their live instances.
     List,
@@ -462,6 +480,52 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                     );
                 }
             })
+        }
+    }
+}
+
+pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
+    let api = Api::new(args);
+    match command {
+        DlqCommand::List { limit, cursor } => {
+            let mut path = format!("/v1/dlq?limit={limit}");
+            if let Some(c) = cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let result = api
+                .call(reqwest::Method::GET, &path, None)
+                .await
+                .map(|v| (v, 0));
+            finish(args, result, |v| {
+                let rows: Vec<Vec<String>> = v["dead_letters"]
+                    .as_array()
+                    .map(|ds| {
+                        ds.iter()
+                            .map(|d| {
+                                vec![
+                                    s(&d["seq"]),
+                                    s(&d["agent"]),
+                                    s(&d["task_id"]),
+                                    s(&d["code"]),
+                                    s(&d["reason"]),
+                                ]
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                table(&["SEQ", "AGENT", "TASK", "CODE", "REASON"], &rows);
+                if let Some(next) = v["next_cursor"].as_u64() {
+                    println!("more: --cursor {next}");
+                }
+            })
+        }
+        DlqCommand::Replay { task_id } => {
+            let path = format!("/v1/dlq/{}/replay", encode(&task_id));
+            let result = api
+                .call(reqwest::Method::POST, &path, None)
+                .await
+                .map(|v| (v, 0));
+            finish(args, result, print_task)
         }
     }
 }

@@ -104,7 +104,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotCancelable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "not_cancelable", e.to_string())
             }
-            ServiceError::UnknownTrigger(_) => ApiError::not_found(e.to_string()),
+            ServiceError::UnknownTrigger(_) | ServiceError::NoDeadLetter(_) => {
+                ApiError::not_found(e.to_string())
+            }
             ServiceError::BadInput(e) => ApiError {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 ..e.into()

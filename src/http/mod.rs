@@ -3,6 +3,7 @@
 
 mod agents;
 mod audit;
+mod dlq;
 mod error;
 mod health;
 mod tasks;
@@ -26,6 +27,7 @@ pub fn router(orchestrator: Orchestrator) -> Router {
         .merge(triggers::router())
         .merge(audit::router())
         .merge(agents::router())
+        .merge(dlq::router())
         .merge(health::router())
         .with_state(orchestrator)
 }

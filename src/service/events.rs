@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{self, PullConsumer};
+use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -14,33 +14,11 @@ use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
 use serde_json::json;
 
-/// Creates (or finds) the orchestrator's durable consumer of worker events.
+/// The orchestrator's durable consumer of worker events.
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
     let n = bus.names();
-    let stream = bus
-        .jetstream()
-        .get_stream(n.events_stream())
+    bus.durable_consumer(&n.events_stream(), &n.events_consumer())
         .await
-        .map_err(|e| BusError::Provision {
-            what: n.events_stream(),
-            message: e.to_string(),
-        })?;
-    stream
-        .get_or_create_consumer(
-            &n.events_consumer(),
-            consumer::pull::Config {
-                durable_name: Some(n.events_consumer()),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(30),
-                max_ack_pending: -1,
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| BusError::Provision {
-            what: n.events_consumer(),
-            message: e.to_string(),
-        })
 }
 
 /// How many tasks' events are applied at once.

@@ -7,8 +7,11 @@
 //! durable consumer, so results published while the orchestrator is down
 //! are applied when it comes back.
 
+mod dlq;
 mod events;
 mod request;
+
+pub use dlq::DeadLetter;
 
 pub use request::TaskRequest;
 
@@ -106,6 +109,9 @@ pub enum ServiceError {
     /// The trigger's input is not what it expects.
     #[error("{0}")]
     BadInput(crate::codec::DecodeError),
+    /// No dead letter holds this task.
+    #[error("no dead letter for task {0}")]
+    NoDeadLetter(TaskId),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -190,7 +196,7 @@ impl Orchestrator {
         request: TaskRequest,
         principal: &str,
     ) -> Result<Submitted, ServiceError> {
-        self.submit_with_meta(request, Meta::default(), principal)
+        self.submit_with(request, Meta::default(), None, principal)
             .await
     }
 
@@ -236,13 +242,14 @@ impl Orchestrator {
                 .clone()
                 .or_else(|| trigger.default_system_prompt.clone()),
         };
-        self.submit_with_meta(request, meta, principal).await
+        self.submit_with(request, meta, None, principal).await
     }
 
-    async fn submit_with_meta(
+    async fn submit_with(
         &self,
         request: TaskRequest,
         meta: Meta,
+        causation: Option<TaskId>,
         principal: &str,
     ) -> Result<Submitted, ServiceError> {
         if !self.inner.cards.is_empty() {
@@ -260,6 +267,7 @@ impl Orchestrator {
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
+        envelope.header.causation_id = causation.map(Into::into);
         let submitted = self
             .inner
             .store
@@ -336,6 +344,53 @@ impl Orchestrator {
         Ok(record)
     }
 
+    /// Up to `limit` dead letters after DLQ sequence `after`.
+    pub async fn dead_letters(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, ServiceError> {
+        Ok(dlq::list(&self.inner.bus, after, limit).await?)
+    }
+
+    /// Runs a dead-lettered task again, as a new task: same agent, action and
+    /// params, the old task as its cause, a derived idempotency key. The old
+    /// task stays failed (terminal states are final); the dead letter is
+    /// removed once the new task is stored.
+    pub async fn replay(
+        &self,
+        task_id: TaskId,
+        principal: &str,
+    ) -> Result<Submitted, ServiceError> {
+        let (seq, old) = dlq::find(&self.inner.bus, task_id)
+            .await?
+            .ok_or(ServiceError::NoDeadLetter(task_id))?;
+        let key = format!("{}:replay:{seq}", old.control.idempotency_key);
+        let request = TaskRequest {
+            to: old.header.to.clone(),
+            action: old.payload.action.clone(),
+            params: old.payload.params.clone(),
+            idempotency_key: key.parse().ok(),
+            priority: Some(old.control.priority),
+            response_mode: Some(old.control.response_mode),
+            required_scopes: old.control.required_scopes.clone(),
+            callback_url: old.control.callback_url.clone(),
+            deadline: None,
+            max_attempts: Some(old.control.max_attempts),
+            correlation_id: Some(old.header.correlation_id.clone()),
+        };
+        let submitted = self
+            .submit_with(request, old.payload.meta.clone(), Some(task_id), principal)
+            .await?;
+        let new_id = submitted.record().task_id();
+        self.inner
+            .store
+            .audit(dlq::replay_entry(task_id, new_id, seq, principal))
+            .await?;
+        dlq::remove(&self.inner.bus, seq).await?;
+        Ok(submitted)
+    }
+
     /// Runs the background work (event consumer, republisher) and the HTTP
     /// API until `shutdown` fires.
     pub async fn serve(
@@ -350,6 +405,13 @@ impl Orchestrator {
             events,
             stop.clone(),
         ));
+        let advisories = dlq::consumer(&self.inner.bus).await?;
+        let dead_letters = tokio::spawn(dlq::handle_advisories(
+            self.inner.bus.clone(),
+            self.inner.store.clone(),
+            advisories,
+            stop.clone(),
+        ));
         self.recover().await?;
         let republisher = tokio::spawn(self.clone().republish_loop(stop.clone()));
         let app = crate::http::router(self.clone());
@@ -360,6 +422,7 @@ impl Orchestrator {
             .await;
         stop.cancel();
         let _ = applier.await;
+        let _ = dead_letters.await;
         let _ = republisher.await;
         self.inner.store.flush().await?;
         if let Err(e) = served {

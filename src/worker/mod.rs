@@ -39,7 +39,10 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusError, DeliverySettings};
+use crate::bus::{
+    Bus, BusError, DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER,
+    DeliverySettings, TASK_ID_HEADER,
+};
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Envelope, Priority, TaskId, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
@@ -453,10 +456,14 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
         code, "dead-lettering an unreadable envelope: {why}"
     );
     let mut headers = HeaderMap::new();
-    headers.insert("Orch-Dlq-Reason", why);
-    headers.insert("Orch-Dlq-Code", code);
-    headers.insert("Orch-Original-Subject", msg.subject.as_str());
-    headers.insert("Orch-Stream-Seq", seq.to_string().as_str());
+    headers.insert(DLQ_REASON_HEADER, why);
+    headers.insert(DLQ_CODE_HEADER, code);
+    headers.insert(DLQ_SUBJECT_HEADER, msg.subject.as_str());
+    headers.insert(DLQ_SEQ_HEADER, seq.to_string().as_str());
+    let fragments = rejected_from_fragments(&shared.card, &msg.payload, code, why);
+    if let Some(event) = &fragments {
+        headers.insert(TASK_ID_HEADER, event.task_id.to_string().as_str());
+    }
     let subject = names.dlq_subject(shared.card.name.as_str());
     let stored = shared
         .bus
@@ -474,7 +481,7 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
             .await;
         return;
     }
-    if let Some(event) = rejected_from_fragments(&shared.card, &msg.payload, code, why) {
+    if let Some(event) = fragments {
         let _ = shared.bus.publish_event(&event).await;
     }
     let _ = msg.double_ack_with(AckKind::Term).await;

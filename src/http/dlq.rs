@@ -1,0 +1,56 @@
+//! `/v1/dlq`: list dead letters and replay one.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::tasks::TaskView;
+use super::{ANONYMOUS, ApiError};
+use crate::service::Orchestrator;
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/v1/dlq", get(list))
+        .route("/v1/dlq/{task_id}/replay", post(replay))
+}
+
+#[derive(Debug, Deserialize)]
+struct DlqQuery {
+    limit: Option<usize>,
+    cursor: Option<u64>,
+}
+
+async fn list(
+    State(o): State<Orchestrator>,
+    Query(q): Query<DlqQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let mut letters = o.dead_letters(q.cursor.unwrap_or(0), limit + 1).await?;
+    let more = letters.len() > limit;
+    letters.truncate(limit);
+    let next_cursor = if more {
+        letters.last().map(|d| d.seq)
+    } else {
+        None
+    };
+    Ok(Json(
+        json!({"dead_letters": letters, "next_cursor": next_cursor}),
+    ))
+}
+
+async fn replay(
+    State(o): State<Orchestrator>,
+    Path(task_id): Path<String>,
+) -> Result<(StatusCode, Json<TaskView>), ApiError> {
+    let id = task_id
+        .parse()
+        .map_err(|e: String| ApiError::bad_param("task_id", e))?;
+    let submitted = o.replay(id, ANONYMOUS).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(TaskView::from(submitted.record())),
+    ))
+}

@@ -1,0 +1,279 @@
+//! Dead letters: poison tasks are moved from the work queue to the DLQ
+//! stream when JetStream gives up on them, and can be listed and replayed.
+//!
+//! JetStream publishes a MAX_DELIVERIES advisory when a message has been
+//! delivered `max_deliver` times without an ack. The advisories are kept in
+//! a stream (so none is lost while the orchestrator is down) and consumed
+//! durably: the message is fetched by its sequence, copied to
+//! `orch.dlq.<agent>` with the reason in headers, removed from the work
+//! queue, and its task marked failed. Nothing is silently dropped.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::AckKind;
+use async_nats::jetstream::consumer::PullConsumer;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::bus::{
+    Bus, BusError, DLQ_CODE_HEADER as CODE_HEADER, DLQ_REASON_HEADER as REASON_HEADER,
+    DLQ_SEQ_HEADER as SEQ_HEADER, DLQ_SUBJECT_HEADER as SUBJECT_HEADER, TASK_ID_HEADER,
+};
+use crate::envelope::{Envelope, TaskId};
+use crate::event::ErrorInfo;
+use crate::store::{AuditEntry, Change, Store, StoreError};
+use crate::task::TaskEvent;
+
+/// What JetStream says in a MAX_DELIVERIES advisory.
+#[derive(Debug, Deserialize)]
+struct Advisory {
+    stream: String,
+    consumer: String,
+    stream_seq: u64,
+    deliveries: u64,
+}
+
+pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
+    let n = bus.names();
+    bus.durable_consumer(&n.advisories_stream(), &n.advisories_consumer())
+        .await
+}
+
+/// Dead-letters poison tasks until `stop` fires.
+pub(crate) async fn handle_advisories(
+    bus: Bus,
+    store: Store,
+    advisories: PullConsumer,
+    stop: CancellationToken,
+) {
+    'connect: while !stop.is_cancelled() {
+        let mut messages = match advisories.messages().await {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "cannot consume advisories; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(500)) => continue 'connect,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                next = messages.next() => next,
+                () = stop.cancelled() => return,
+            };
+            match next {
+                Some(Ok(msg)) => {
+                    let done = match serde_json::from_slice::<Advisory>(&msg.payload) {
+                        Ok(advisory) => dead_letter(&bus, &store, &advisory).await,
+                        Err(e) => {
+                            warn!(error = %e, "undecodable advisory");
+                            true
+                        }
+                    };
+                    let kind = if done {
+                        AckKind::Ack
+                    } else {
+                        AckKind::Nak(Some(Duration::from_secs(1)))
+                    };
+                    let _ = msg.ack_with(kind).await;
+                }
+                Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+                None => continue 'connect,
+            }
+        }
+    }
+}
+
+/// Moves the message of one advisory; `false` to try again later.
+async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
+    let js = bus.jetstream();
+    let tasks = match js.get_stream(&advisory.stream).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "task stream unavailable");
+            return false;
+        }
+    };
+    let message = match tasks.get_raw_message(advisory.stream_seq).await {
+        Ok(m) => m,
+        // Acked or removed meanwhile: nothing left to move.
+        Err(_) => return true,
+    };
+    let agent = message
+        .subject
+        .split('.')
+        .nth(2)
+        .unwrap_or("unknown")
+        .to_string();
+    let reason = format!(
+        "delivered {} times to {} without an ack",
+        advisory.deliveries, advisory.consumer
+    );
+    let envelope = Envelope::from_wire(&message.payload, usize::MAX).ok();
+    let mut headers = HeaderMap::new();
+    headers.insert(REASON_HEADER, reason.as_str());
+    headers.insert(CODE_HEADER, "max_deliveries");
+    headers.insert(SUBJECT_HEADER, message.subject.as_str());
+    headers.insert(SEQ_HEADER, advisory.stream_seq.to_string().as_str());
+    headers.insert(
+        "Nats-Msg-Id",
+        format!("dlq.{}.{}", advisory.stream, advisory.stream_seq).as_str(),
+    );
+    if let Some(env) = &envelope {
+        headers.insert(TASK_ID_HEADER, env.header.task_id.to_string().as_str());
+    }
+    let subject = bus.names().dlq_subject(&agent);
+    let copied = match js
+        .publish_with_headers(subject, headers, message.payload.clone())
+        .await
+    {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    if !copied {
+        return false;
+    }
+    if let Err(e) = tasks.delete_message(advisory.stream_seq).await {
+        warn!(seq = advisory.stream_seq, error = %e, "dead letter copied but not removed from the queue");
+    }
+    let Some(env) = envelope else {
+        info!(
+            seq = advisory.stream_seq,
+            "dead-lettered an unreadable message"
+        );
+        return true;
+    };
+    let task_id = env.header.task_id;
+    info!(task_id = %task_id, "dead-lettered: {reason}");
+    let mut change = Change::new(
+        TaskEvent::Fail,
+        "orchestrator",
+        format!("dead-lettered: {reason}"),
+    );
+    change.error = Some(ErrorInfo::new("dead_lettered", reason, false));
+    match store.apply(task_id, change).await {
+        Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Transition { .. }) => true,
+        Err(e) => {
+            warn!(task_id = %task_id, error = %e, "could not mark the dead-lettered task failed");
+            false
+        }
+    }
+}
+
+/// One dead letter as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Its sequence in the DLQ stream.
+    pub seq: u64,
+    /// The agent it was for.
+    pub agent: String,
+    /// Its task, when the envelope could be read.
+    pub task_id: Option<TaskId>,
+    /// Why, as a code.
+    pub code: Option<String>,
+    /// Why, in words.
+    pub reason: Option<String>,
+    /// When it was dead-lettered.
+    pub at: String,
+    /// The envelope (token removed), or the raw text when unreadable.
+    pub message: Value,
+}
+
+/// Up to `limit` dead letters after sequence `after`.
+pub(crate) async fn list(bus: &Bus, after: u64, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
+    let stream_error = |e: String| BusError::Provision {
+        what: bus.names().dlq_stream(),
+        message: e,
+    };
+    let mut stream = bus
+        .jetstream()
+        .get_stream(bus.names().dlq_stream())
+        .await
+        .map_err(|e| stream_error(e.to_string()))?;
+    let state = stream
+        .info()
+        .await
+        .map_err(|e| stream_error(e.to_string()))?
+        .state
+        .clone();
+    let mut out = Vec::new();
+    let mut seq = after.max(state.first_sequence.saturating_sub(1)) + 1;
+    while seq <= state.last_sequence && out.len() < limit {
+        if let Ok(m) = stream.get_raw_message(seq).await {
+            let header = |name: &str| m.headers.get(name).map(|v| v.to_string());
+            let message = match Envelope::from_wire(&m.payload, usize::MAX) {
+                Ok(env) => serde_json::to_value(env.without_token()).unwrap_or(Value::Null),
+                Err(_) => Value::String(
+                    String::from_utf8_lossy(&m.payload)
+                        .chars()
+                        .take(4096)
+                        .collect(),
+                ),
+            };
+            out.push(DeadLetter {
+                seq,
+                agent: m.subject.split('.').nth(2).unwrap_or("").to_string(),
+                task_id: header(TASK_ID_HEADER).and_then(|t| t.parse().ok()),
+                code: header(CODE_HEADER),
+                reason: header(REASON_HEADER),
+                at: m.time.to_string(),
+                message,
+            });
+        }
+        seq += 1;
+    }
+    Ok(out)
+}
+
+/// Finds the dead letter of `task_id`: its DLQ sequence and envelope.
+pub(crate) async fn find(bus: &Bus, task_id: TaskId) -> Result<Option<(u64, Envelope)>, BusError> {
+    let mut after = 0;
+    loop {
+        let page = list(bus, after, 256).await?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        after = last.seq;
+        if let Some(hit) = page.into_iter().find(|d| d.task_id == Some(task_id)) {
+            let env: Option<Envelope> = serde_json::from_value(hit.message).ok();
+            return Ok(env.map(|e| (hit.seq, e)));
+        }
+    }
+}
+
+/// Removes a replayed dead letter.
+pub(crate) async fn remove(bus: &Bus, seq: u64) -> Result<(), BusError> {
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.names().dlq_stream())
+        .await
+        .map_err(|e| BusError::Provision {
+            what: bus.names().dlq_stream(),
+            message: e.to_string(),
+        })?;
+    stream
+        .delete_message(seq)
+        .await
+        .map(|_| ())
+        .map_err(|e| BusError::Provision {
+            what: format!("dead letter {seq}"),
+            message: e.to_string(),
+        })
+}
+
+/// The audit record of a replay.
+pub(crate) fn replay_entry(old: TaskId, new: TaskId, seq: u64, principal: &str) -> AuditEntry {
+    AuditEntry {
+        actor: principal.to_string(),
+        kind: "dlq.replay".into(),
+        task_id: Some(new),
+        correlation_id: None,
+        trace_id: None,
+        detail: json!({"replayed_task": old, "dlq_seq": seq}),
+    }
+}
