@@ -64,4 +64,5 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
 }
 
 pub mod nats;
+pub mod process;
 pub mod system;

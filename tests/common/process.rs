@@ -1,0 +1,59 @@
+//! The `orchestrator` binary as a child process, killed on drop.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process that is SIGKILLed when dropped.
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// Kills it with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `orchestrator ARGS` with `NATS_URL` set, logging to `log`.
+pub fn orchestrator(args: &[&str], nats_url: &str, log: &Path) -> Proc {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .env("NATS_URL", nats_url)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `url` answers 200.
+pub async fn wait_ready(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = reqwest::get(url).await
+            && r.status().is_success()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url} never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

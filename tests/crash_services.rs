@@ -1,0 +1,219 @@
+//! Processes really killed: a worker after its side effect, the
+//! orchestrator with tasks in flight.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::nats::NatsServer;
+use common::process::{Proc, free_port, orchestrator, wait_ready};
+use common::system::{System, card, fast_bus};
+use futures::future::BoxFuture;
+use orchestrator::worker::{Handler, Outcome, Task};
+use serde_json::{Value, json};
+
+/// An agent whose side effect is a file per idempotency key (written once),
+/// which logs every run, and which holds after the side effect while a
+/// `hold` file exists, so the test can kill its worker at that point.
+fn side_effect_agent(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("agent.json"),
+        json!({
+            "name": "fx", "version": "1.0.0", "description": "writes one file per task",
+            "skills": [{"id": "write", "description": "write the file"}],
+            "invocation": {"type": "command", "command": ["python3", "fx.py"], "timeout": "60s"},
+            "delivery": {"ackWait": "2s"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("fx.py"),
+        r#"import json, os, sys, time
+env = json.load(sys.stdin)
+key = env["control"]["idempotency_key"]
+os.makedirs("effects", exist_ok=True)
+try:
+    fd = os.open(f"effects/{key}", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    os.write(fd, b"done"); os.fsync(fd); os.close(fd)
+    created = True
+except FileExistsError:
+    created = False
+with open("runs.log", "a") as log:
+    log.write(f"pid={os.getpid()} resumed={os.environ['ORCH_RESUMED']} created={created}\n")
+while os.path.exists("hold"):
+    time.sleep(0.05)
+print(json.dumps({"created": created, "resumed": os.environ["ORCH_RESUMED"] == "1"}))
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("hold"), "").unwrap();
+}
+
+async fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A worker is SIGKILLed after its side effect and before its ack. The
+/// task is redelivered to a second replica of the agent, which is told the
+/// earlier run may have partly happened; the side effect happens exactly
+/// once and the task completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_after_its_side_effect_does_not_repeat_it() {
+    let agents = tempfile::tempdir().unwrap();
+    let dir = agents.path().join("fx");
+    side_effect_agent(&dir);
+    let (fx, _) = orchestrator::agent::AgentCard::load(&dir).unwrap();
+    let sys = System::start(vec![fx], fast_bus()).await;
+    let agent_arg = dir.to_str().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut first = orchestrator(
+        &["worker", "--agent", agent_arg],
+        &sys.nats.url(),
+        &logs.path().join("a.log"),
+    );
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "fx", "action": "write", "idempotency_key": "once"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let id = task["task_id"].as_str().unwrap().to_string();
+    wait_for_file(&dir.join("effects/once")).await;
+    first.kill();
+    std::fs::remove_file(dir.join("hold")).unwrap();
+    let _second = orchestrator(
+        &["worker", "--agent", agent_arg],
+        &sys.nats.url(),
+        &logs.path().join("b.log"),
+    );
+    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    assert_eq!(done["state"], "completed", "{done:#}");
+    assert_eq!(done["result"], json!({"created": false, "resumed": true}));
+    let effects = std::fs::read_dir(dir.join("effects")).unwrap().count();
+    assert_eq!(effects, 1);
+    let runs = std::fs::read_to_string(dir.join("runs.log")).unwrap();
+    let lines: Vec<&str> = runs.lines().collect();
+    assert_eq!(lines.len(), 2, "{runs}");
+    assert!(lines[0].ends_with("resumed=0 created=True"), "{runs}");
+    assert!(lines[1].ends_with("resumed=1 created=False"), "{runs}");
+}
+
+/// Takes a while, so that tasks are in flight when the orchestrator dies.
+struct Slow;
+
+impl Handler for Slow {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Outcome::completed(json!({"n": task.envelope.payload.params["n"]}))
+        })
+    }
+}
+
+/// The orchestrator is SIGKILLed with tasks in flight; restarted on the
+/// same data directory, it applies every result published meanwhile and
+/// every task ends completed with its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_killed_mid_run_loses_no_result() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let agents = tempfile::tempdir().unwrap();
+    let slow = card("slow", &["work"]);
+    std::fs::create_dir_all(agents.path().join("slow")).unwrap();
+    std::fs::write(
+        agents.path().join("slow/agent.json"),
+        serde_json::to_string(&slow).unwrap(),
+    )
+    .unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let args = [
+        "run",
+        "--agents",
+        agents.path().to_str().unwrap(),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--http-addr",
+        &format!("127.0.0.1:{port}"),
+    ];
+    let mut first = orchestrator(&args, &nats.url(), &data.path().join("first.log"));
+    wait_ready(&format!("{base}/readyz")).await;
+
+    // A worker in this process (it survives the orchestrator's crash).
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let config = orchestrator::worker::WorkerConfig {
+        concurrency: 2,
+        ..Default::default()
+    };
+    let worker = orchestrator::worker::Worker::start(bus, slow, ".".into(), Arc::new(Slow), config)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(worker.run(stop.clone()));
+
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let t: Value = http
+            .post(format!("{base}/v1/tasks"))
+            .json(&json!({"to": "slow", "action": "work", "params": {"n": n}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(t["task_id"].as_str().unwrap().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    first.kill();
+    // Results keep arriving on the bus while the orchestrator is down.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _second: Proc = orchestrator(&args, &nats.url(), &data.path().join("second.log"));
+    wait_ready(&format!("{base}/readyz")).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, id) in ids.iter().enumerate() {
+        loop {
+            let t: Value = http
+                .get(format!("{base}/v1/tasks/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if t["state"] == "completed" {
+                assert_eq!(t["result"], json!({"n": n}));
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {n} stuck: {t:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let verify: Value = http
+        .get(format!("{base}/v1/audit/verify"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(verify["ok"], true, "{verify}");
+    stop.cancel();
+    let _ = worker.await;
+}
