@@ -62,6 +62,8 @@ enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// Measure the full path against a bare JetStream round trip.
+    Bench(cli::bench::BenchArgs),
     /// Check envelopes and worker events against wire format v1.
     #[command(subcommand)]
     Envelope(EnvelopeCommand),
@@ -105,6 +107,7 @@ fn main() -> ExitCode {
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
             Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
             Command::Agents { client, command } => cli::client::agents(&client, command).await,
+            Command::Bench(args) => cli::bench::bench(args).await,
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
         }

@@ -6,9 +6,11 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::TaskUpdate;
 use crate::bus::{Bus, BusError};
 use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
@@ -27,18 +29,24 @@ const SHARDS: usize = 16;
 /// Applies events as they arrive until `stop` fires. Events of one task go
 /// to one shard and are applied in order; shards run concurrently (the
 /// store batches their changes into shared transactions).
-pub(crate) async fn apply_events(store: Store, events: PullConsumer, stop: CancellationToken) {
+pub(crate) async fn apply_events(
+    store: Store,
+    events: PullConsumer,
+    updates: broadcast::Sender<TaskUpdate>,
+    stop: CancellationToken,
+) {
     let mut shards = Vec::new();
     let mut senders = Vec::new();
     for _ in 0..SHARDS {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(1024);
         let store = store.clone();
+        let updates = updates.clone();
         senders.push(tx);
         shards.push(tokio::spawn(async move {
             while let Some(msg) = rx.recv().await {
                 let event =
                     WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES).ok();
-                apply_one(&store, msg, event).await;
+                apply_one(&store, &updates, msg, event).await;
             }
         }));
     }
@@ -94,7 +102,12 @@ fn shard_of(msg: &Message) -> usize {
     (hasher.finish() % SHARDS as u64) as usize
 }
 
-async fn apply_one(store: &Store, msg: Message, event: Option<WorkerEvent>) {
+async fn apply_one(
+    store: &Store,
+    updates: &broadcast::Sender<TaskUpdate>,
+    msg: Message,
+    event: Option<WorkerEvent>,
+) {
     let Some(event) = event else {
         warn!(subject = %msg.subject, "dropping an undecodable worker event");
         let _ = msg.ack_with(AckKind::Term).await;
@@ -123,7 +136,15 @@ async fn apply_one(store: &Store, msg: Message, event: Option<WorkerEvent>) {
             debug!(task_id = %event.task_id, "event ignored: {reason}");
             let _ = msg.ack().await;
         }
-        Ok(_) => {
+        Ok(Applied::Moved(record)) => {
+            let _ = msg.ack().await;
+            // Nobody listening is fine.
+            let _ = updates.send(TaskUpdate {
+                task_id: record.task_id(),
+                state: record.state,
+            });
+        }
+        Ok(Applied::Unchanged(_)) => {
             let _ = msg.ack().await;
         }
         Err(StoreError::NotFound(_)) => {

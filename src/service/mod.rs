@@ -120,6 +120,15 @@ pub enum ServiceError {
     Bus(#[from] BusError),
 }
 
+/// A task changed state because of a worker's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskUpdate {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its new state.
+    pub state: TaskState,
+}
+
 /// A cheap, cloneable handle to the running orchestrator.
 #[derive(Clone)]
 pub struct Orchestrator {
@@ -135,6 +144,8 @@ struct Inner {
     /// The triggers, by id.
     triggers: BTreeMap<String, Trigger>,
     config: ServiceConfig,
+    /// Announces state changes applied from worker events.
+    updates: tokio::sync::broadcast::Sender<TaskUpdate>,
     /// Tasks stored but not yet published (the broker was unreachable).
     unpublished: Mutex<BTreeSet<TaskId>>,
 }
@@ -158,6 +169,7 @@ impl Orchestrator {
                 cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
                 triggers,
                 config,
+                updates: tokio::sync::broadcast::channel(65_536).0,
                 unpublished: Mutex::new(BTreeSet::new()),
             }),
         })
@@ -181,6 +193,12 @@ impl Orchestrator {
     /// The triggers.
     pub fn triggers(&self) -> &BTreeMap<String, Trigger> {
         &self.inner.triggers
+    }
+
+    /// State changes applied from worker events, as they happen (a slow
+    /// receiver misses some: check the store when it lags).
+    pub fn updates(&self) -> tokio::sync::broadcast::Receiver<TaskUpdate> {
+        self.inner.updates.subscribe()
     }
 
     /// The settings in force.
@@ -403,6 +421,7 @@ impl Orchestrator {
         let applier = tokio::spawn(events::apply_events(
             self.inner.store.clone(),
             events,
+            self.inner.updates.clone(),
             stop.clone(),
         ));
         let advisories = dlq::consumer(&self.inner.bus).await?;

@@ -175,6 +175,24 @@ impl Claims {
         first_attempt: u32,
     ) -> Result<Decision, ClaimError> {
         let key = self.key(idempotency_key);
+        // Most deliveries are first deliveries: try to create the claim
+        // first, and read it only when it exists.
+        match self.kv.create(&key, self.started(first_attempt)).await {
+            Ok(revision) => {
+                let held = Held {
+                    key,
+                    revision,
+                    attempt: first_attempt,
+                };
+                return Ok(Decision::Run {
+                    attempt: first_attempt,
+                    resumed: false,
+                    held,
+                });
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.error(&key, e)),
+        }
         for _ in 0..16 {
             let entry = self.kv.entry(&key).await.map_err(|e| self.error(&key, e))?;
             let live = entry.filter(|e| e.operation == kv::Operation::Put);

@@ -61,7 +61,8 @@ pub struct WorkerConfig {
     pub max_envelope_bytes: usize,
     /// How long running tasks may take to finish on shutdown (default 30 s).
     pub shutdown_grace: Duration,
-    /// How long an idle fetch waits for work before asking again (default 2 s).
+    /// How long one pull request waits for work before it is renewed
+    /// (default 5 s).
     pub idle_poll: Duration,
 }
 
@@ -73,7 +74,7 @@ impl Default for WorkerConfig {
             retry: RetryPolicy::default(),
             max_envelope_bytes: DEFAULT_MAX_BYTES,
             shutdown_grace: Duration::from_secs(30),
-            idle_poll: Duration::from_secs(2),
+            idle_poll: Duration::from_secs(5),
         }
     }
 }
@@ -172,38 +173,52 @@ impl Worker {
         let tracker = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
-        while !shutdown.is_cancelled() {
+        // One continuous pull per priority, each keeping a few messages
+        // ready; a biased select takes high before normal before low.
+        let prefetch = (shared.config.concurrency / 2).max(1);
+        let mut pulls: [Option<Pull>; 3] = [None, None, None];
+        'serve: while !shutdown.is_cancelled() {
             let permit = tokio::select! {
                 p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                 () = shutdown.cancelled() => break,
             };
-            let free = slots.available_permits() + 1;
-            let ready = fetch_ready(&self.consumers, free).await;
-            if ready.is_empty() {
-                drop(permit);
-                wait_for_work(
-                    &shared,
-                    &self.consumers,
-                    &slots,
-                    &tracker,
-                    &hard_stop,
-                    &shutdown,
-                )
-                .await;
-                continue;
+            for (pull, consumer) in pulls.iter_mut().zip(&self.consumers) {
+                if pull.is_none() {
+                    *pull = open_pull(consumer, prefetch, shared.config.idle_poll).await;
+                }
             }
-            let mut permit = Some(permit);
-            for msg in ready {
-                let p = match permit.take() {
-                    Some(p) => p,
-                    None => match Arc::clone(&slots).acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                };
-                tracker.spawn(handle(Arc::clone(&shared), msg, p, hard_stop.clone()));
+            let missing = pulls.iter().any(Option::is_none);
+            let [high, normal, low] = &mut pulls;
+            let (which, next) = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break 'serve,
+                m = next_from(high) => (0, m),
+                m = next_from(normal) => (1, m),
+                m = next_from(low) => (2, m),
+                // A pull that could not be opened is tried again soon.
+                () = retry_after(missing) => continue 'serve,
+            };
+            match next {
+                Some(Ok(msg)) => {
+                    tracker.spawn(handle(Arc::clone(&shared), msg, permit, hard_stop.clone()));
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "pulling work failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None => pulls[which] = None,
             }
         }
+        // Hand back what was pulled but not started, so other replicas can
+        // take it now rather than after the ack wait.
+        for pull in pulls.iter_mut().flatten() {
+            while let Ok(Some(Ok(msg))) =
+                tokio::time::timeout(Duration::from_millis(20), pull.next()).await
+            {
+                let _ = msg.ack_with(AckKind::Nak(None)).await;
+            }
+        }
+        drop(pulls);
         info!(agent = %agent, running = tracker.len(), "worker stopping: no new work taken");
         tracker.close();
         if tokio::time::timeout(shared.config.shutdown_grace, tracker.wait())
@@ -221,65 +236,42 @@ impl Worker {
     }
 }
 
-/// Takes up to `free` waiting messages, from the highest priority that has any.
-async fn fetch_ready(consumers: &[PullConsumer], free: usize) -> Vec<Message> {
-    for consumer in consumers {
-        let batch = match consumer.fetch().max_messages(free).messages().await {
-            Ok(batch) => batch,
-            Err(e) => {
-                warn!(error = %e, "fetch failed");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                return Vec::new();
-            }
-        };
-        let msgs: Vec<Message> = batch.filter_map(|m| async { m.ok() }).collect().await;
-        if !msgs.is_empty() {
-            return msgs;
+/// A continuous pull from one consumer.
+type Pull = async_nats::jetstream::consumer::pull::Stream;
+
+async fn open_pull(consumer: &PullConsumer, prefetch: usize, expires: Duration) -> Option<Pull> {
+    match consumer
+        .stream()
+        .max_messages_per_batch(prefetch)
+        .expires(expires.max(Duration::from_secs(1)))
+        .messages()
+        .await
+    {
+        Ok(pull) => Some(pull),
+        Err(e) => {
+            warn!(error = %e, "cannot pull from {}", consumer.cached_info().name);
+            None
         }
     }
-    Vec::new()
 }
 
-/// With nothing waiting: one long poll per priority at once, each message
-/// handled as it arrives; returns when every poll has ended, so no pull
-/// request is left behind to swallow a message.
-async fn wait_for_work(
-    shared: &Arc<Shared>,
-    consumers: &[PullConsumer],
-    slots: &Arc<Semaphore>,
-    tracker: &TaskTracker,
-    hard_stop: &CancellationToken,
-    shutdown: &CancellationToken,
-) {
-    let mut polls = Vec::new();
-    for consumer in consumers {
-        match consumer
-            .batch()
-            .max_messages(1)
-            .expires(shared.config.idle_poll)
-            .messages()
-            .await
-        {
-            Ok(batch) => polls.push(batch),
-            Err(e) => {
-                warn!(error = %e, "long poll failed");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                return;
-            }
-        }
+/// Sleeps a second when `missing`, else never ends.
+async fn retry_after(missing: bool) {
+    if missing {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    } else {
+        std::future::pending::<()>().await;
     }
-    let mut arrivals = futures::stream::select_all(polls);
-    while let Some(msg) = arrivals.next().await {
-        let Ok(msg) = msg else { continue };
-        if shutdown.is_cancelled() {
-            // Taken after shutdown began: give it straight back.
-            let _ = msg.ack_with(AckKind::Nak(None)).await;
-            continue;
-        }
-        let Ok(permit) = Arc::clone(slots).acquire_owned().await else {
-            return;
-        };
-        tracker.spawn(handle(Arc::clone(shared), msg, permit, hard_stop.clone()));
+}
+
+/// The next message of a pull; pends forever when there is no pull (it is
+/// reopened on the next round).
+async fn next_from(
+    pull: &mut Option<Pull>,
+) -> Option<Result<Message, async_nats::jetstream::consumer::pull::MessagesError>> {
+    match pull {
+        Some(p) => p.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -350,13 +342,17 @@ async fn run_task(
     let task_id = envelope.header.task_id;
     let cancel = CancellationToken::new();
     lock(&shared.running).insert(task_id, cancel.clone());
-    if let Err(e) = shared
-        .bus
-        .publish_event(&report(&envelope, attempt, ReportedState::Working))
-        .await
-    {
-        warn!(task_id = %task_id, error = %e, "could not report working");
-    }
+    // Reported while the handler runs; awaited before the final report, so
+    // the orchestrator sees them in order.
+    let working = {
+        let bus = shared.bus.clone();
+        let event = report(&envelope, attempt, ReportedState::Working);
+        tokio::spawn(async move {
+            if let Err(e) = bus.publish_event(&event).await {
+                warn!(task_id = %event.task_id, error = %e, "could not report working");
+            }
+        })
+    };
     let task = Task {
         envelope: envelope.without_token(),
         attempt,
@@ -380,6 +376,7 @@ async fn run_task(
         }
     };
     lock(&shared.running).remove(&task_id);
+    let _ = working.await;
     let Some(outcome) = outcome else {
         cancel.cancel();
         drop(run);
