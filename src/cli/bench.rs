@@ -68,7 +68,7 @@ fn figures(mut latencies: Vec<Duration>, elapsed: Duration) -> Figures {
 }
 
 fn progress(label: &str, done: usize, total: usize) {
-    if total >= 20 && done % (total / 20).max(1) == 0 {
+    if total >= 20 && done.is_multiple_of((total / 20).max(1)) {
         eprint!("\r{label}: {done}/{total}   ");
     }
 }
