@@ -1,0 +1,22 @@
+# One image for the orchestrator and every example agent (workers run the
+# same binary with `worker --agent agents/<id>`; the example agents are
+# Python scripts, so the runtime has python3).
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bin orchestrator
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY --from=build /src/target/release/orchestrator /usr/local/bin/orchestrator
+COPY agents ./agents
+COPY triggers ./triggers
+ENV ORCH_DATA_DIR=/data
+EXPOSE 8080
+ENTRYPOINT []
+CMD ["orchestrator", "--help"]

@@ -1,0 +1,164 @@
+//! docker-compose.yml agrees with the CLI: every service runs a command the
+//! binary has, with flags it accepts, variables it reads, and ports it
+//! listens on. (No Docker engine runs here, so the file is checked, not run.)
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn compose() -> Value {
+    let text = std::fs::read_to_string(root().join("docker-compose.yml")).unwrap();
+    serde_norway::from_str(&text).unwrap()
+}
+
+fn help(subcommand: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args([subcommand, "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`orchestrator {subcommand}` does not exist"
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn command(service: &Value) -> Vec<String> {
+    service["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The services the design names are all there.
+#[test]
+fn every_process_of_the_design_is_a_service() {
+    let c = compose();
+    let services: BTreeSet<&str> = c["services"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for name in [
+        "nats",
+        "jaeger",
+        "orchestrator",
+        "knowledge-agent",
+        "outlook-agent",
+    ] {
+        assert!(services.contains(name), "missing service {name}");
+    }
+    let nats = command(&c["services"]["nats"]);
+    assert!(
+        nats.contains(&"-js".to_string()),
+        "the broker must run JetStream"
+    );
+    assert!(
+        c["services"]["nats"]["volumes"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty()),
+        "JetStream needs a volume"
+    );
+    assert_eq!(
+        c["services"]["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"],
+        "true"
+    );
+}
+
+/// The orchestrator and agent services run real subcommands with flags the
+/// binary accepts and paths that exist; variables are ones the CLI reads.
+#[test]
+fn service_commands_flags_and_variables_match_the_cli() {
+    let c = compose();
+    // ORCH_OUTBOX is read by the outlook agent's script.
+    let known_vars = ["NATS_URL", "ORCH_HTTP_ADDR", "ORCH_DATA_DIR", "ORCH_OUTBOX"];
+    for name in ["orchestrator", "knowledge-agent", "outlook-agent"] {
+        let service = &c["services"][name];
+        assert_eq!(
+            service["build"], ".",
+            "{name} is built from the repository's Dockerfile"
+        );
+        let cmd = command(service);
+        assert_eq!(cmd[0], "orchestrator", "{name}");
+        let help = help(&cmd[1]);
+        for (i, arg) in cmd.iter().enumerate().skip(2) {
+            if let Some(flag) = arg.strip_prefix("--") {
+                assert!(
+                    help.contains(&format!("--{flag}")),
+                    "{name}: `{}` has no --{flag}",
+                    cmd[1]
+                );
+                let value = &cmd[i + 1];
+                if flag == "agent" {
+                    assert!(
+                        root().join(value).join("agent.json").is_file(),
+                        "{name}: {value} has no agent.json"
+                    );
+                }
+                if flag == "triggers" || flag == "agents" {
+                    assert!(
+                        root().join(value).is_dir(),
+                        "{name}: {value} is not a directory"
+                    );
+                }
+            }
+        }
+        for var in service["environment"].as_object().unwrap().keys() {
+            assert!(
+                known_vars.contains(&var.as_str()),
+                "{name}: nothing reads {var}"
+            );
+        }
+        assert_eq!(
+            service["environment"]["NATS_URL"], "nats://nats:4222",
+            "{name}"
+        );
+    }
+    // The variables the compose file sets for the orchestrator are the ones
+    // its `run` command documents.
+    let run_help = help("run");
+    for var in ["NATS_URL", "ORCH_HTTP_ADDR", "ORCH_DATA_DIR"] {
+        assert!(
+            run_help.contains(var),
+            "`orchestrator run --help` does not mention {var}"
+        );
+    }
+}
+
+/// The published port is the one the orchestrator listens on.
+#[test]
+fn the_published_port_is_the_http_port() {
+    let c = compose();
+    let o = &c["services"]["orchestrator"];
+    let addr = o["environment"]["ORCH_HTTP_ADDR"].as_str().unwrap();
+    let port = addr.rsplit(':').next().unwrap();
+    let published: Vec<&str> = o["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        published.iter().any(|p| p.ends_with(&format!(":{port}"))),
+        "{published:?} does not publish {port}"
+    );
+    assert!(
+        addr.starts_with("0.0.0.0:"),
+        "inside a container the API must listen on all interfaces"
+    );
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    assert!(dockerfile.contains(&format!("EXPOSE {port}")));
+    assert!(
+        dockerfile.contains("python3"),
+        "the example agents need python3 in the image"
+    );
+}
