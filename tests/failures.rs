@@ -323,3 +323,92 @@ async fn poison_tasks_go_to_the_dlq_and_can_be_replayed() {
         .collect();
     assert!(kinds.contains(&"dlq.replay"), "{kinds:?}");
 }
+
+/// An envelope published straight onto the subject of an agent nobody
+/// knows is moved to the DLQ as `unknown_agent` instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelopes_for_unknown_agents_are_dead_lettered() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let bus = sys.bus().await;
+    let ghost = envelope("ghost", "haunt", json!({}), "boo");
+    bus.publish_envelope(&ghost).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, dlq) = sys.get("/v1/dlq").await;
+        let letters = dlq["dead_letters"].as_array().cloned().unwrap_or_default();
+        if let Some(l) = letters.first() {
+            assert_eq!(l["code"], "unknown_agent");
+            assert_eq!(l["agent"], "ghost");
+            assert_eq!(l["task_id"], ghost.header.task_id.to_string());
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan was never dead-lettered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut tasks = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
+    assert_eq!(tasks.info().await.unwrap().state.messages, 0);
+}
+
+/// Takes a fixed time.
+struct Sleepy(Duration);
+
+impl Handler for Sleepy {
+    fn handle(&self, _task: Task) -> BoxFuture<'static, Outcome> {
+        let d = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(d).await;
+            Outcome::completed(json!("slept"))
+        })
+    }
+}
+
+/// A worker is listed in the live registry while it runs; on shutdown it
+/// finishes the task it is running, then leaves the registry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_register_and_finish_running_work_on_shutdown() {
+    let sleepy = card("sleepy", &["nap"]);
+    let mut sys = System::start(vec![sleepy.clone()], fast_bus()).await;
+    let (stop, index) = sys
+        .worker_with_stop(sleepy, Arc::new(Sleepy(Duration::from_millis(800))))
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, agents) = sys.get("/v1/agents").await;
+        if agents["agents"][0]["instances"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1)
+        {
+            assert_eq!(agents["agents"][0]["card"]["name"], "sleepy");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never registered: {agents:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, task) = sys
+        .post("/v1/tasks", json!({"to": "sleepy", "action": "nap"}))
+        .await;
+    let id = task["task_id"].as_str().unwrap().to_string();
+    while sys.get(&format!("/v1/tasks/{id}")).await.1["state"] != "working" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    sys.join_worker(index).await;
+    // The worker is gone: the result it published is all that completes it.
+    let done = sys.wait_terminal(&id, Duration::from_secs(10)).await;
+    assert_eq!(
+        done["state"], "completed",
+        "the running task was not finished: {done:#}"
+    );
+    let (_, agents) = sys.get("/v1/agents").await;
+    assert_eq!(
+        agents["agents"][0]["instances"].as_array().unwrap().len(),
+        0,
+        "{agents:#}"
+    );
+}

@@ -360,6 +360,28 @@ impl Bus {
             .map_err(|e| error(e.to_string()))
     }
 
+    /// Copies a message that cannot be run to `orch.dlq.<agent>`, with why
+    /// in its headers, and waits for JetStream to store it. `msg_id`, when
+    /// given, makes a repeated copy of the same message harmless.
+    pub async fn dead_letter(&self, letter: DeadLetterCopy<'_>) -> Result<(), BusError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(DLQ_REASON_HEADER, letter.reason);
+        headers.insert(DLQ_CODE_HEADER, letter.code);
+        headers.insert(DLQ_SUBJECT_HEADER, letter.original_subject);
+        headers.insert(DLQ_SEQ_HEADER, letter.stream_seq.to_string().as_str());
+        if let Some(id) = letter.task_id {
+            headers.insert(TASK_ID_HEADER, id.to_string().as_str());
+        }
+        let subject = self.inner.names.dlq_subject(letter.agent);
+        let msg_id = format!(
+            "dlq.{}.{}",
+            self.inner.names.tasks_stream(),
+            letter.stream_seq
+        );
+        self.publish(subject, msg_id, headers, letter.payload.to_vec())
+            .await
+    }
+
     /// Publishes a worker event and waits for JetStream to store it.
     pub async fn publish_event(&self, event: &WorkerEvent) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
@@ -399,6 +421,25 @@ impl Bus {
         ack.await.map_err(|e| publish_error(e.to_string()))?;
         Ok(())
     }
+}
+
+/// A message to dead-letter, with why.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetterCopy<'a> {
+    /// The agent it was for (its DLQ subject).
+    pub agent: &'a str,
+    /// The message as it was.
+    pub payload: &'a [u8],
+    /// Why, as a code.
+    pub code: &'a str,
+    /// Why, in words.
+    pub reason: &'a str,
+    /// The subject it was on.
+    pub original_subject: &'a str,
+    /// Its sequence in the task stream.
+    pub stream_seq: u64,
+    /// Its task, when the envelope could be read.
+    pub task_id: Option<crate::envelope::TaskId>,
 }
 
 /// Delivery settings of one agent's consumers.

@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::PullConsumer;
 use futures::StreamExt;
@@ -21,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::bus::{
     Bus, BusError, DLQ_CODE_HEADER as CODE_HEADER, DLQ_REASON_HEADER as REASON_HEADER,
-    DLQ_SEQ_HEADER as SEQ_HEADER, DLQ_SUBJECT_HEADER as SUBJECT_HEADER, TASK_ID_HEADER,
+    DeadLetterCopy, TASK_ID_HEADER,
 };
 use crate::envelope::{Envelope, TaskId};
 use crate::event::ErrorInfo;
@@ -115,27 +114,16 @@ async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
         advisory.deliveries, advisory.consumer
     );
     let envelope = Envelope::from_wire(&message.payload, usize::MAX).ok();
-    let mut headers = HeaderMap::new();
-    headers.insert(REASON_HEADER, reason.as_str());
-    headers.insert(CODE_HEADER, "max_deliveries");
-    headers.insert(SUBJECT_HEADER, message.subject.as_str());
-    headers.insert(SEQ_HEADER, advisory.stream_seq.to_string().as_str());
-    headers.insert(
-        "Nats-Msg-Id",
-        format!("dlq.{}.{}", advisory.stream, advisory.stream_seq).as_str(),
-    );
-    if let Some(env) = &envelope {
-        headers.insert(TASK_ID_HEADER, env.header.task_id.to_string().as_str());
-    }
-    let subject = bus.names().dlq_subject(&agent);
-    let copied = match js
-        .publish_with_headers(subject, headers, message.payload.clone())
-        .await
-    {
-        Ok(ack) => ack.await.is_ok(),
-        Err(_) => false,
+    let letter = DeadLetterCopy {
+        agent: &agent,
+        payload: &message.payload,
+        code: "max_deliveries",
+        reason: &reason,
+        original_subject: message.subject.as_str(),
+        stream_seq: advisory.stream_seq,
+        task_id: envelope.as_ref().map(|e| e.header.task_id),
     };
-    if !copied {
+    if bus.dead_letter(letter).await.is_err() {
         return false;
     }
     if let Err(e) = tasks.delete_message(advisory.stream_seq).await {

@@ -9,6 +9,7 @@
 
 mod dlq;
 mod events;
+mod orphans;
 mod request;
 
 pub use dlq::DeadLetter;
@@ -51,6 +52,9 @@ pub struct ServiceConfig {
     /// How long an idempotency key stays claimed.
     #[serde(with = "humantime_serde")]
     pub idempotency_retention: Duration,
+    /// How often envelopes for unknown agents are moved to the DLQ.
+    #[serde(with = "humantime_serde")]
+    pub orphan_sweep: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -62,6 +66,7 @@ impl Default for ServiceConfig {
             bus: BusConfig::default(),
             max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
             idempotency_retention: Duration::from_secs(24 * 3600),
+            orphan_sweep: Duration::from_secs(10),
         }
     }
 }
@@ -431,6 +436,13 @@ impl Orchestrator {
             advisories,
             stop.clone(),
         ));
+        let sweeper = tokio::spawn(orphans::sweep(
+            self.inner.bus.clone(),
+            self.inner.store.clone(),
+            self.inner.cards.clone(),
+            self.inner.config.orphan_sweep,
+            stop.clone(),
+        ));
         self.recover().await?;
         let republisher = tokio::spawn(self.clone().republish_loop(stop.clone()));
         let app = crate::http::router(self.clone());
@@ -442,6 +454,7 @@ impl Orchestrator {
         stop.cancel();
         let _ = applier.await;
         let _ = dead_letters.await;
+        let _ = sweeper.await;
         let _ = republisher.await;
         self.inner.store.flush().await?;
         if let Err(e) = served {

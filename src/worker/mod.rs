@@ -29,7 +29,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream::{AckKind, Message, consumer::PullConsumer};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -39,10 +38,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{
-    Bus, BusError, DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER,
-    DeliverySettings, TASK_ID_HEADER,
-};
+use crate::bus::{Bus, BusError, DeadLetterCopy, DeliverySettings};
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Envelope, Priority, TaskId, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
@@ -446,32 +442,22 @@ async fn reject(shared: &Shared, msg: Message, envelope: &Envelope, code: &'stat
 /// Moves an envelope that cannot be read to the dead-letter stream, tells
 /// the orchestrator when the task can be identified, and terminates it.
 async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &str) {
-    let names = shared.bus.names();
     let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
     warn!(
         stream_seq = seq,
         code, "dead-lettering an unreadable envelope: {why}"
     );
-    let mut headers = HeaderMap::new();
-    headers.insert(DLQ_REASON_HEADER, why);
-    headers.insert(DLQ_CODE_HEADER, code);
-    headers.insert(DLQ_SUBJECT_HEADER, msg.subject.as_str());
-    headers.insert(DLQ_SEQ_HEADER, seq.to_string().as_str());
     let fragments = rejected_from_fragments(&shared.card, &msg.payload, code, why);
-    if let Some(event) = &fragments {
-        headers.insert(TASK_ID_HEADER, event.task_id.to_string().as_str());
-    }
-    let subject = names.dlq_subject(shared.card.name.as_str());
-    let stored = shared
-        .bus
-        .jetstream()
-        .publish_with_headers(subject, headers, msg.payload.clone())
-        .await;
-    let stored = match stored {
-        Ok(ack) => ack.await.is_ok(),
-        Err(_) => false,
+    let letter = DeadLetterCopy {
+        agent: shared.card.name.as_str(),
+        payload: &msg.payload,
+        code,
+        reason: why,
+        original_subject: msg.subject.as_str(),
+        stream_seq: seq,
+        task_id: fragments.as_ref().map(|e| e.task_id),
     };
-    if !stored {
+    if shared.bus.dead_letter(letter).await.is_err() {
         // Not copied: leave it to be redelivered rather than lose it.
         let _ = msg
             .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))

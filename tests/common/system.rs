@@ -76,6 +76,7 @@ impl System {
             data_dir: self.data.path().to_path_buf(),
             nats_url: Some(self.nats.url()),
             bus: self.bus_config.clone(),
+            orphan_sweep: Duration::from_millis(200),
             ..ServiceConfig::default()
         };
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
@@ -103,6 +104,15 @@ impl System {
 
     /// Starts an in-process worker for `card` with `handler`.
     pub async fn worker(&mut self, card: AgentCard, handler: Arc<dyn Handler>) {
+        self.worker_with_stop(card, handler).await;
+    }
+
+    /// Starts an in-process worker; returns its stop token and task.
+    pub async fn worker_with_stop(
+        &mut self,
+        card: AgentCard,
+        handler: Arc<dyn Handler>,
+    ) -> (CancellationToken, usize) {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
             .unwrap();
@@ -121,7 +131,14 @@ impl System {
             .unwrap();
         let stop = CancellationToken::new();
         let handle = tokio::spawn(worker.run(stop.clone()));
-        self.workers.push((stop, handle));
+        self.workers.push((stop.clone(), handle));
+        (stop, self.workers.len() - 1)
+    }
+
+    /// Waits for worker `index` to stop (after its token fired).
+    pub async fn join_worker(&mut self, index: usize) {
+        let (_, handle) = self.workers.remove(index);
+        handle.await.unwrap();
     }
 
     /// POSTs JSON to `path`, returning status and body.

@@ -1,0 +1,125 @@
+//! Envelopes for agents nobody knows: published straight onto
+//! `orch.tasks.<agent>.*` for an agent without a card, they would wait in
+//! the work queue forever. A periodic sweep moves them to the DLQ
+//! (`unknown_agent`) and rejects their tasks, if the store has them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::agent::AgentCard;
+use crate::bus::{Bus, DeadLetterCopy};
+use crate::envelope::{AgentName, Envelope};
+use crate::event::ErrorInfo;
+use crate::store::{Change, Store};
+use crate::task::TaskEvent;
+
+/// Sweeps every `interval` until `stop` fires. Does nothing when no cards
+/// are configured (then every agent is acceptable).
+pub(crate) async fn sweep(
+    bus: Bus,
+    store: Store,
+    cards: BTreeMap<AgentName, AgentCard>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    if cards.is_empty() {
+        return;
+    }
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        if let Err(e) = sweep_once(&bus, &store, &cards).await {
+            warn!(error = %e, "orphan sweep failed");
+        }
+    }
+}
+
+async fn sweep_once(
+    bus: &Bus,
+    store: &Store,
+    cards: &BTreeMap<AgentName, AgentCard>,
+) -> Result<(), String> {
+    let names = bus.names();
+    let stream = bus
+        .jetstream()
+        .get_stream(names.tasks_stream())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut subjects = stream
+        .info_with_subjects(names.all_tasks())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut orphans: BTreeMap<String, usize> = BTreeMap::new();
+    while let Some(item) = subjects.next().await {
+        let (subject, count) = item.map_err(|e| e.to_string())?;
+        let agent = subject.split('.').nth(2).unwrap_or_default().to_string();
+        let known = agent
+            .parse::<AgentName>()
+            .is_ok_and(|a| cards.contains_key(&a));
+        if !known && count > 0 {
+            *orphans.entry(agent).or_default() += count;
+        }
+    }
+    for (agent, count) in orphans {
+        let filter = format!("{}.tasks.{agent}.>", subject_prefix(&names.all_tasks()));
+        // An overlapping consumer exists when an unlisted worker serves this
+        // agent: then its tasks are not orphans, and creation fails.
+        let Ok(sweeper) = stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: filter,
+                ack_policy: consumer::AckPolicy::Explicit,
+                inactive_threshold: Duration::from_secs(30),
+                ..Default::default()
+            })
+            .await
+        else {
+            continue;
+        };
+        let batch = sweeper
+            .fetch()
+            .max_messages(count)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        let messages: Vec<_> = batch.filter_map(|m| async { m.ok() }).collect().await;
+        for msg in messages {
+            let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
+            let envelope = Envelope::from_wire(&msg.payload, usize::MAX).ok();
+            let reason = format!("no agent `{agent}` is known");
+            let letter = DeadLetterCopy {
+                agent: &agent,
+                payload: &msg.payload,
+                code: "unknown_agent",
+                reason: &reason,
+                original_subject: msg.subject.as_str(),
+                stream_seq: seq,
+                task_id: envelope.as_ref().map(|e| e.header.task_id),
+            };
+            if bus.dead_letter(letter).await.is_err() {
+                continue;
+            }
+            let _ = msg.double_ack().await;
+            info!(agent = %agent, stream_seq = seq, "dead-lettered an envelope for an unknown agent");
+            if let Some(env) = envelope {
+                let mut change = Change::new(TaskEvent::Reject, "orchestrator", reason.clone());
+                change.error = Some(ErrorInfo::new("unknown_agent", reason, false));
+                let _ = store.apply(env.header.task_id, change).await;
+            }
+        }
+        let _ = stream.delete_consumer(&sweeper.cached_info().name).await;
+    }
+    Ok(())
+}
+
+/// `orch` from `orch.tasks.>`.
+fn subject_prefix(all_tasks: &str) -> &str {
+    all_tasks.split(".tasks.").next().unwrap_or(all_tasks)
+}
