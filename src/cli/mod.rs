@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod client;
 pub mod offline;
+pub mod output;
 pub mod serve;
