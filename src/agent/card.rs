@@ -147,6 +147,9 @@ pub struct Delivery {
     /// Deliveries before a message is dead-lettered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_deliver: Option<i64>,
+    /// Redelivery delays after missed acks (`["1s", "5s"]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Vec<humantime_serde::Serde<Duration>>>,
     /// Tasks one worker runs at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
@@ -316,7 +319,7 @@ mod tests {
                 "skills":[{"id":"search:kb","description":"search","scopes":["Files.Read"]}],
                 "capabilities":[{"name":"summarize","description":"sum"}],
                 "invocation":{"type":"command","command":["python3","agent.py"],"timeout":"10s"},
-                "delivery":{"ackWait":"5s","maxDeliver":4}}"#,
+                "delivery":{"ackWait":"5s","maxDeliver":4,"backoff":["1s","5s"]}}"#,
         )
         .unwrap();
         let ids: Vec<String> = c.skills().into_iter().map(|s| s.id).collect();
@@ -330,7 +333,10 @@ mod tests {
                 timeout: Duration::from_secs(10)
             })
         );
-        assert_eq!(c.delivery.unwrap().ack_wait, Some(Duration::from_secs(5)));
+        let delivery = c.delivery.unwrap();
+        assert_eq!(delivery.ack_wait, Some(Duration::from_secs(5)));
+        let backoff: Vec<Duration> = delivery.backoff.unwrap().into_iter().map(|d| *d).collect();
+        assert_eq!(backoff, [Duration::from_secs(1), Duration::from_secs(5)]);
     }
 
     #[test]

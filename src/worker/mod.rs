@@ -120,6 +120,9 @@ impl Worker {
         if let Some(d) = &card.delivery {
             settings.ack_wait = d.ack_wait.unwrap_or(settings.ack_wait);
             settings.max_deliver = d.max_deliver.unwrap_or(settings.max_deliver);
+            if let Some(backoff) = &d.backoff {
+                settings.backoff = backoff.iter().map(|d| **d).collect();
+            }
             config.concurrency = d.concurrency.unwrap_or(config.concurrency);
         }
         let mut consumers = Vec::new();

@@ -1,0 +1,161 @@
+//! The client commands and `run` as scripts use them, against a real
+//! orchestrator and broker: exit codes, `--json`, `--wait`.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use common::system::{System, card, fast_bus};
+use orchestrator::worker::EchoHandler;
+use serde_json::Value;
+
+fn cli(server: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .env("ORCH_SERVER", server)
+        .output()
+        .unwrap()
+}
+
+fn json_out(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// `trigger --wait --json` runs a trigger to completion and exits 0; `tasks
+/// get`, `tasks list`, `audit verify` and `agents list` answer; a bad input
+/// exits 2; an unreachable server exits 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_commands_work_against_a_running_orchestrator() {
+    let echo = card("echo", &["echo"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("say.yaml"),
+        "id: say\ndefault_system_prompt: Be brief.\ninput_schema: {type: object, required: [text]}\nsteps:\n  - {id: s, agent: echo, action: echo, params: {said: \"{{ input.text }}\"}}\n",
+    )
+    .unwrap();
+    let (triggers, errors) = orchestrator::trigger::Trigger::load_dir(dir.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    sys.stop_orchestrator().await;
+    sys.triggers = triggers;
+    sys.start_orchestrator(vec![echo.clone()]).await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let server = sys.http.clone();
+
+    let run = tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || {
+            cli(
+                &server,
+                &[
+                    "trigger",
+                    "say",
+                    "--input",
+                    r#"{"text": "hi"}"#,
+                    "--wait",
+                    "--json",
+                ],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let task = json_out(&run);
+    assert_eq!(task["state"], "completed");
+    assert_eq!(task["result"]["echo"]["said"], "hi");
+    let id = task["task_id"].as_str().unwrap().to_string();
+    let (_, stored) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(stored["history"][0]["to"], "submitted");
+
+    let server2 = server.clone();
+    let outs = tokio::task::spawn_blocking(move || {
+        (
+            cli(&server2, &["tasks", "get", &id]),
+            cli(
+                &server2,
+                &["tasks", "list", "--state", "completed", "--json"],
+            ),
+            cli(&server2, &["audit", "verify"]),
+            cli(&server2, &["agents", "list"]),
+            cli(&server2, &["trigger", "say", "--input", "{}"]),
+            cli(
+                &server2,
+                &[
+                    "tasks", "submit", "--to", "echo", "--action", "echo", "--params", "not json",
+                ],
+            ),
+            cli("http://127.0.0.1:1", &["tasks", "list"]),
+        )
+    })
+    .await
+    .unwrap();
+    let (get, list, verify, agents, bad_input, bad_params, unreachable) = outs;
+    assert_eq!(get.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&get.stdout).contains("completed"));
+    assert_eq!(json_out(&list)["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(verify.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&verify.stdout).contains("audit chain ok"));
+    assert!(String::from_utf8_lossy(&agents.stdout).contains("echo"));
+    assert_eq!(bad_input.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad_input.stderr).contains("input.text"),
+        "{}",
+        String::from_utf8_lossy(&bad_input.stderr)
+    );
+    assert_eq!(bad_params.status.code(), Some(2));
+    assert_eq!(unreachable.status.code(), Some(3));
+}
+
+/// `run` with an explicit broker URL that does not answer fails at once
+/// with a message naming it, instead of starting a broker of its own.
+#[test]
+fn run_with_an_unreachable_explicit_broker_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args([
+            "run",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .env("NATS_URL", "nats://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nats://127.0.0.1:1"), "{err}");
+    assert!(
+        !dir.path().join("nats").exists(),
+        "no managed broker may be started"
+    );
+}
+
+/// The managed broker starts a JetStream server the bus can provision.
+#[tokio::test]
+async fn a_managed_broker_serves_jetstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::process::free_port();
+    let broker = orchestrator::broker::ManagedBroker::start(dir.path(), port)
+        .await
+        .unwrap();
+    let bus = orchestrator::bus::Bus::connect_now(broker.url(), Default::default())
+        .await
+        .unwrap();
+    bus.provision().await.unwrap();
+    assert!(dir.path().join("nats").is_dir());
+    broker.stop().await;
+}
