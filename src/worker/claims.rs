@@ -42,6 +42,13 @@ struct Claim {
     event: Option<WorkerEvent>,
 }
 
+impl Claim {
+    /// The claim as stored (its fields always serialize).
+    fn to_bytes(&self) -> bytes::Bytes {
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+}
+
 /// What to do with a delivery.
 #[derive(Debug)]
 pub(crate) enum Decision {
@@ -111,7 +118,7 @@ pub async fn settle_unstarted(
         lease_until_ms: 0,
         event: Some(event.clone()),
     };
-    let value: bytes::Bytes = serde_json::to_vec(&claim).unwrap_or_default().into();
+    let value = claim.to_bytes();
     match kv.create(&key, value.clone()).await {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
@@ -157,7 +164,7 @@ impl Claims {
             lease_until_ms: now_ms() + self.lease.as_millis() as i64,
             event: None,
         };
-        serde_json::to_vec(&claim).unwrap_or_default().into()
+        claim.to_bytes()
     }
 
     fn error(&self, key: &str, message: impl ToString) -> ClaimError {
@@ -175,44 +182,29 @@ impl Claims {
         first_attempt: u32,
     ) -> Result<Decision, ClaimError> {
         let key = self.key(idempotency_key);
-        // Most deliveries are first deliveries: try to create the claim
-        // first, and read it only when it exists.
-        match self.kv.create(&key, self.started(first_attempt)).await {
-            Ok(revision) => {
-                let held = Held {
-                    key,
-                    revision,
-                    attempt: first_attempt,
-                };
-                return Ok(Decision::Run {
-                    attempt: first_attempt,
-                    resumed: false,
-                    held,
-                });
-            }
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
-            Err(e) => return Err(self.error(&key, e)),
-        }
         for _ in 0..16 {
-            let entry = self.kv.entry(&key).await.map_err(|e| self.error(&key, e))?;
-            let live = entry.filter(|e| e.operation == kv::Operation::Put);
-            let Some(entry) = live else {
-                match self.kv.create(&key, self.started(first_attempt)).await {
-                    Ok(revision) => {
-                        let held = Held {
-                            key,
-                            revision,
-                            attempt: first_attempt,
-                        };
-                        return Ok(Decision::Run {
-                            attempt: first_attempt,
-                            resumed: false,
-                            held,
-                        });
-                    }
-                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(self.error(&key, e)),
+            // Most deliveries are first deliveries: try to create the claim,
+            // and read it only when it exists.
+            match self.kv.create(&key, self.started(first_attempt)).await {
+                Ok(revision) => {
+                    let held = Held {
+                        key,
+                        revision,
+                        attempt: first_attempt,
+                    };
+                    return Ok(Decision::Run {
+                        attempt: first_attempt,
+                        resumed: false,
+                        held,
+                    });
                 }
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+                Err(e) => return Err(self.error(&key, e)),
+            }
+            let entry = self.kv.entry(&key).await.map_err(|e| self.error(&key, e))?;
+            // Deleted or purged since: try to create it again.
+            let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
+                continue;
             };
             let claim: Claim = serde_json::from_slice(&entry.value)
                 .map_err(|e| self.error(&key, format!("undecodable claim: {e}")))?;
@@ -265,19 +257,9 @@ impl Claims {
 
     /// Records the final event: later deliveries republish it.
     pub(crate) async fn finish(&self, held: Held, event: &WorkerEvent) -> Result<(), ClaimError> {
-        let claim = Claim {
-            state: State::Done,
-            instance: self.instance.clone(),
-            attempt: held.attempt,
-            lease_until_ms: 0,
-            event: Some(event.clone()),
-        };
-        let value = serde_json::to_vec(&claim).unwrap_or_default().into();
-        self.kv
-            .update(&held.key, value, held.revision)
+        let attempt = held.attempt;
+        self.replace(held, State::Done, attempt, Some(event.clone()))
             .await
-            .map_err(|e| self.error(&held.key, e))?;
-        Ok(())
     }
 
     /// Releases the claim so that the next delivery runs `next_attempt`.
@@ -286,34 +268,33 @@ impl Claims {
         held: Held,
         next_attempt: u32,
     ) -> Result<(), ClaimError> {
-        let claim = Claim {
-            state: State::Retry,
-            instance: self.instance.clone(),
-            attempt: next_attempt,
-            lease_until_ms: 0,
-            event: None,
-        };
-        let value = serde_json::to_vec(&claim).unwrap_or_default().into();
-        self.kv
-            .update(&held.key, value, held.revision)
-            .await
-            .map_err(|e| self.error(&held.key, e))?;
-        Ok(())
+        self.replace(held, State::Retry, next_attempt, None).await
     }
 
     /// Gives the claim up at once (shutdown): the next delivery, on any
     /// replica, takes it over as a resumed attempt.
     pub(crate) async fn abandon(&self, held: Held) -> Result<(), ClaimError> {
+        let attempt = held.attempt;
+        self.replace(held, State::Started, attempt, None).await
+    }
+
+    /// Replaces a held claim with an unleased one in `state`.
+    async fn replace(
+        &self,
+        held: Held,
+        state: State,
+        attempt: u32,
+        event: Option<WorkerEvent>,
+    ) -> Result<(), ClaimError> {
         let claim = Claim {
-            state: State::Started,
+            state,
             instance: self.instance.clone(),
-            attempt: held.attempt,
+            attempt,
             lease_until_ms: 0,
-            event: None,
+            event,
         };
-        let value = serde_json::to_vec(&claim).unwrap_or_default().into();
         self.kv
-            .update(&held.key, value, held.revision)
+            .update(&held.key, claim.to_bytes(), held.revision)
             .await
             .map_err(|e| self.error(&held.key, e))?;
         Ok(())
