@@ -120,6 +120,9 @@ fn main() {
         }
         let size: u64 = walk_size(&dir.path().join("store"));
         println!("store on disk: {:.1} MiB", size as f64 / (1024.0 * 1024.0));
+        if let Some(rss) = rss_mib() {
+            println!("process RSS with the store open: {rss:.0} MiB");
+        }
     });
 }
 
@@ -136,4 +139,11 @@ fn walk_size(path: &std::path::Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
 }

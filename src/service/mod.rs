@@ -55,6 +55,8 @@ pub struct ServiceConfig {
     /// How often envelopes for unknown agents are moved to the DLQ.
     #[serde(with = "humantime_serde")]
     pub orphan_sweep: Duration,
+    /// The store's page cache, in bytes.
+    pub store_cache_bytes: u64,
 }
 
 impl Default for ServiceConfig {
@@ -67,6 +69,7 @@ impl Default for ServiceConfig {
             max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
             idempotency_retention: Duration::from_secs(24 * 3600),
             orphan_sweep: Duration::from_secs(10),
+            store_cache_bytes: StoreConfig::new("").cache_bytes,
         }
     }
 }
@@ -165,6 +168,7 @@ impl Orchestrator {
     ) -> Result<Orchestrator, ServiceError> {
         let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
+        store_config.cache_bytes = config.store_cache_bytes;
         let store = Store::open(&store_config)?;
         bus.provision().await?;
         Ok(Orchestrator {

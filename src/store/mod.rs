@@ -44,8 +44,9 @@ pub struct StoreConfig {
     pub idempotency_retention: Duration,
     /// How often expired keys are collected (default 10 min).
     pub gc_interval: Duration,
-    /// sled's page cache size in bytes (default 32 MiB: sled's own default
-    /// of 1 GiB would dwarf the orchestrator's memory budget).
+    /// sled's page cache size in bytes (default 8 MiB: sled's own default
+    /// of 1 GiB would dwarf the orchestrator's memory budget; 32 MiB is
+    /// about 10 % faster and 24 MiB larger at 100,000 tasks).
     pub cache_bytes: u64,
 }
 
@@ -62,7 +63,7 @@ impl StoreConfig {
             path: path.into(),
             idempotency_retention: Duration::from_secs(24 * 3600),
             gc_interval: Duration::from_secs(600),
-            cache_bytes: 32 * 1024 * 1024,
+            cache_bytes: 8 * 1024 * 1024,
         }
     }
 }
