@@ -4,7 +4,7 @@ mod common;
 
 use common::envelope;
 use common::nats::NatsServer;
-use orchestrator::bus::{Bus, BusConfig};
+use orchestrator::bus::{Bus, BusConfig, TraceContext};
 use serde_json::json;
 
 /// Provisioning twice is harmless, and a republished envelope (same task,
@@ -18,13 +18,28 @@ async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
     bus.provision().await.unwrap();
     bus.provision().await.unwrap();
     let env = envelope("echo", "echo", json!({"x": 1}), "k");
-    bus.publish_envelope(&env).await.unwrap();
-    bus.publish_envelope(&env).await.unwrap();
+    let trace = TraceContext::root();
+    bus.publish_envelope(&env, Some(&trace)).await.unwrap();
+    bus.publish_envelope(&env, Some(&trace)).await.unwrap();
     let mut next = env.clone();
     next.control.attempt = std::num::NonZeroU32::new(2).unwrap();
-    bus.publish_envelope(&next).await.unwrap();
+    bus.publish_envelope(&next, None).await.unwrap();
     let mut stream = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 2);
+    // Headers: the ids, and the caller's trace (as a child span).
+    let first = stream.get_raw_message(1).await.unwrap();
+    let header = |name: &str| first.headers.get(name).map(|v| v.to_string());
+    assert_eq!(
+        header("Nats-Msg-Id"),
+        Some(format!("{}.1", env.header.task_id))
+    );
+    assert_eq!(header("Orch-Task-Id"), Some(env.header.task_id.to_string()));
+    assert_eq!(
+        header("Orch-Correlation-Id"),
+        Some(env.header.correlation_id.to_string())
+    );
+    let sent = TraceContext::parse(&header("traceparent").unwrap()).unwrap();
+    assert_eq!(sent.trace_id(), trace.trace_id());
     assert!(bus.agents().await.is_ok());
     assert!(bus.deliveries().await.is_ok());
 }

@@ -48,6 +48,15 @@ async fn a_task_is_submitted_run_and_completed() {
     );
     let (_, verify) = sys.get("/v1/audit/verify").await;
     assert_eq!(verify["ok"], true, "{verify}");
+    // The worker's reports travel in the task's trace.
+    let bus = sys.bus().await;
+    let events = bus.jetstream().get_stream("ORCH_EVENTS").await.unwrap();
+    for seq in 1..=2 {
+        let m = events.get_raw_message(seq).await.unwrap();
+        let tp = m.headers.get("traceparent").unwrap().to_string();
+        let trace = orchestrator::bus::TraceContext::parse(&tp).unwrap();
+        assert_eq!(trace.trace_id(), done["trace_id"].as_str().unwrap());
+    }
 }
 
 /// The same idempotency key twice is one task; with other params it is a
@@ -115,4 +124,32 @@ async fn bad_submissions_are_refused_with_the_field_named() {
         .get(&format!("/v1/tasks/{}", orchestrator::TaskId::new()))
         .await;
     assert_eq!(status, 404);
+}
+
+/// A caller's `traceparent` puts the task in the caller's trace: its id is
+/// on the task; without one the task gets a trace of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_join_the_callers_trace() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let traced: serde_json::Value = sys
+        .client
+        .post(format!("{}/v1/tasks", sys.http))
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+        .json(&json!({"to": "echo", "action": "echo"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(traced["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    let (_, untraced) = sys
+        .post("/v1/tasks", json!({"to": "echo", "action": "echo"}))
+        .await;
+    let own = untraced["trace_id"].as_str().unwrap();
+    assert_eq!(own.len(), 32);
+    assert_ne!(own, "4bf92f3577b34da6a3ce929d0e0e4736");
 }

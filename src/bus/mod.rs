@@ -9,8 +9,10 @@
 //! `agent_<agent>_<priority>`.
 
 mod names;
+mod trace;
 
 pub use names::Names;
+pub use trace::{TRACEPARENT, TraceContext};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -317,14 +319,18 @@ impl Bus {
     /// Publishes an envelope on its agent's subject and waits for JetStream
     /// to store it. `Nats-Msg-Id` is `<task_id>.<attempt>`, so a republish of
     /// the same attempt within the duplicate window is dropped.
-    pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), BusError> {
+    pub async fn publish_envelope(
+        &self,
+        envelope: &Envelope,
+        trace: Option<&TraceContext>,
+    ) -> Result<(), BusError> {
         let h = &envelope.header;
         let subject = self
             .inner
             .names
             .task_subject(&h.to, envelope.control.priority);
         let msg_id = format!("{}.{}", h.task_id, envelope.control.attempt);
-        let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str());
+        let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str(), trace);
         self.publish(subject, msg_id, headers, envelope.to_vec())
             .await
     }
@@ -383,7 +389,11 @@ impl Bus {
     }
 
     /// Publishes a worker event and waits for JetStream to store it.
-    pub async fn publish_event(&self, event: &WorkerEvent) -> Result<(), BusError> {
+    pub async fn publish_event(
+        &self,
+        event: &WorkerEvent,
+        trace: Option<&TraceContext>,
+    ) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
         let state = serde_json::to_value(event.state).unwrap_or_default();
         let msg_id = format!(
@@ -392,7 +402,11 @@ impl Bus {
             event.attempt,
             state.as_str().unwrap_or_default()
         );
-        let headers = task_headers(&event.task_id.to_string(), event.correlation_id.as_str());
+        let headers = task_headers(
+            &event.task_id.to_string(),
+            event.correlation_id.as_str(),
+            trace,
+        );
         let body = serde_json::to_vec(event).unwrap_or_default();
         self.publish(subject, msg_id, headers, body).await
     }
@@ -481,9 +495,12 @@ mod durations {
     }
 }
 
-fn task_headers(task_id: &str, correlation_id: &str) -> HeaderMap {
+fn task_headers(task_id: &str, correlation_id: &str, trace: Option<&TraceContext>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(TASK_ID_HEADER, task_id);
     headers.insert(CORRELATION_ID_HEADER, correlation_id);
+    if let Some(trace) = trace {
+        headers.insert(TRACEPARENT, trace.child().to_string().as_str());
+    }
     headers
 }

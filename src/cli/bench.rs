@@ -16,7 +16,7 @@ use futures::StreamExt;
 use orchestrator::agent::AgentCard;
 use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::{Bus, BusConfig};
-use orchestrator::service::{Orchestrator, ServiceConfig, TaskRequest};
+use orchestrator::service::{Caller, Orchestrator, ServiceConfig, TaskRequest};
 use orchestrator::worker::{EchoHandler, Worker, WorkerConfig};
 use serde_json::json;
 use tokio::sync::{Semaphore, oneshot};
@@ -384,7 +384,7 @@ async fn full_path(
             // update is sent after the store has the change).
             let envelope_id = {
                 let submitted = orchestrator
-                    .submit(request, "bench")
+                    .submit(request, &Caller::new("bench"))
                     .await
                     .map_err(|e| e.to_string())?;
                 submitted.record().task_id()

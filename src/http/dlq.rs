@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::tasks::TaskView;
-use super::{ANONYMOUS, ApiError};
+use super::{ApiError, Requester};
 use crate::service::Orchestrator;
 
 pub(super) fn router() -> Router<Orchestrator> {
@@ -43,12 +43,13 @@ async fn list(
 
 async fn replay(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Path(task_id): Path<String>,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     let id = task_id
         .parse()
         .map_err(|e: String| ApiError::bad_param("task_id", e))?;
-    let submitted = o.replay(id, ANONYMOUS).await?;
+    let submitted = o.replay(id, &caller).await?;
     Ok((
         StatusCode::CREATED,
         Json(TaskView::from(submitted.record())),

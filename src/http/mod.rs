@@ -14,11 +14,31 @@ pub use tasks::{TaskPage, TaskView};
 
 use axum::Router;
 
-use crate::service::Orchestrator;
+use crate::service::{Caller, Orchestrator};
 
 /// Who is asking. Authentication is not built yet: every caller is the
 /// anonymous principal, recorded as such in the audit trail.
 pub const ANONYMOUS: &str = "anonymous";
+
+/// The caller of a request: the anonymous principal, in the trace its
+/// `traceparent` header names (or a new one).
+pub struct Requester(pub Caller);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let trace = parts
+            .headers
+            .get(crate::bus::TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::bus::TraceContext::parse);
+        Ok(Requester(Caller::new(ANONYMOUS).with_trace(trace)))
+    }
+}
 
 /// The whole API.
 pub fn router(orchestrator: Orchestrator) -> Router {

@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ANONYMOUS, ApiError};
+use super::{ApiError, Requester};
 use crate::codec::{self, Strictness};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
@@ -76,11 +76,12 @@ impl From<&TaskRecord> for TaskView {
 
 async fn submit(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     body: Bytes,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     let request: TaskRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
-    let submitted = o.submit(request, ANONYMOUS).await?;
+    let submitted = o.submit(request, &caller).await?;
     let status = match submitted {
         Submitted::Created(_) => StatusCode::CREATED,
         Submitted::Existing(_) => StatusCode::OK,
@@ -106,9 +107,10 @@ async fn get_task(
 
 async fn cancel(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Path(id): Path<String>,
 ) -> Result<Json<TaskView>, ApiError> {
-    let record = o.cancel(parse_id(&id)?, ANONYMOUS).await?;
+    let record = o.cancel(parse_id(&id)?, &caller).await?;
     Ok(Json(TaskView::from(&record)))
 }
 

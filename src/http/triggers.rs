@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::tasks::TaskView;
-use super::{ANONYMOUS, ApiError};
+use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::{IdempotencyKey, TaskId};
 use crate::service::Orchestrator;
@@ -55,13 +55,14 @@ pub struct RunView {
 
 async fn start_run(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let request: RunRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
     let submitted = o
-        .run_trigger(&id, request.input, request.idempotency_key, ANONYMOUS)
+        .run_trigger(&id, request.input, request.idempotency_key, &caller)
         .await?;
     let status = match submitted {
         Submitted::Created(_) => StatusCode::CREATED,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusConfig, BusError};
+use crate::bus::{Bus, BusConfig, BusError, TraceContext};
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
 use crate::event::ReportedState;
 use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
@@ -128,6 +128,40 @@ pub enum ServiceError {
     Bus(#[from] BusError),
 }
 
+/// Who is asking, and the trace the request belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The principal: recorded as the actor in history and audit, and the
+    /// scope of its idempotency keys.
+    pub principal: String,
+    /// The caller's trace (a `traceparent` it sent); `None` starts one.
+    trace: Option<TraceContext>,
+    /// The trace used when the caller sent none, fixed at creation.
+    root: TraceContext,
+}
+
+impl Caller {
+    /// A caller named `principal`, in a new trace.
+    pub fn new(principal: impl Into<String>) -> Self {
+        Caller {
+            principal: principal.into(),
+            trace: None,
+            root: TraceContext::root(),
+        }
+    }
+
+    /// The same caller inside the trace it sent.
+    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The trace its tasks join.
+    pub fn trace(&self) -> TraceContext {
+        self.trace.unwrap_or(self.root)
+    }
+}
+
 /// A task changed state because of a worker's report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskUpdate {
@@ -221,9 +255,9 @@ impl Orchestrator {
     pub async fn submit(
         &self,
         request: TaskRequest,
-        principal: &str,
+        caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
-        self.submit_with(request, Meta::default(), None, principal)
+        self.submit_with(request, Meta::default(), None, caller)
             .await
     }
 
@@ -234,7 +268,7 @@ impl Orchestrator {
         id: &str,
         input: serde_json::Value,
         idempotency_key: Option<crate::envelope::IdempotencyKey>,
-        principal: &str,
+        caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
         let trigger = self
             .inner
@@ -269,7 +303,7 @@ impl Orchestrator {
                 .clone()
                 .or_else(|| trigger.default_system_prompt.clone()),
         };
-        self.submit_with(request, meta, None, principal).await
+        self.submit_with(request, meta, None, caller).await
     }
 
     async fn submit_with(
@@ -277,7 +311,7 @@ impl Orchestrator {
         request: TaskRequest,
         meta: Meta,
         causation: Option<TaskId>,
-        principal: &str,
+        caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
         if !self.inner.cards.is_empty() {
             let card = self
@@ -300,10 +334,10 @@ impl Orchestrator {
             .store
             .submit(NewTask {
                 envelope,
-                scope: principal.to_string(),
+                scope: caller.principal.clone(),
                 fingerprint: request.fingerprint(),
-                actor: principal.to_string(),
-                trace_id: None,
+                actor: caller.principal.clone(),
+                trace_id: Some(caller.trace().trace_id()),
             })
             .await?;
         let record = submitted.record();
@@ -315,10 +349,11 @@ impl Orchestrator {
 
     /// Publishes a stored task; on failure remembers it for the republisher.
     async fn publish(&self, record: &TaskRecord) {
+        let trace = record.trace_id.as_deref().and_then(TraceContext::in_trace);
         match self
             .inner
             .bus
-            .publish_envelope(&record.envelope_for_attempt())
+            .publish_envelope(&record.envelope_for_attempt(), trace.as_ref())
             .await
         {
             Ok(()) => {
@@ -337,9 +372,13 @@ impl Orchestrator {
     pub async fn cancel(
         &self,
         task_id: TaskId,
-        principal: &str,
+        caller: &Caller,
     ) -> Result<TaskRecord, ServiceError> {
-        let change = Change::new(TaskEvent::Cancel, principal, "cancel requested");
+        let change = Change::new(
+            TaskEvent::Cancel,
+            caller.principal.as_str(),
+            "cancel requested",
+        );
         let record = match self.inner.store.apply(task_id, change).await? {
             Applied::Moved(r) | Applied::Unchanged(r) => r,
             Applied::Ignored { record, .. } if record.state == TaskState::Canceled => {
@@ -387,7 +426,7 @@ impl Orchestrator {
     pub async fn replay(
         &self,
         task_id: TaskId,
-        principal: &str,
+        caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
         let (seq, old) = dlq::find(&self.inner.bus, task_id)
             .await?
@@ -407,12 +446,12 @@ impl Orchestrator {
             correlation_id: Some(old.header.correlation_id.clone()),
         };
         let submitted = self
-            .submit_with(request, old.payload.meta.clone(), Some(task_id), principal)
+            .submit_with(request, old.payload.meta.clone(), Some(task_id), caller)
             .await?;
         let new_id = submitted.record().task_id();
         self.inner
             .store
-            .audit(dlq::replay_entry(task_id, new_id, seq, principal))
+            .audit(dlq::replay_entry(task_id, new_id, seq, &caller.principal))
             .await?;
         dlq::remove(&self.inner.bus, seq).await?;
         Ok(submitted)

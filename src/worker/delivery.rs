@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::claims::{self, Decision};
 use super::{Disposition, Outcome, Shared, Task, event_for, lock, report, settle};
 use crate::agent::AgentCard;
-use crate::bus::DeadLetterCopy;
+use crate::bus::{BusError, DeadLetterCopy, TRACEPARENT, TraceContext};
 use crate::envelope::{Envelope, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
 
@@ -23,19 +23,25 @@ pub(super) async fn handle(
     permit: OwnedSemaphorePermit,
     hard_stop: CancellationToken,
 ) {
+    let trace = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(TRACEPARENT))
+        .and_then(|v| TraceContext::parse(v.as_str()));
+    let trace = trace.as_ref();
     let _permit = permit;
     let envelope = match Envelope::from_wire(&msg.payload, shared.config.max_envelope_bytes) {
         Ok(env) => env,
-        Err(e) => return dead_letter(&shared, msg, e.code(), &e.to_string()).await,
+        Err(e) => return dead_letter(&shared, msg, e.code(), &e.to_string(), trace).await,
     };
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
-        return reject(&shared, msg, &envelope, "wrong_agent", &why).await;
+        return reject(&shared, msg, &envelope, "wrong_agent", &why, trace).await;
     }
     let action = envelope.payload.action.as_str();
     if shared.card.skill(action).is_none() {
         let why = format!("`{}` has no skill `{action}`", shared.card.name);
-        return reject(&shared, msg, &envelope, "unknown_action", &why).await;
+        return reject(&shared, msg, &envelope, "unknown_action", &why, trace).await;
     }
     let decision = match shared
         .claims
@@ -60,14 +66,23 @@ pub(super) async fn handle(
         }
         Decision::Republish(event) => {
             info!(task_id = %envelope.header.task_id, "already done: republishing its result");
-            finish(&shared, &msg, &event, AckKind::Ack).await;
+            finish(&shared, &msg, &event, AckKind::Ack, trace).await;
         }
         Decision::Run {
             attempt,
             resumed,
             held,
         } => {
-            run_task(&shared, msg, envelope, attempt, resumed, held, hard_stop).await;
+            run_task(
+                &shared,
+                msg,
+                envelope,
+                (attempt, resumed),
+                held,
+                hard_stop,
+                trace,
+            )
+            .await;
         }
     }
 }
@@ -76,10 +91,10 @@ async fn run_task(
     shared: &Arc<Shared>,
     msg: Message,
     envelope: Envelope,
-    attempt: u32,
-    resumed: bool,
+    (attempt, resumed): (u32, bool),
     mut held: claims::Held,
     hard_stop: CancellationToken,
+    trace: Option<&TraceContext>,
 ) {
     let task_id = envelope.header.task_id;
     let cancel = CancellationToken::new();
@@ -89,8 +104,9 @@ async fn run_task(
     let working = {
         let bus = shared.bus.clone();
         let event = report(&envelope, attempt, ReportedState::Working);
+        let trace = trace.copied();
         tokio::spawn(async move {
-            if let Err(e) = bus.publish_event(&event).await {
+            if let Err(e) = bus.publish_event(&event, trace.as_ref()).await {
                 warn!(task_id = %event.task_id, error = %e, "could not report working");
             }
         })
@@ -134,21 +150,28 @@ async fn run_task(
     info!(task_id = %task_id, attempt, state = ?state, "task ran");
     match disposition {
         Disposition::Ack | Disposition::Term => {
-            if let Err(e) = shared.claims.finish(held, &event).await {
-                warn!(task_id = %task_id, error = %e, "could not record the result in the claim");
-            }
             let kind = if disposition == Disposition::Ack {
                 AckKind::Ack
             } else {
                 AckKind::Term
             };
-            finish(shared, &msg, &event, kind).await;
+            // The claim must hold the result before the ack, so that a
+            // redelivery republishes it; recording and publishing it can
+            // happen at once.
+            let (recorded, published) = tokio::join!(
+                shared.claims.finish(held, &event),
+                shared.bus.publish_event(&event, trace)
+            );
+            if let Err(e) = recorded {
+                warn!(task_id = %task_id, error = %e, "could not record the result in the claim");
+            }
+            settle_delivery(&msg, &event, kind, published).await;
         }
         Disposition::Nak(delay) => {
             if let Err(e) = shared.claims.release_for_retry(held, attempt + 1).await {
                 warn!(task_id = %task_id, error = %e, "could not release the claim for retry");
             }
-            if let Err(e) = shared.bus.publish_event(&event).await {
+            if let Err(e) = shared.bus.publish_event(&event, trace).await {
                 warn!(task_id = %task_id, error = %e, "could not report the failure");
             }
             let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
@@ -158,8 +181,26 @@ async fn run_task(
 
 /// Publishes the final event, then acks; if the publish fails the delivery
 /// is left to be redelivered (and the claim republishes the event then).
-async fn finish(shared: &Shared, msg: &Message, event: &WorkerEvent, kind: AckKind) {
-    if let Err(e) = shared.bus.publish_event(event).await {
+async fn finish(
+    shared: &Shared,
+    msg: &Message,
+    event: &WorkerEvent,
+    kind: AckKind,
+    trace: Option<&TraceContext>,
+) {
+    let published = shared.bus.publish_event(event, trace).await;
+    settle_delivery(msg, event, kind, published).await;
+}
+
+/// Acks a delivery whose final event was published; otherwise leaves it to
+/// be redelivered.
+async fn settle_delivery(
+    msg: &Message,
+    event: &WorkerEvent,
+    kind: AckKind,
+    published: Result<(), BusError>,
+) {
+    if let Err(e) = published {
         warn!(task_id = %event.task_id, error = %e, "could not publish the result; it will be redelivered");
         let _ = msg
             .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
@@ -172,7 +213,14 @@ async fn finish(shared: &Shared, msg: &Message, event: &WorkerEvent, kind: AckKi
 }
 
 /// Refuses a well-formed envelope this agent will not run.
-async fn reject(shared: &Shared, msg: Message, envelope: &Envelope, code: &'static str, why: &str) {
+async fn reject(
+    shared: &Shared,
+    msg: Message,
+    envelope: &Envelope,
+    code: &'static str,
+    why: &str,
+    trace: Option<&TraceContext>,
+) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
     let mut event = event_for(
@@ -182,12 +230,18 @@ async fn reject(shared: &Shared, msg: Message, envelope: &Envelope, code: &'stat
         &outcome,
     );
     event.agent = shared.card.name.clone();
-    finish(shared, &msg, &event, AckKind::Term).await;
+    finish(shared, &msg, &event, AckKind::Term, trace).await;
 }
 
 /// Moves an envelope that cannot be read to the dead-letter stream, tells
 /// the orchestrator when the task can be identified, and terminates it.
-async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &str) {
+async fn dead_letter(
+    shared: &Shared,
+    msg: Message,
+    code: &'static str,
+    why: &str,
+    trace: Option<&TraceContext>,
+) {
     let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
     warn!(
         stream_seq = seq,
@@ -211,7 +265,7 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
         return;
     }
     if let Some(event) = fragments {
-        let _ = shared.bus.publish_event(&event).await;
+        let _ = shared.bus.publish_event(&event, trace).await;
     }
     let _ = msg.double_ack_with(AckKind::Term).await;
 }
