@@ -189,14 +189,7 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let deadline = Instant::now() + Duration::from_secs(60);
     for (n, id) in ids.iter().enumerate() {
         loop {
-            let t: Value = http
-                .get(format!("{base}/v1/tasks/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let t = common::get_json(&http, &format!("{base}/v1/tasks/{id}")).await;
             if t["state"] == "completed" {
                 assert_eq!(t["result"], json!({"n": n}));
                 break;
@@ -205,14 +198,7 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let verify: Value = http
-        .get(format!("{base}/v1/audit/verify"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let verify = common::get_json(&http, &format!("{base}/v1/audit/verify")).await;
     assert_eq!(verify["ok"], true, "{verify}");
     stop.cancel();
     let _ = worker.await;

@@ -28,20 +28,10 @@ async fn a_task_is_submitted_run_and_completed() {
     let done = sys.wait_terminal(&id, Duration::from_secs(20)).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     assert_eq!(done["result"], json!({"echo": {"hello": "world"}}));
-    let states: Vec<&str> = done["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["to"].as_str().unwrap())
-        .collect();
+    let states = common::strings(&done, "history", "to");
     assert_eq!(states, ["submitted", "working", "completed"]);
     let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
-    let kinds: Vec<&str> = audit["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap())
-        .collect();
+    let kinds = common::strings(&audit, "records", "kind");
     assert_eq!(
         kinds,
         ["task.submitted", "task.transition", "task.transition"]

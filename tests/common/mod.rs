@@ -66,3 +66,21 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
 pub mod nats;
 pub mod process;
 pub mod system;
+
+/// The string `field` of every item of the array `list` in `value`.
+pub fn strings(value: &Value, list: &str, field: &str) -> Vec<String> {
+    value[list]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|i| i[field].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// GETs `url` and decodes its JSON body.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
