@@ -65,6 +65,10 @@ pub struct BusConfig {
     /// How long a delivery claim is kept (at least the idempotency retention).
     #[serde(with = "humantime_serde")]
     pub deliveries_ttl: Duration,
+    /// Ack wait of the orchestrator's own consumers (events, advisories):
+    /// what a crashed orchestrator had taken comes back after this long.
+    #[serde(with = "humantime_serde")]
+    pub consumer_ack_wait: Duration,
 }
 
 impl Default for BusConfig {
@@ -78,6 +82,7 @@ impl Default for BusConfig {
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             registry_ttl: Duration::from_secs(15),
             deliveries_ttl: Duration::from_secs(25 * 3600),
+            consumer_ack_wait: Duration::from_secs(5),
         }
     }
 }
@@ -357,7 +362,7 @@ impl Bus {
                 consumer::pull::Config {
                     durable_name: Some(name.to_string()),
                     ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: Duration::from_secs(30),
+                    ack_wait: self.inner.config.consumer_ack_wait,
                     max_ack_pending: -1,
                     ..Default::default()
                 },
@@ -435,6 +440,22 @@ impl Bus {
         ack.await.map_err(|e| publish_error(e.to_string()))?;
         Ok(())
     }
+}
+
+/// A continuous pull whose requests expire within 2 s. A process that dies
+/// leaves pull requests behind, and JetStream keeps handing messages to them
+/// until they expire; those messages then wait out the ack wait. Short
+/// requests keep that detour short.
+pub async fn short_pull(
+    consumer: &consumer::PullConsumer,
+) -> Result<consumer::pull::Stream, consumer::StreamError> {
+    consumer
+        .stream()
+        .expires(Duration::from_secs(2))
+        .heartbeat(Duration::from_millis(500))
+        .max_messages_per_batch(256)
+        .messages()
+        .await
 }
 
 /// A message to dead-letter, with why.

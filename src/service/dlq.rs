@@ -50,7 +50,7 @@ pub(crate) async fn handle_advisories(
     stop: CancellationToken,
 ) {
     'connect: while !stop.is_cancelled() {
-        let mut messages = match advisories.messages().await {
+        let mut messages = match crate::bus::short_pull(&advisories).await {
             Ok(m) => m,
             Err(e) => {
                 warn!(error = %e, "cannot consume advisories; retrying");

@@ -38,7 +38,7 @@ pub(crate) async fn apply_events(
     let mut shards = Vec::new();
     let mut senders = Vec::new();
     for _ in 0..SHARDS {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(1024);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(64);
         let store = store.clone();
         let updates = updates.clone();
         senders.push(tx);
@@ -51,7 +51,7 @@ pub(crate) async fn apply_events(
         }));
     }
     'connect: while !stop.is_cancelled() {
-        let mut messages = match events.messages().await {
+        let mut messages = match crate::bus::short_pull(&events).await {
             Ok(m) => m,
             Err(e) => {
                 warn!(error = %e, "cannot consume worker events; retrying");

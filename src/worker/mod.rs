@@ -207,8 +207,10 @@ impl Worker {
                     ));
                 }
                 Some(Err(e)) => {
-                    warn!(error = %e, "pulling work failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // A pull that lost its request (missed heartbeats, a
+                    // broker restart) is replaced by a fresh one.
+                    warn!(error = %e, "pulling work failed; pulling anew");
+                    pulls[which] = None;
                 }
                 None => pulls[which] = None,
             }
@@ -244,10 +246,14 @@ impl Worker {
 type Pull = async_nats::jetstream::consumer::pull::Stream;
 
 async fn open_pull(consumer: &PullConsumer, prefetch: usize, expires: Duration) -> Option<Pull> {
+    let expires = expires.max(Duration::from_secs(1));
     match consumer
         .stream()
         .max_messages_per_batch(prefetch)
-        .expires(expires.max(Duration::from_secs(1)))
+        .expires(expires)
+        // A pull request the server lost is noticed by its missing
+        // heartbeats and sent again, instead of waiting forever.
+        .heartbeat(expires / 4)
         .messages()
         .await
     {
