@@ -131,21 +131,34 @@ async fn apply_one(
         result: event.result.clone(),
         error: event.error.clone(),
     };
-    match store.apply(event.task_id, change).await {
-        Ok(Applied::Ignored { reason, .. }) => {
-            debug!(task_id = %event.task_id, "event ignored: {reason}");
-            let _ = msg.ack().await;
-        }
-        Ok(Applied::Moved(record)) => {
-            let _ = msg.ack().await;
-            // Nobody listening is fine.
-            let _ = updates.send(TaskUpdate {
-                task_id: record.task_id(),
-                state: record.state,
+    // The change is made in order here; its flush and the ack run on their
+    // own, so this task's next event can be applied meanwhile.
+    match store.apply_deferred(event.task_id, change).await {
+        Ok(applied) => {
+            let store = store.clone();
+            let updates = updates.clone();
+            tokio::spawn(async move {
+                if store.flush().await.is_err() {
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+                        .await;
+                    return;
+                }
+                let _ = msg.ack().await;
+                match applied {
+                    Applied::Moved(record) => {
+                        // Nobody listening is fine.
+                        let _ = updates.send(TaskUpdate {
+                            task_id: record.task_id(),
+                            state: record.state,
+                        });
+                    }
+                    Applied::Ignored { reason, .. } => {
+                        debug!(task_id = %event.task_id, "event ignored: {reason}");
+                    }
+                    Applied::Unchanged(_) => {}
+                }
             });
-        }
-        Ok(Applied::Unchanged(_)) => {
-            let _ = msg.ack().await;
         }
         Err(StoreError::NotFound(_)) => {
             // Not a task of this orchestrator (published straight onto the

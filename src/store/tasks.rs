@@ -271,6 +271,20 @@ impl Store {
     /// that is about another attempt, is audited and returned as
     /// [`Applied::Ignored`].
     pub async fn apply(&self, task_id: TaskId, change: Change) -> Result<Applied, StoreError> {
+        let applied = self.apply_deferred(task_id, change).await?;
+        self.inner.commit.durable().await?;
+        Ok(applied)
+    }
+
+    /// [`Store::apply`] without waiting for the flush: the change is made,
+    /// in order with every other change, but may not be on disk yet. Call
+    /// [`Store::flush`] before telling anyone about it. Lets a caller apply
+    /// the next change while this one's flush is under way.
+    pub async fn apply_deferred(
+        &self,
+        task_id: TaskId,
+        change: Change,
+    ) -> Result<Applied, StoreError> {
         let now = Timestamp::now();
         let outcome = self
             .transact(Box::new(move |tx, head| {
@@ -346,7 +360,6 @@ impl Store {
                 Ok((head, ApplyOutcome::Moved(record)))
             }))
             .await?;
-        self.inner.commit.durable().await?;
         Ok(match outcome {
             ApplyOutcome::Moved(r) => Applied::Moved(r),
             ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
