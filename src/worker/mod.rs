@@ -251,8 +251,8 @@ async fn open_pull(consumer: &PullConsumer, prefetch: usize, expires: Duration) 
         .stream()
         .max_messages_per_batch(prefetch)
         .expires(expires)
-        // A pull request the server lost is noticed by its missing
-        // heartbeats and sent again, instead of waiting forever.
+        // A pull request the server lost shows as missing heartbeats;
+        // the serve loop then replaces the pull instead of waiting forever.
         .heartbeat(expires / 4)
         .messages()
         .await
