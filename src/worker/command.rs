@@ -127,3 +127,105 @@ fn or_default(message: String, default: &str) -> String {
         message
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{BearerToken, Envelope, Sender};
+    use tokio_util::sync::CancellationToken;
+
+    fn task(dir: &std::path::Path) -> Task {
+        let mut envelope = Envelope::new(
+            Sender::orchestrator(),
+            "echo".parse().unwrap(),
+            "echo".parse().unwrap(),
+            serde_json::Map::new(),
+        );
+        envelope.header.token = Some(BearerToken::new("secret-token"));
+        Task {
+            envelope,
+            attempt: 2,
+            resumed: true,
+            agent_dir: dir.to_path_buf(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    async fn run_sh(script: &str, timeout: Duration) -> Outcome {
+        let dir = tempfile::tempdir().unwrap();
+        let handler = CommandHandler::new(vec!["sh".into(), "-c".into(), script.into()], timeout);
+        handler.handle(task(dir.path())).await
+    }
+
+    #[tokio::test]
+    async fn exit_zero_with_json_completes_and_sees_the_envelope_without_its_token() {
+        let script = r#"input=$(cat); case "$input" in *secret-token*) exit 9;; esac
+            printf '{"attempt": %s, "resumed": %s}' "$ORCH_ATTEMPT" "$ORCH_RESUMED""#;
+        let outcome = run_sh(script, Duration::from_secs(10)).await;
+        assert_eq!(
+            outcome,
+            Outcome::completed(serde_json::json!({"attempt": 2, "resumed": 1}))
+        );
+    }
+
+    #[tokio::test]
+    async fn exit_codes_map_to_retryable_and_permanent_failures() {
+        let retry = run_sh(
+            "echo warming up >&2; echo 'index busy' >&2; exit 75",
+            Duration::from_secs(10),
+        )
+        .await;
+        let Outcome::Failed { error, .. } = retry else {
+            panic!("{retry:?}")
+        };
+        assert!(error.retryable);
+        assert_eq!(error.message, "index busy");
+        let failed = run_sh("echo 'bad query' >&2; exit 3", Duration::from_secs(10)).await;
+        let Outcome::Failed { error, .. } = failed else {
+            panic!("{failed:?}")
+        };
+        assert!(!error.retryable);
+        assert_eq!(
+            (error.code.as_str(), error.message.as_str()),
+            ("agent_failed", "bad query")
+        );
+        let garbage = run_sh("echo not-json", Duration::from_secs(10)).await;
+        let Outcome::Failed { error, .. } = garbage else {
+            panic!("{garbage:?}")
+        };
+        assert_eq!(error.code.as_str(), "bad_output");
+    }
+
+    #[tokio::test]
+    async fn a_slow_command_times_out_retryably_and_a_cancel_stops_it() {
+        let slow = run_sh("sleep 5", Duration::from_millis(200)).await;
+        let Outcome::Failed { error, .. } = slow else {
+            panic!("{slow:?}")
+        };
+        assert_eq!((error.code.as_str(), error.retryable), ("timeout", true));
+
+        let dir = tempfile::tempdir().unwrap();
+        let handler = CommandHandler::new(
+            vec!["sh".into(), "-c".into(), "sleep 5".into()],
+            Duration::from_secs(30),
+        );
+        let t = task(dir.path());
+        let cancel = t.cancel.clone();
+        let running = tokio::spawn(handler.handle(t));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cancel.cancel();
+        assert_eq!(running.await.unwrap(), Outcome::Canceled);
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_permanent_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let handler =
+            CommandHandler::new(vec!["/nonexistent/agent".into()], Duration::from_secs(1));
+        let outcome = handler.handle(task(dir.path())).await;
+        let Outcome::Failed { error, .. } = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(error.code.as_str(), "spawn_failed");
+    }
+}
