@@ -68,6 +68,19 @@ pub enum ReportedState {
 }
 
 impl ReportedState {
+    /// The snake_case name used in JSON and message ids.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportedState::Working => "working",
+            ReportedState::InputRequired => "input_required",
+            ReportedState::AuthRequired => "auth_required",
+            ReportedState::Completed => "completed",
+            ReportedState::Failed => "failed",
+            ReportedState::Rejected => "rejected",
+            ReportedState::Canceled => "canceled",
+        }
+    }
+
     /// The state machine event this report stands for. A retryable failure
     /// is a [`TaskEvent::Retry`]: the orchestrator schedules another attempt.
     pub fn event(self, retryable: bool) -> TaskEvent {
@@ -215,6 +228,23 @@ mod tests {
             event("working", Value::Null).unwrap().task_event(),
             TaskEvent::Start
         );
+    }
+
+    #[test]
+    fn names_match_the_json() {
+        use ReportedState as R;
+        let all = [
+            R::Working,
+            R::InputRequired,
+            R::AuthRequired,
+            R::Completed,
+            R::Failed,
+            R::Rejected,
+            R::Canceled,
+        ];
+        for state in all {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
     }
 
     #[test]

@@ -90,6 +90,8 @@ async fn client_commands_work_against_a_running_orchestrator() {
             ),
             cli(&server2, &["audit", "verify"]),
             cli(&server2, &["agents", "list"]),
+            cli(&server2, &["tasks", "list", "--limit", "1"]),
+            cli(&server2, &["audit", "list", "--limit", "2"]),
             cli(&server2, &["trigger", "say", "--input", "{}"]),
             cli(
                 &server2,
@@ -102,13 +104,25 @@ async fn client_commands_work_against_a_running_orchestrator() {
     })
     .await
     .unwrap();
-    let (get, list, verify, agents, bad_input, bad_params, unreachable) = outs;
+    let (get, list, verify, agents, tasks_table, audit_table, bad_input, bad_params, unreachable) =
+        outs;
     assert_eq!(get.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&get.stdout).contains("completed"));
     assert_eq!(json_out(&list)["tasks"].as_array().unwrap().len(), 1);
     assert_eq!(verify.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&verify.stdout).contains("audit chain ok"));
     assert!(String::from_utf8_lossy(&agents.stdout).contains("echo"));
+    let tasks_table = String::from_utf8_lossy(&tasks_table.stdout).to_string();
+    assert!(
+        tasks_table.starts_with("TASK") && tasks_table.contains("completed"),
+        "{tasks_table}"
+    );
+    let audit_table = String::from_utf8_lossy(&audit_table.stdout).to_string();
+    assert!(audit_table.contains("task.submitted"), "{audit_table}");
+    assert!(
+        audit_table.contains("more: --cursor 2"),
+        "a further page must be offered: {audit_table}"
+    );
     assert_eq!(bad_input.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&bad_input.stderr).contains("input.text"),

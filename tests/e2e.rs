@@ -143,3 +143,47 @@ async fn tasks_join_the_callers_trace() {
     assert_eq!(own.len(), 32);
     assert_ne!(own, "4bf92f3577b34da6a3ce929d0e0e4736");
 }
+
+/// Listing one request's tasks in one state pages through all of them,
+/// however few match among the request's tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_by_request_and_state_finds_sparse_matches() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone(), card("idle", &["echo"])], fast_bus()).await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let mut done = Vec::new();
+    for i in 0..6 {
+        // Four tasks nobody runs, then two that complete.
+        let to = if i < 4 { "idle" } else { "echo" };
+        let (_, t) = sys
+            .post(
+                "/v1/tasks",
+                json!({"to": to, "action": "echo", "correlation_id": "run-1"}),
+            )
+            .await;
+        if to == "echo" {
+            done.push(t["task_id"].as_str().unwrap().to_string());
+        }
+    }
+    for id in &done {
+        sys.wait_terminal(id, Duration::from_secs(20)).await;
+    }
+    let (_, first) = sys
+        .get("/v1/tasks?correlation_id=run-1&state=completed&limit=1")
+        .await;
+    assert_eq!(
+        common::strings(&first, "tasks", "task_id"),
+        [done[0].clone()]
+    );
+    let cursor = first["next_cursor"].as_str().expect("a second page");
+    let (_, second) = sys
+        .get(&format!(
+            "/v1/tasks?correlation_id=run-1&state=completed&limit=1&cursor={cursor}"
+        ))
+        .await;
+    assert_eq!(
+        common::strings(&second, "tasks", "task_id"),
+        [done[1].clone()]
+    );
+    assert!(second["next_cursor"].is_null());
+}

@@ -227,13 +227,37 @@ async fn cancel_stops_running_and_queued_tasks() {
     assert_eq!(status, 200);
     sys.worker(card("idle", &["echo"]), Arc::new(EchoHandler))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The worker gets the delivery, finds it settled as canceled, and
+    // republishes that report (which the orchestrator audits as late): it
+    // must not have started the task.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let late_events = loop {
+        let (_, audit) = sys.get(&format!("/v1/audit?task_id={qid}")).await;
+        let late: Vec<String> = audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "task.ignored_event")
+            .map(|r| {
+                r["detail"]["event"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        if !late.is_empty() {
+            break late;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never handled the delivery"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(late_events, ["cancel"], "a canceled task must not run");
     let (_, after) = sys.get(&format!("/v1/tasks/{qid}")).await;
     assert_eq!(after["state"], "canceled");
-    assert!(
-        after["result"].is_null(),
-        "a canceled task must not have run: {after:#}"
-    );
+    assert!(after["result"].is_null(), "{after:#}");
 
     let (_, done) = sys
         .post("/v1/tasks", json!({"to": "idle", "action": "echo"}))

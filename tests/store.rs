@@ -347,6 +347,11 @@ async fn the_audit_chain_verifies() {
     assert_eq!(rec.seq, 2);
     let first = &store.audit_list(&AuditFilter::default(), 0, 1).unwrap()[0];
     assert_eq!(rec.prev_hash, first.hash);
+    // What `audit` returns is what was stored.
+    assert_eq!(
+        store.audit_list(&AuditFilter::default(), 1, 1).unwrap(),
+        vec![rec.clone()]
+    );
     let report = store.verify_audit().unwrap();
     assert!(report.ok, "{report:?}");
     assert_eq!(report.records, 2);

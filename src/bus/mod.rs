@@ -137,6 +137,10 @@ struct Inner {
     names: Names,
     /// Layout and delivery settings.
     config: BusConfig,
+    /// The live registry bucket, looked up once.
+    agents: tokio::sync::OnceCell<kv::Store>,
+    /// The delivery-claim bucket, looked up once.
+    deliveries: tokio::sync::OnceCell<kv::Store>,
 }
 
 impl Bus {
@@ -178,6 +182,8 @@ impl Bus {
                 client,
                 js,
                 config,
+                agents: tokio::sync::OnceCell::new(),
+                deliveries: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -214,39 +220,34 @@ impl Bus {
         let c = &self.inner.config;
         let js = &self.inner.js;
         let streams = [
-            stream::Config {
-                name: n.tasks_stream(),
-                subjects: vec![n.all_tasks()],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                duplicate_window: c.duplicate_window,
-                ..Default::default()
-            },
-            stream::Config {
-                name: n.events_stream(),
-                subjects: vec![n.all_events()],
-                retention: stream::RetentionPolicy::Limits,
-                storage: stream::StorageType::File,
-                max_age: c.events_max_age,
-                duplicate_window: c.duplicate_window,
-                ..Default::default()
-            },
-            stream::Config {
-                name: n.advisories_stream(),
-                subjects: vec![n.max_deliveries_advisory()],
-                retention: stream::RetentionPolicy::Limits,
-                storage: stream::StorageType::File,
-                max_age: c.events_max_age,
-                ..Default::default()
-            },
-            stream::Config {
-                name: n.dlq_stream(),
-                subjects: vec![n.all_dlq()],
-                retention: stream::RetentionPolicy::Limits,
-                storage: stream::StorageType::File,
-                duplicate_window: c.duplicate_window,
-                ..Default::default()
-            },
+            file_stream(
+                n.tasks_stream(),
+                n.all_tasks(),
+                stream::RetentionPolicy::WorkQueue,
+                Duration::ZERO,
+                c,
+            ),
+            file_stream(
+                n.events_stream(),
+                n.all_events(),
+                stream::RetentionPolicy::Limits,
+                c.events_max_age,
+                c,
+            ),
+            file_stream(
+                n.advisories_stream(),
+                n.max_deliveries_advisory(),
+                stream::RetentionPolicy::Limits,
+                c.events_max_age,
+                c,
+            ),
+            file_stream(
+                n.dlq_stream(),
+                n.all_dlq(),
+                stream::RetentionPolicy::Limits,
+                Duration::ZERO,
+                c,
+            ),
         ];
         for config in streams {
             let name = config.name.clone();
@@ -254,8 +255,8 @@ impl Bus {
                 .await
                 .map_err(|e| provision_error(format!("stream {name}"))(e.to_string()))?;
         }
-        self.bucket(n.agents_bucket(), c.registry_ttl).await?;
-        self.bucket(n.deliveries_bucket(), c.deliveries_ttl).await?;
+        self.agents().await?;
+        self.deliveries().await?;
         Ok(())
     }
 
@@ -277,16 +278,30 @@ impl Bus {
 
     /// The live agent registry.
     pub async fn agents(&self) -> Result<kv::Store, BusError> {
-        let c = &self.inner.config;
-        self.bucket(self.inner.names.agents_bucket(), c.registry_ttl)
-            .await
+        let (name, ttl) = (
+            self.inner.names.agents_bucket(),
+            self.inner.config.registry_ttl,
+        );
+        let store = self
+            .inner
+            .agents
+            .get_or_try_init(|| self.bucket(name, ttl))
+            .await?;
+        Ok(store.clone())
     }
 
     /// The shared delivery claims.
     pub async fn deliveries(&self) -> Result<kv::Store, BusError> {
-        let c = &self.inner.config;
-        self.bucket(self.inner.names.deliveries_bucket(), c.deliveries_ttl)
-            .await
+        let (name, ttl) = (
+            self.inner.names.deliveries_bucket(),
+            self.inner.config.deliveries_ttl,
+        );
+        let store = self
+            .inner
+            .deliveries
+            .get_or_try_init(|| self.bucket(name, ttl))
+            .await?;
+        Ok(store.clone())
     }
 
     /// The durable pull consumer the workers of `agent` share for
@@ -400,12 +415,11 @@ impl Bus {
         trace: Option<&TraceContext>,
     ) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
-        let state = serde_json::to_value(event.state).unwrap_or_default();
         let msg_id = format!(
             "{}.{}.{}",
             event.task_id,
             event.attempt,
-            state.as_str().unwrap_or_default()
+            event.state.as_str()
         );
         let headers = task_headers(
             &event.task_id.to_string(),
@@ -475,6 +489,26 @@ pub struct DeadLetterCopy<'a> {
     pub stream_seq: u64,
     /// Its task, when the envelope could be read.
     pub task_id: Option<crate::envelope::TaskId>,
+}
+
+/// A file-stored stream on `subject`; `max_age` zero keeps messages until
+/// acked (work queue) or forever.
+fn file_stream(
+    name: String,
+    subject: String,
+    retention: stream::RetentionPolicy,
+    max_age: Duration,
+    config: &BusConfig,
+) -> stream::Config {
+    stream::Config {
+        name,
+        subjects: vec![subject],
+        retention,
+        storage: stream::StorageType::File,
+        max_age,
+        duplicate_window: config.duplicate_window,
+        ..Default::default()
+    }
 }
 
 /// Delivery settings of one agent's consumers.

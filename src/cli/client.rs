@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::output::{encode, print_task, s, summary, table};
+use super::output::{encode, list_table, print_task, s, summary};
 
 /// Where the orchestrator is, and how to print.
 #[derive(Args, Clone)]
@@ -165,6 +165,13 @@ impl Api {
         }
     }
 
+    /// GETs `path`; a success is exit code 0.
+    async fn get(&self, path: &str) -> Result<(Value, u8), Failure> {
+        self.call(reqwest::Method::GET, path, None)
+            .await
+            .map(|v| (v, 0))
+    }
+
     async fn call(
         &self,
         method: reqwest::Method,
@@ -198,6 +205,17 @@ impl Api {
             message,
         })
     }
+}
+
+/// `base?limit=N&name=value…` for the parameters that are set.
+fn list_path(base: &str, limit: usize, params: &[(&str, Option<String>)]) -> String {
+    let mut query = vec![format!("limit={limit}")];
+    for (name, value) in params {
+        if let Some(v) = value {
+            query.push(format!("{name}={}", encode(v)));
+        }
+    }
+    format!("{base}?{}", query.join("&"))
 }
 
 fn finish(
@@ -252,10 +270,7 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
             finish(args, result, print_task)
         }
         TasksCommand::Get { id } => {
-            let result = api
-                .call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None)
-                .await
-                .map(|v| (v, 0));
+            let result = api.get(&format!("/v1/tasks/{id}")).await;
             finish(args, result, print_task)
         }
         TasksCommand::List {
@@ -264,40 +279,32 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
             limit,
             cursor,
         } => {
-            let mut query = vec![format!("limit={limit}")];
-            query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
-            query.extend(state.map(|s| format!("state={}", encode(&s))));
-            query.extend(cursor.map(|c| format!("cursor={}", encode(&c))));
-            let path = format!("/v1/tasks?{}", query.join("&"));
-            let result = api
-                .call(reqwest::Method::GET, &path, None)
-                .await
-                .map(|v| (v, 0));
+            let path = list_path(
+                "/v1/tasks",
+                limit,
+                &[
+                    ("correlation_id", correlation_id),
+                    ("state", state),
+                    ("cursor", cursor),
+                ],
+            );
+            let result = api.get(&path).await;
             finish(args, result, |page| {
-                let rows: Vec<Vec<String>> = page["tasks"]
-                    .as_array()
-                    .map(|ts| {
-                        ts.iter()
-                            .map(|t| {
-                                vec![
-                                    s(&t["task_id"]),
-                                    s(&t["agent"]),
-                                    s(&t["action"]),
-                                    s(&t["state"]),
-                                    s(&t["attempt"]),
-                                    s(&t["updated_at"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                table(
+                list_table(
+                    page,
+                    "tasks",
                     &["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "UPDATED"],
-                    &rows,
-                );
-                if let Some(next) = page["next_cursor"].as_str() {
-                    println!("more: --cursor {next}");
-                }
+                    |t| {
+                        vec![
+                            s(&t["task_id"]),
+                            s(&t["agent"]),
+                            s(&t["action"]),
+                            s(&t["state"]),
+                            s(&t["attempt"]),
+                            s(&t["updated_at"]),
+                        ]
+                    },
+                )
             })
         }
         TasksCommand::Cancel { id } => {
@@ -430,37 +437,32 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
             limit,
             cursor,
         } => {
-            let mut query = vec![format!("limit={limit}")];
-            query.extend(task_id.map(|t| format!("task_id={}", encode(&t))));
-            query.extend(correlation_id.map(|c| format!("correlation_id={}", encode(&c))));
-            query.extend(cursor.map(|c| format!("cursor={c}")));
-            let path = format!("/v1/audit?{}", query.join("&"));
-            let result = api
-                .call(reqwest::Method::GET, &path, None)
-                .await
-                .map(|v| (v, 0));
+            let path = list_path(
+                "/v1/audit",
+                limit,
+                &[
+                    ("task_id", task_id),
+                    ("correlation_id", correlation_id),
+                    ("cursor", cursor.map(|c| c.to_string())),
+                ],
+            );
+            let result = api.get(&path).await;
             finish(args, result, |page| {
-                let rows: Vec<Vec<String>> = page["records"]
-                    .as_array()
-                    .map(|rs| {
-                        rs.iter()
-                            .map(|r| {
-                                vec![
-                                    s(&r["seq"]),
-                                    s(&r["at"]),
-                                    s(&r["actor"]),
-                                    s(&r["kind"]),
-                                    s(&r["task_id"]),
-                                    summary(&r["detail"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                table(&["SEQ", "AT", "ACTOR", "KIND", "TASK", "DETAIL"], &rows);
-                if let Some(next) = page["next_cursor"].as_u64() {
-                    println!("more: --cursor {next}");
-                }
+                list_table(
+                    page,
+                    "records",
+                    &["SEQ", "AT", "ACTOR", "KIND", "TASK", "DETAIL"],
+                    |r| {
+                        vec![
+                            s(&r["seq"]),
+                            s(&r["at"]),
+                            s(&r["actor"]),
+                            s(&r["kind"]),
+                            s(&r["task_id"]),
+                            summary(&r["detail"]),
+                        ]
+                    },
+                )
             })
         }
         AuditCommand::Verify => {
@@ -490,35 +492,27 @@ pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
     let api = Api::new(args);
     match command {
         DlqCommand::List { limit, cursor } => {
-            let mut path = format!("/v1/dlq?limit={limit}");
-            if let Some(c) = cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let result = api
-                .call(reqwest::Method::GET, &path, None)
-                .await
-                .map(|v| (v, 0));
+            let path = list_path(
+                "/v1/dlq",
+                limit,
+                &[("cursor", cursor.map(|c| c.to_string()))],
+            );
+            let result = api.get(&path).await;
             finish(args, result, |v| {
-                let rows: Vec<Vec<String>> = v["dead_letters"]
-                    .as_array()
-                    .map(|ds| {
-                        ds.iter()
-                            .map(|d| {
-                                vec![
-                                    s(&d["seq"]),
-                                    s(&d["agent"]),
-                                    s(&d["task_id"]),
-                                    s(&d["code"]),
-                                    s(&d["reason"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                table(&["SEQ", "AGENT", "TASK", "CODE", "REASON"], &rows);
-                if let Some(next) = v["next_cursor"].as_u64() {
-                    println!("more: --cursor {next}");
-                }
+                list_table(
+                    v,
+                    "dead_letters",
+                    &["SEQ", "AGENT", "TASK", "CODE", "REASON"],
+                    |d| {
+                        vec![
+                            s(&d["seq"]),
+                            s(&d["agent"]),
+                            s(&d["task_id"]),
+                            s(&d["code"]),
+                            s(&d["reason"]),
+                        ]
+                    },
+                )
             })
         }
         DlqCommand::Replay { task_id } => {
@@ -534,32 +528,20 @@ pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
 
 pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> ExitCode {
     let api = Api::new(args);
-    let result = api
-        .call(reqwest::Method::GET, "/v1/agents", None)
-        .await
-        .map(|v| (v, 0));
+    let result = api.get("/v1/agents").await;
     finish(args, result, |v| {
-        let rows: Vec<Vec<String>> = v["agents"]
-            .as_array()
-            .map(|agents| {
-                agents
-                    .iter()
-                    .map(|a| {
-                        let skills: Vec<String> = a["card"]["skills"]
-                            .as_array()
-                            .map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect())
-                            .unwrap_or_default();
-                        let live = a["instances"].as_array().map(Vec::len).unwrap_or(0);
-                        vec![
-                            s(&a["card"]["name"]),
-                            s(&a["card"]["version"]),
-                            skills.join(", "),
-                            live.to_string(),
-                        ]
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        table(&["AGENT", "VERSION", "SKILLS", "LIVE"], &rows);
+        list_table(v, "agents", &["AGENT", "VERSION", "SKILLS", "LIVE"], |a| {
+            let skills: Vec<String> = a["card"]["skills"]
+                .as_array()
+                .map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect())
+                .unwrap_or_default();
+            let live = a["instances"].as_array().map(Vec::len).unwrap_or(0);
+            vec![
+                s(&a["card"]["name"]),
+                s(&a["card"]["version"]),
+                skills.join(", "),
+                live.to_string(),
+            ]
+        })
     })
 }

@@ -54,6 +54,25 @@ pub fn summary(detail: &Value) -> String {
     }
 }
 
+/// Prints the array `list` of `value` as a table, a row per item, then how
+/// to get the next page when there is one.
+pub fn list_table(
+    value: &Value,
+    list: &str,
+    headers: &[&str],
+    row: impl Fn(&Value) -> Vec<String>,
+) {
+    let rows: Vec<Vec<String>> = value[list]
+        .as_array()
+        .map(|items| items.iter().map(&row).collect())
+        .unwrap_or_default();
+    table(headers, &rows);
+    let next = s(&value["next_cursor"]);
+    if !next.is_empty() {
+        println!("more: --cursor {next}");
+    }
+}
+
 pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {

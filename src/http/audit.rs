@@ -54,17 +54,11 @@ async fn list(
             })
             .transpose()?,
     };
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let mut records = o
+    let limit = super::page_size(q.limit, 100);
+    let fetched = o
         .store()
         .audit_list(&filter, q.cursor.unwrap_or(0), limit + 1)?;
-    let more = records.len() > limit;
-    records.truncate(limit);
-    let next_cursor = if more {
-        records.last().map(|r| r.seq)
-    } else {
-        None
-    };
+    let (records, next_cursor) = super::page(fetched, limit, |r| r.seq);
     Ok(Json(AuditPage {
         records,
         next_cursor,

@@ -27,15 +27,9 @@ async fn list(
     State(o): State<Orchestrator>,
     Query(q): Query<DlqQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let mut letters = o.dead_letters(q.cursor.unwrap_or(0), limit + 1).await?;
-    let more = letters.len() > limit;
-    letters.truncate(limit);
-    let next_cursor = if more {
-        letters.last().map(|d| d.seq)
-    } else {
-        None
-    };
+    let limit = super::page_size(q.limit, 100);
+    let fetched = o.dead_letters(q.cursor.unwrap_or(0), limit + 1).await?;
+    let (letters, next_cursor) = super::page(fetched, limit, |d| d.seq);
     Ok(Json(
         json!({"dead_letters": letters, "next_cursor": next_cursor}),
     ))

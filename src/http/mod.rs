@@ -40,6 +40,20 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
     }
 }
 
+/// The page size asked for: `default` when absent, at most 1,000.
+fn page_size(asked: Option<usize>, default: usize) -> usize {
+    asked.unwrap_or(default).clamp(1, 1000)
+}
+
+/// Cuts a list fetched with one item more than `limit` to a page: the
+/// page, and the cursor of its last item when more follow.
+fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec<T>, Option<C>) {
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let next = if more { items.last().map(cursor) } else { None };
+    (items, next)
+}
+
 /// The whole API.
 pub fn router(orchestrator: Orchestrator) -> Router {
     Router::new()

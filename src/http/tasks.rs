@@ -122,6 +122,31 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
+/// Up to `limit` tasks of one request in `state`, after `cursor`: walks the
+/// request's tasks until enough match (a filtered page must not end early
+/// just because one batch held few matches).
+fn in_state(
+    store: &crate::store::Store,
+    correlation: &CorrelationId,
+    state: TaskState,
+    mut cursor: Option<TaskId>,
+    limit: usize,
+) -> Result<Vec<TaskRecord>, ApiError> {
+    let mut out = Vec::new();
+    loop {
+        let batch = store.list_by_correlation(correlation, cursor, 256)?;
+        let Some(last) = batch.last() else {
+            return Ok(out);
+        };
+        cursor = Some(last.task_id());
+        out.extend(batch.into_iter().filter(|r| r.state == state));
+        if out.len() >= limit {
+            out.truncate(limit);
+            return Ok(out);
+        }
+    }
+}
+
 /// A page of tasks; `next_cursor` continues it.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TaskPage {
@@ -135,7 +160,7 @@ async fn list(
     State(o): State<Orchestrator>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
-    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let limit = super::page_size(q.limit, 50);
     let cursor = q
         .cursor
         .as_deref()
@@ -161,22 +186,14 @@ async fn list(
         })
         .transpose()?;
     let store = o.store();
-    // One page more than asked tells whether there is a next page.
-    let mut records = match (&correlation, state) {
-        (Some(c), _) => store.list_by_correlation(c, cursor, limit + 1)?,
+    // One item more than asked tells whether there is a next page.
+    let fetched = match (&correlation, state) {
+        (Some(c), Some(s)) => in_state(store, c, s, cursor, limit + 1)?,
+        (Some(c), None) => store.list_by_correlation(c, cursor, limit + 1)?,
         (None, Some(s)) => store.list_by_state(s, cursor, limit + 1)?,
         (None, None) => store.list(cursor, limit + 1)?,
     };
-    if let (Some(_), Some(s)) = (&correlation, state) {
-        records.retain(|r| r.state == s);
-    }
-    let more = records.len() > limit;
-    records.truncate(limit);
-    let next_cursor = if more {
-        records.last().map(TaskRecord::task_id)
-    } else {
-        None
-    };
+    let (records, next_cursor) = super::page(fetched, limit, TaskRecord::task_id);
     Ok(Json(TaskPage {
         tasks: records.iter().map(TaskView::from).collect(),
         next_cursor,

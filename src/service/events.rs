@@ -115,13 +115,7 @@ async fn apply_one(
     };
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
-        (None, state) => format!(
-            "worker reported {}",
-            serde_json::to_value(state)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("")
-        ),
+        (None, state) => format!("worker reported {}", state.as_str()),
     };
     let change = Change {
         event: event.task_event(),

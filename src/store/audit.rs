@@ -140,7 +140,18 @@ pub(crate) fn append(
     entry: &AuditEntry,
     at: Timestamp,
 ) -> Result<Head, ConflictableTransactionError<StoreError>> {
-    let record = AuditRecord {
+    append_record(audit, meta, head, entry, at).map(|(next, _)| next)
+}
+
+/// [`append`], also returning the record as stored (with its hash).
+pub(crate) fn append_record(
+    audit: &TransactionalTree,
+    meta: &TransactionalTree,
+    head: Head,
+    entry: &AuditEntry,
+    at: Timestamp,
+) -> Result<(Head, AuditRecord), ConflictableTransactionError<StoreError>> {
+    let mut record = AuditRecord {
         seq: head.seq + 1,
         at,
         actor: entry.actor.clone(),
@@ -163,7 +174,8 @@ pub(crate) fn append(
         hash,
     };
     meta.insert(HEAD_KEY, &next.encode()[..])?;
-    Ok(next)
+    record.hash = hex::encode(hash);
+    Ok((next, record))
 }
 
 fn chain_hash(prev: &[u8; 32], body: &[u8]) -> [u8; 32] {

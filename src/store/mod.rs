@@ -181,17 +181,13 @@ impl Store {
     /// Appends one record to the audit log and returns it once durable.
     pub async fn audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
         let at = Timestamp::now();
-        let seq = self
+        let record = self
             .transact(Box::new(move |tx, head| {
-                let next = audit::append(tx.audit, tx.meta, head, &entry, at)?;
-                Ok((next, next.seq))
+                audit::append_record(tx.audit, tx.meta, head, &entry, at)
             }))
             .await?;
         self.inner.commit.durable().await?;
-        let mut found = audit::list(&self.inner.audit, &AuditFilter::default(), seq - 1, 1)?;
-        found
-            .pop()
-            .ok_or_else(|| StoreError::Io(format!("audit record {seq} vanished")))
+        Ok(record)
     }
 
     /// Up to `limit` audit records after sequence `after` (0 = from the

@@ -13,12 +13,7 @@ pub struct NatsServer {
     store: tempfile::TempDir,
 }
 
-/// The server binary: `NATS_SERVER_BIN`, or `nats-server` on PATH.
-pub fn server_bin() -> PathBuf {
-    std::env::var_os("NATS_SERVER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("nats-server"))
-}
+use orchestrator::broker::server_bin;
 
 impl NatsServer {
     /// Starts a server on a free port with a fresh JetStream store.
