@@ -9,9 +9,11 @@
 //! `agent_<agent>_<priority>`.
 
 mod names;
+mod pull;
 mod trace;
 
 pub use names::Names;
+pub use pull::{PullSettings, Puller};
 pub use trace::{TRACEPARENT, TraceContext};
 
 use std::sync::Arc;
@@ -454,22 +456,6 @@ impl Bus {
         ack.await.map_err(|e| publish_error(e.to_string()))?;
         Ok(())
     }
-}
-
-/// A continuous pull whose requests expire within 2 s. A process that dies
-/// leaves pull requests behind, and JetStream keeps handing messages to them
-/// until they expire; those messages then wait out the ack wait. Short
-/// requests keep that detour short.
-pub async fn short_pull(
-    consumer: &consumer::PullConsumer,
-) -> Result<consumer::pull::Stream, consumer::StreamError> {
-    consumer
-        .stream()
-        .expires(Duration::from_secs(2))
-        .heartbeat(Duration::from_millis(500))
-        .max_messages_per_batch(256)
-        .messages()
-        .await
 }
 
 /// A message to dead-letter, with why.

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::PullConsumer;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::bus::{
     Bus, BusError, DLQ_CODE_HEADER as CODE_HEADER, DLQ_REASON_HEADER as REASON_HEADER,
-    DeadLetterCopy, TASK_ID_HEADER,
+    DeadLetterCopy, PullSettings, Puller, TASK_ID_HEADER,
 };
 use crate::envelope::{Envelope, TaskId};
 use crate::event::ErrorInfo;
@@ -49,42 +48,25 @@ pub(crate) async fn handle_advisories(
     advisories: PullConsumer,
     stop: CancellationToken,
 ) {
-    'connect: while !stop.is_cancelled() {
-        let mut messages = match crate::bus::short_pull(&advisories).await {
-            Ok(m) => m,
+    let mut pull = Puller::new(advisories, PullSettings::short());
+    loop {
+        let msg = tokio::select! {
+            m = pull.next() => m,
+            () = stop.cancelled() => return,
+        };
+        let done = match serde_json::from_slice::<Advisory>(&msg.payload) {
+            Ok(advisory) => dead_letter(&bus, &store, &advisory).await,
             Err(e) => {
-                warn!(error = %e, "cannot consume advisories; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(500)) => continue 'connect,
-                    () = stop.cancelled() => return,
-                }
+                warn!(error = %e, "undecodable advisory");
+                true
             }
         };
-        loop {
-            let next = tokio::select! {
-                next = messages.next() => next,
-                () = stop.cancelled() => return,
-            };
-            match next {
-                Some(Ok(msg)) => {
-                    let done = match serde_json::from_slice::<Advisory>(&msg.payload) {
-                        Ok(advisory) => dead_letter(&bus, &store, &advisory).await,
-                        Err(e) => {
-                            warn!(error = %e, "undecodable advisory");
-                            true
-                        }
-                    };
-                    let kind = if done {
-                        AckKind::Ack
-                    } else {
-                        AckKind::Nak(Some(Duration::from_secs(1)))
-                    };
-                    let _ = msg.ack_with(kind).await;
-                }
-                Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-                None => continue 'connect,
-            }
-        }
+        let kind = if done {
+            AckKind::Ack
+        } else {
+            AckKind::Nak(Some(Duration::from_secs(1)))
+        };
+        let _ = msg.ack_with(kind).await;
     }
 }
 

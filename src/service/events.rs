@@ -5,13 +5,12 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{AckKind, Message};
-use futures::StreamExt;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::TaskUpdate;
-use crate::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError, PullSettings, Puller};
 use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
 use serde_json::json;
@@ -50,35 +49,14 @@ pub(crate) async fn apply_events(
             }
         }));
     }
-    'connect: while !stop.is_cancelled() {
-        let mut messages = match crate::bus::short_pull(&events).await {
-            Ok(m) => m,
-            Err(e) => {
-                warn!(error = %e, "cannot consume worker events; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(500)) => continue 'connect,
-                    () = stop.cancelled() => break 'connect,
-                }
-            }
+    let mut pull = Puller::new(events, PullSettings::short());
+    loop {
+        let msg = tokio::select! {
+            m = pull.next() => m,
+            () = stop.cancelled() => break,
         };
-        loop {
-            let next = tokio::select! {
-                next = messages.next() => next,
-                () = stop.cancelled() => break 'connect,
-            };
-            match next {
-                Some(Ok(msg)) => {
-                    let shard = shard_of(&msg);
-                    if senders[shard].send(msg).await.is_err() {
-                        break 'connect;
-                    }
-                }
-                Some(Err(e)) => {
-                    debug!(error = %e, "worker event stream interrupted");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                None => continue 'connect,
-            }
+        if senders[shard_of(&msg)].send(msg).await.is_err() {
+            break;
         }
     }
     drop(senders);

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, Message, consumer::PullConsumer};
+use async_nats::jetstream::{AckKind, consumer::PullConsumer};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusError, DeliverySettings};
+use crate::bus::{Bus, BusError, DeliverySettings, PullSettings, Puller};
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Priority, TaskId, Timestamp};
 use claims::Claims;
@@ -174,53 +174,41 @@ impl Worker {
         let slots = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
         // One continuous pull per priority, each keeping a few messages
         // ready; a biased select takes high before normal before low.
-        let prefetch = (shared.config.concurrency / 2).max(1);
-        let mut pulls: [Option<Pull>; 3] = [None, None, None];
-        'serve: while !shutdown.is_cancelled() {
+        let settings = PullSettings {
+            prefetch: (shared.config.concurrency / 2).max(1),
+            expires: shared.config.idle_poll,
+        };
+        let mut pulls: Vec<Puller> = self
+            .consumers
+            .iter()
+            .map(|c| Puller::new(c.clone(), settings))
+            .collect();
+        while !shutdown.is_cancelled() {
             let permit = tokio::select! {
                 p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                 () = shutdown.cancelled() => break,
             };
-            for (pull, consumer) in pulls.iter_mut().zip(&self.consumers) {
-                if pull.is_none() {
-                    *pull = open_pull(consumer, prefetch, shared.config.idle_poll).await;
-                }
-            }
-            let missing = pulls.iter().any(Option::is_none);
-            let [high, normal, low] = &mut pulls;
-            let (which, next) = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break 'serve,
-                m = next_from(high) => (0, m),
-                m = next_from(normal) => (1, m),
-                m = next_from(low) => (2, m),
-                // A pull that could not be opened is tried again soon.
-                () = retry_after(missing) => continue 'serve,
+            let [high, normal, low] = &mut pulls[..] else {
+                break;
             };
-            match next {
-                Some(Ok(msg)) => {
-                    tracker.spawn(delivery::handle(
-                        Arc::clone(&shared),
-                        msg,
-                        permit,
-                        hard_stop.clone(),
-                    ));
-                }
-                Some(Err(e)) => {
-                    // A pull that lost its request (missed heartbeats, a
-                    // broker restart) is replaced by a fresh one.
-                    warn!(error = %e, "pulling work failed; pulling anew");
-                    pulls[which] = None;
-                }
-                None => pulls[which] = None,
-            }
+            let msg = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                m = high.next() => m,
+                m = normal.next() => m,
+                m = low.next() => m,
+            };
+            tracker.spawn(delivery::handle(
+                Arc::clone(&shared),
+                msg,
+                permit,
+                hard_stop.clone(),
+            ));
         }
         // Hand back what was pulled but not started, so other replicas can
         // take it now rather than after the ack wait.
-        for pull in pulls.iter_mut().flatten() {
-            while let Ok(Some(Ok(msg))) =
-                tokio::time::timeout(Duration::from_millis(20), pull.next()).await
-            {
+        for pull in &mut pulls {
+            for msg in pull.drain(Duration::from_millis(20)).await {
                 let _ = msg.ack_with(AckKind::Nak(None)).await;
             }
         }
@@ -239,49 +227,6 @@ impl Worker {
         let _ = heartbeat.await;
         let _ = cancels.await;
         info!(agent = %agent, "worker stopped");
-    }
-}
-
-/// A continuous pull from one consumer.
-type Pull = async_nats::jetstream::consumer::pull::Stream;
-
-async fn open_pull(consumer: &PullConsumer, prefetch: usize, expires: Duration) -> Option<Pull> {
-    let expires = expires.max(Duration::from_secs(1));
-    match consumer
-        .stream()
-        .max_messages_per_batch(prefetch)
-        .expires(expires)
-        // A pull request the server lost shows as missing heartbeats;
-        // the serve loop then replaces the pull instead of waiting forever.
-        .heartbeat(expires / 4)
-        .messages()
-        .await
-    {
-        Ok(pull) => Some(pull),
-        Err(e) => {
-            warn!(error = %e, "cannot pull from {}", consumer.cached_info().name);
-            None
-        }
-    }
-}
-
-/// Sleeps a second when `missing`, else never ends.
-async fn retry_after(missing: bool) {
-    if missing {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    } else {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// The next message of a pull; pends forever when there is no pull (it is
-/// reopened on the next round).
-async fn next_from(
-    pull: &mut Option<Pull>,
-) -> Option<Result<Message, async_nats::jetstream::consumer::pull::MessagesError>> {
-    match pull {
-        Some(p) => p.next().await,
-        None => std::future::pending().await,
     }
 }
 
