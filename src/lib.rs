@@ -13,10 +13,12 @@
 pub mod agent;
 pub mod broker;
 pub mod bus;
+pub mod claim;
 pub mod codec;
 pub mod envelope;
 pub mod event;
 pub mod http;
+pub mod server;
 pub mod service;
 pub mod store;
 pub mod task;

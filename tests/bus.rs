@@ -19,11 +19,15 @@ async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
     bus.provision().await.unwrap();
     let env = envelope("echo", "echo", json!({"x": 1}), "k");
     let trace = TraceContext::root();
-    bus.publish_envelope(&env, Some(&trace)).await.unwrap();
-    bus.publish_envelope(&env, Some(&trace)).await.unwrap();
+    bus.publish_envelope(&env, Some(&trace), false)
+        .await
+        .unwrap();
+    bus.publish_envelope(&env, Some(&trace), false)
+        .await
+        .unwrap();
     let mut next = env.clone();
     next.control.attempt = std::num::NonZeroU32::new(2).unwrap();
-    bus.publish_envelope(&next, None).await.unwrap();
+    bus.publish_envelope(&next, None, false).await.unwrap();
     let mut stream = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 2);
     // Headers: the ids, and the caller's trace (as a child span).

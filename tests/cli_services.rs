@@ -91,7 +91,7 @@ async fn client_commands_work_against_a_running_orchestrator() {
             cli(&server2, &["audit", "verify"]),
             cli(&server2, &["agents", "list"]),
             cli(&server2, &["tasks", "list", "--limit", "1"]),
-            cli(&server2, &["audit", "list", "--limit", "2"]),
+            cli(&server2, &["audit", "list", "--limit", "1"]),
             cli(&server2, &["trigger", "say", "--input", "{}"]),
             cli(
                 &server2,
@@ -120,7 +120,7 @@ async fn client_commands_work_against_a_running_orchestrator() {
     let audit_table = String::from_utf8_lossy(&audit_table.stdout).to_string();
     assert!(audit_table.contains("task.submitted"), "{audit_table}");
     assert!(
-        audit_table.contains("more: --cursor 2"),
+        audit_table.contains("more: --cursor 1"),
         "a further page must be offered: {audit_table}"
     );
     assert_eq!(bad_input.status.code(), Some(2));

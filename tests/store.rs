@@ -237,7 +237,15 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     let env = envelope("echo", "echo", json!({}), "k");
     let id = env.header.task_id;
     store.submit(new_task(env)).await.unwrap();
-    let refused = store.apply(id, change(TaskEvent::Retry)).await.unwrap_err();
+    store.record_published(id, 1, 7).await.unwrap();
+    store
+        .apply(id, change(TaskEvent::RequireInput))
+        .await
+        .unwrap();
+    let refused = store
+        .apply(id, change(TaskEvent::Complete))
+        .await
+        .unwrap_err();
     assert_eq!(refused.code(), "invalid_transition");
     store.apply(id, change(TaskEvent::Start)).await.unwrap();
     let mut retry = change(TaskEvent::Retry);
@@ -245,7 +253,9 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     let Applied::Moved(r) = store.apply(id, retry).await.unwrap() else {
         panic!()
     };
+    // The store owns the attempt: the next one is scheduled, not published.
     assert_eq!((r.state, r.attempt), (TaskState::Submitted, 2));
+    assert!(r.retry_at.is_some() && r.published_seq.is_none(), "{r:?}");
     let mut stale = change(TaskEvent::Complete);
     stale.attempt = Some(1);
     let Applied::Ignored { record, reason } = store.apply(id, stale).await.unwrap() else {

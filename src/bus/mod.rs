@@ -10,10 +10,12 @@
 
 mod names;
 mod pull;
+mod settle;
 mod trace;
 
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
+pub use settle::{Delays, Settlement, settle, settle_confirmed};
 pub use trace::{TRACEPARENT, TraceContext};
 
 use std::sync::Arc;
@@ -30,6 +32,10 @@ use crate::event::WorkerEvent;
 pub const TASK_ID_HEADER: &str = "Orch-Task-Id";
 /// Header carrying the correlation id on every message.
 pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
+/// Header on an envelope published again by recovery after a restart: the
+/// broker may hold an earlier copy, so a worker checks the attempt's result
+/// record before running it.
+pub const REPUBLISHED_HEADER: &str = "Orch-Republished";
 
 /// Dead-letter header: why, in words.
 pub const DLQ_REASON_HEADER: &str = "Orch-Dlq-Reason";
@@ -64,13 +70,22 @@ pub struct BusConfig {
     /// How long a live-registry entry lives without a heartbeat.
     #[serde(with = "humantime_serde")]
     pub registry_ttl: Duration,
-    /// How long a delivery claim is kept (at least the idempotency retention).
+    /// How long a cancel mark is kept in the claim bucket: a canceled task's
+    /// message may wait in the queue this long and still be refused.
     #[serde(with = "humantime_serde")]
     pub deliveries_ttl: Duration,
     /// Ack wait of the orchestrator's own consumers (events, advisories):
     /// what a crashed orchestrator had taken comes back after this long.
     #[serde(with = "humantime_serde")]
     pub consumer_ack_wait: Duration,
+    /// Deliveries of one worker event before it is a poison event, copied to
+    /// the DLQ and skipped.
+    pub events_max_deliver: i64,
+    /// Worker events the orchestrator has taken but not yet acked, at most.
+    pub events_max_ack_pending: i64,
+    /// Delay before a message is tried again after a dependency failed.
+    #[serde(with = "humantime_serde")]
+    pub retry_delay: Duration,
 }
 
 impl Default for BusConfig {
@@ -83,8 +98,11 @@ impl Default for BusConfig {
             duplicate_window: Duration::from_secs(120),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             registry_ttl: Duration::from_secs(15),
-            deliveries_ttl: Duration::from_secs(25 * 3600),
+            deliveries_ttl: Duration::from_secs(7 * 24 * 3600),
             consumer_ack_wait: Duration::from_secs(5),
+            events_max_deliver: 10,
+            events_max_ack_pending: 4096,
+            retry_delay: Duration::from_secs(1),
         }
     }
 }
@@ -113,6 +131,25 @@ pub enum BusError {
     Publish {
         /// The subject.
         subject: String,
+        /// Why.
+        message: String,
+    },
+    /// The message is larger than the broker carries (its `max_payload`):
+    /// sending it again will not help.
+    #[error("a {size}-byte message to {subject} exceeds the broker's max_payload of {max} bytes")]
+    TooLarge {
+        /// The subject.
+        subject: String,
+        /// The message's size (payload and headers), in bytes.
+        size: usize,
+        /// The broker's limit.
+        max: usize,
+    },
+    /// Reading a stream failed.
+    #[error("cannot read {what}: {message}")]
+    Read {
+        /// What was being read.
+        what: String,
         /// Why.
         message: String,
     },
@@ -292,18 +329,41 @@ impl Bus {
         Ok(store.clone())
     }
 
-    /// The shared delivery claims.
+    /// The delivery-claim bucket: per-key TTL (leases measured by the
+    /// broker), entries otherwise kept `deliveries_ttl` (cancel marks).
+    /// Created, or updated from an older layout, at every start.
     pub async fn deliveries(&self) -> Result<kv::Store, BusError> {
-        let (name, ttl) = (
-            self.inner.names.deliveries_bucket(),
-            self.inner.config.deliveries_ttl,
-        );
         let store = self
             .inner
             .deliveries
-            .get_or_try_init(|| self.bucket(name, ttl))
+            .get_or_try_init(|| async {
+                let name = self.inner.names.deliveries_bucket();
+                self.inner
+                    .js
+                    .create_or_update_key_value(kv::Config {
+                        bucket: name.clone(),
+                        history: 1,
+                        max_age: self.inner.config.deliveries_ttl,
+                        storage: stream::StorageType::File,
+                        // Enables per-key TTL; markers left by expired
+                        // leases live one second.
+                        limit_markers: Some(Duration::from_secs(1)),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| provision_error(format!("bucket {name}"))(e.to_string()))
+            })
             .await?;
         Ok(store.clone())
+    }
+
+    /// The delivery claims, with leases of `lease`.
+    pub async fn claims(&self, lease: Duration) -> Result<crate::claim::Claims, BusError> {
+        Ok(crate::claim::Claims::new(
+            self.inner.js.clone(),
+            self.deliveries().await?,
+            lease,
+        ))
     }
 
     /// The durable pull consumer the workers of `agent` share for
@@ -339,29 +399,106 @@ impl Bus {
     }
 
     /// Publishes an envelope on its agent's subject and waits for JetStream
-    /// to store it. `Nats-Msg-Id` is `<task_id>.<attempt>`, so a republish of
-    /// the same attempt within the duplicate window is dropped.
+    /// to store it; returns its stream sequence. `Nats-Msg-Id` is
+    /// `<task_id>.<attempt>`, so a republish of the same attempt within the
+    /// duplicate window is dropped. `republished`: sent again by recovery,
+    /// so a worker checks the attempt's result record before running it.
     pub async fn publish_envelope(
         &self,
         envelope: &Envelope,
         trace: Option<&TraceContext>,
-    ) -> Result<(), BusError> {
+        republished: bool,
+    ) -> Result<u64, BusError> {
+        let (subject, pending) = self.send_envelope(envelope, trace, republished).await?;
+        pending.await.map_err(|e| BusError::Publish {
+            subject,
+            message: e.to_string(),
+        })
+    }
+
+    /// Sends an envelope without waiting for JetStream's ack: the returned
+    /// future resolves to the stream sequence (pipelined publishing). Also
+    /// returns the subject, for errors.
+    pub async fn send_envelope(
+        &self,
+        envelope: &Envelope,
+        trace: Option<&TraceContext>,
+        republished: bool,
+    ) -> Result<(String, PendingPublish), BusError> {
         let h = &envelope.header;
         let subject = self
             .inner
             .names
             .task_subject(&h.to, envelope.control.priority);
         let msg_id = format!("{}.{}", h.task_id, envelope.control.attempt);
-        let headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str(), trace);
-        self.publish(subject, msg_id, headers, envelope.to_vec())
-            .await
+        let mut headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str(), trace);
+        if republished {
+            headers.insert(REPUBLISHED_HEADER, "1");
+        }
+        let pending = self
+            .send(subject.clone(), msg_id, headers, envelope.to_vec())
+            .await?;
+        Ok((subject, pending))
     }
 
-    /// The durable pull consumer `name` on `stream`, created when missing.
+    /// The largest message the broker carries, in bytes (payload and
+    /// headers), as it advertised when this client connected.
+    pub fn max_payload(&self) -> usize {
+        self.inner.client.max_payload()
+    }
+
+    /// Whether the task stream still holds message `seq` (not yet acked).
+    pub async fn task_message_exists(&self, seq: u64) -> Result<bool, String> {
+        let stream = self
+            .inner
+            .js
+            .get_stream_no_info(self.inner.names.tasks_stream())
+            .await
+            .map_err(|e| e.to_string())?;
+        match stream.get_raw_message(seq).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The last event published about `task`, if any: the record a worker
+    /// checks before running a redelivered attempt.
+    pub async fn last_event(
+        &self,
+        agent: &AgentName,
+        task: crate::envelope::TaskId,
+    ) -> Result<Option<WorkerEvent>, BusError> {
+        let n = &self.inner.names;
+        let read_error = |e: String| BusError::Read {
+            what: format!("the last event of task {task}"),
+            message: e,
+        };
+        let stream = self
+            .inner
+            .js
+            .get_stream_no_info(n.events_stream())
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        match stream
+            .get_last_raw_message_by_subject(&n.event_subject(agent, task))
+            .await
+        {
+            Ok(msg) => Ok(WorkerEvent::from_wire(&msg.payload, usize::MAX).ok()),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(read_error(e.to_string())),
+        }
+    }
+
+    /// The orchestrator's durable pull consumer `name` on `stream`, created
+    /// or updated: explicit ack, `consumer_ack_wait`, and the given limits
+    /// (`-1`: none).
     pub async fn durable_consumer(
         &self,
         stream: &str,
         name: &str,
+        max_deliver: i64,
+        max_ack_pending: i64,
     ) -> Result<consumer::PullConsumer, BusError> {
         let error = |e: String| BusError::Provision {
             what: format!("consumer {name} on {stream}"),
@@ -374,16 +511,14 @@ impl Bus {
             .await
             .map_err(|e| error(e.to_string()))?;
         stream
-            .get_or_create_consumer(
-                name,
-                consumer::pull::Config {
-                    durable_name: Some(name.to_string()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: self.inner.config.consumer_ack_wait,
-                    max_ack_pending: -1,
-                    ..Default::default()
-                },
-            )
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some(name.to_string()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: self.inner.config.consumer_ack_wait,
+                max_deliver,
+                max_ack_pending,
+                ..Default::default()
+            })
             .await
             .map_err(|e| error(e.to_string()))
     }
@@ -401,11 +536,7 @@ impl Bus {
             headers.insert(TASK_ID_HEADER, id.to_string().as_str());
         }
         let subject = self.inner.names.dlq_subject(letter.agent);
-        let msg_id = format!(
-            "dlq.{}.{}",
-            self.inner.names.tasks_stream(),
-            letter.stream_seq
-        );
+        let msg_id = format!("dlq.{}.{}", letter.stream, letter.stream_seq);
         self.publish(subject, msg_id, headers, letter.payload.to_vec())
             .await
     }
@@ -439,23 +570,77 @@ impl Bus {
         headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<(), BusError> {
+        let pending = self.send(subject.clone(), msg_id, headers, body).await?;
+        pending.await.map(|_| ()).map_err(|e| BusError::Publish {
+            subject,
+            message: e.to_string(),
+        })
+    }
+
+    /// Sends one message to JetStream; the ack is awaited by the caller.
+    async fn send(
+        &self,
+        subject: String,
+        msg_id: String,
+        headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<PendingPublish, BusError> {
+        let size = body.len() + headers_len(&headers);
+        let max = self.max_payload();
+        if size > max {
+            return Err(BusError::TooLarge { subject, size, max });
+        }
         let publish = jetstream::message::PublishMessage::build()
             .payload(body.into())
             .headers(headers)
             .message_id(msg_id);
-        let publish_error = |e: String| BusError::Publish {
-            subject: subject.clone(),
-            message: e,
-        };
-        let ack = self
-            .inner
-            .js
-            .send_publish(subject.clone(), publish)
-            .await
-            .map_err(|e| publish_error(e.to_string()))?;
-        ack.await.map_err(|e| publish_error(e.to_string()))?;
-        Ok(())
+        match self.inner.js.send_publish(subject.clone(), publish).await {
+            Ok(ack) => Ok(PendingPublish(ack)),
+            Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                Err(BusError::TooLarge { subject, size, max })
+            }
+            Err(e) => Err(BusError::Publish {
+                subject,
+                message: e.to_string(),
+            }),
+        }
     }
+}
+
+/// A publish sent to JetStream whose ack has not arrived yet.
+pub struct PendingPublish(jetstream::context::PublishAckFuture);
+
+impl PendingPublish {
+    /// Waits for the ack: the stream sequence the message was stored at (or
+    /// the earlier copy's, for a duplicate).
+    pub async fn await_seq(self) -> Result<u64, String> {
+        self.0
+            .await
+            .map(|ack| ack.sequence)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl std::future::IntoFuture for PendingPublish {
+    type Output = Result<u64, String>;
+    type IntoFuture = futures::future::BoxFuture<'static, Result<u64, String>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.await_seq())
+    }
+}
+
+/// The bytes headers take on the wire, roughly as the server counts them.
+fn headers_len(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, values)| {
+            values
+                .iter()
+                .map(|v| AsRef::<str>::as_ref(name).len() + v.as_str().len() + 4)
+                .sum::<usize>()
+        })
+        .sum::<usize>()
+        + 12
 }
 
 /// A message to dead-letter, with why.
@@ -471,7 +656,10 @@ pub struct DeadLetterCopy<'a> {
     pub reason: &'a str,
     /// The subject it was on.
     pub original_subject: &'a str,
-    /// Its sequence in the task stream.
+    /// The stream it was in (the task stream, or the events stream for a
+    /// poison event).
+    pub stream: &'a str,
+    /// Its sequence in that stream.
     pub stream_seq: u64,
     /// Its task, when the envelope could be read.
     pub task_id: Option<crate::envelope::TaskId>,

@@ -312,7 +312,11 @@ async fn full_path(
         .await
         .map_err(|e| e.to_string())?;
     let stop = CancellationToken::new();
-    let server = tokio::spawn(orchestrator.clone().serve(listener, stop.clone()));
+    let server = tokio::spawn(orchestrator::server::serve(
+        orchestrator.clone(),
+        listener,
+        stop.clone(),
+    ));
     let worker_bus = Bus::connect_now(url, bus_config)
         .await
         .map_err(|e| e.to_string())?;

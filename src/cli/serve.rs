@@ -124,7 +124,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    let result = orchestrator.serve(listener, shutdown_signal()).await;
+    let result = orchestrator::server::serve(orchestrator, listener, shutdown_signal()).await;
     if let Some(broker) = managed {
         broker.stop().await;
     }

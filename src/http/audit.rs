@@ -55,9 +55,7 @@ async fn list(
             .transpose()?,
     };
     let limit = super::page_size(q.limit, 100);
-    let fetched = o
-        .store()
-        .audit_list(&filter, q.cursor.unwrap_or(0), limit + 1)?;
+    let fetched = o.audit(&filter, q.cursor.unwrap_or(0), limit + 1).await?;
     let (records, next_cursor) = super::page(fetched, limit, |r| r.seq);
     Ok(Json(AuditPage {
         records,
@@ -66,5 +64,5 @@ async fn list(
 }
 
 async fn verify(State(o): State<Orchestrator>) -> Result<Json<AuditReport>, ApiError> {
-    Ok(Json(o.store().verify_audit()?))
+    Ok(Json(o.verify_audit()?))
 }

@@ -117,6 +117,11 @@ impl From<ServiceError> for ApiError {
                 "bus_unavailable",
                 e.to_string(),
             ),
+            ServiceError::TooLarge { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                e.to_string(),
+            ),
         }
     }
 }

@@ -16,8 +16,7 @@ pub(super) fn router() -> Router<Orchestrator> {
 }
 
 async fn ready(State(o): State<Orchestrator>) -> (StatusCode, Json<Value>) {
-    let nats = o.bus().is_connected();
-    let store = o.store().flush().await.is_ok();
+    let (nats, store) = o.readiness().await;
     let status = if nats && store {
         StatusCode::OK
     } else {

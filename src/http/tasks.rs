@@ -99,8 +99,8 @@ async fn get_task(
 ) -> Result<Json<TaskView>, ApiError> {
     let id = parse_id(&id)?;
     let record = o
-        .store()
-        .get(id)?
+        .task(id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
     Ok(Json(TaskView::from(&record)))
 }
@@ -120,31 +120,6 @@ struct ListQuery {
     state: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
-}
-
-/// Up to `limit` tasks of one request in `state`, after `cursor`: walks the
-/// request's tasks until enough match (a filtered page must not end early
-/// just because one batch held few matches).
-fn in_state(
-    store: &crate::store::Store,
-    correlation: &CorrelationId,
-    state: TaskState,
-    mut cursor: Option<TaskId>,
-    limit: usize,
-) -> Result<Vec<TaskRecord>, ApiError> {
-    let mut out = Vec::new();
-    loop {
-        let batch = store.list_by_correlation(correlation, cursor, 256)?;
-        let Some(last) = batch.last() else {
-            return Ok(out);
-        };
-        cursor = Some(last.task_id());
-        out.extend(batch.into_iter().filter(|r| r.state == state));
-        if out.len() >= limit {
-            out.truncate(limit);
-            return Ok(out);
-        }
-    }
 }
 
 /// A page of tasks; `next_cursor` continues it.
@@ -185,14 +160,10 @@ async fn list(
                 .map_err(|e| ApiError::bad_param("correlation_id", e))
         })
         .transpose()?;
-    let store = o.store();
     // One item more than asked tells whether there is a next page.
-    let fetched = match (&correlation, state) {
-        (Some(c), Some(s)) => in_state(store, c, s, cursor, limit + 1)?,
-        (Some(c), None) => store.list_by_correlation(c, cursor, limit + 1)?,
-        (None, Some(s)) => store.list_by_state(s, cursor, limit + 1)?,
-        (None, None) => store.list(cursor, limit + 1)?,
-    };
+    let fetched = o
+        .tasks(correlation.as_ref(), state, cursor, limit + 1)
+        .await?;
     let (records, next_cursor) = super::page(fetched, limit, TaskRecord::task_id);
     Ok(Json(TaskPage {
         tasks: records.iter().map(TaskView::from).collect(),

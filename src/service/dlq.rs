@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -19,8 +19,9 @@ use tracing::{info, warn};
 
 use crate::bus::{
     Bus, BusError, DLQ_CODE_HEADER as CODE_HEADER, DLQ_REASON_HEADER as REASON_HEADER,
-    DeadLetterCopy, PullSettings, Puller, TASK_ID_HEADER,
+    DeadLetterCopy, PullSettings, Puller, Settlement, TASK_ID_HEADER, settle,
 };
+use crate::claim::{ClaimValue, Claims};
 use crate::envelope::{Envelope, TaskId};
 use crate::event::ErrorInfo;
 use crate::store::{AuditEntry, Change, Store, StoreError};
@@ -37,14 +38,26 @@ struct Advisory {
 
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
     let n = bus.names();
-    bus.durable_consumer(&n.advisories_stream(), &n.advisories_consumer())
+    // No delivery limit: an advisory about a running task is looked at
+    // again until the task is resolved.
+    bus.durable_consumer(&n.advisories_stream(), &n.advisories_consumer(), -1, 1024)
         .await
+}
+
+/// What to do with an advisory after one look.
+enum Verdict {
+    /// Handled (moved, or nothing left to move).
+    Done,
+    /// Look again after this long (a dependency failed, or the task is
+    /// still running under a live claim).
+    Later(Duration),
 }
 
 /// Dead-letters poison tasks until `stop` fires.
 pub(crate) async fn handle_advisories(
     bus: Bus,
     store: Store,
+    claims: Claims,
     advisories: PullConsumer,
     stop: CancellationToken,
 ) {
@@ -54,37 +67,59 @@ pub(crate) async fn handle_advisories(
             m = pull.next() => m,
             () = stop.cancelled() => return,
         };
-        let done = match serde_json::from_slice::<Advisory>(&msg.payload) {
-            Ok(advisory) => dead_letter(&bus, &store, &advisory).await,
+        let verdict = match serde_json::from_slice::<Advisory>(&msg.payload) {
+            Ok(advisory) => dead_letter(&bus, &store, &claims, &advisory).await,
             Err(e) => {
                 warn!(error = %e, "undecodable advisory");
-                true
+                Verdict::Done
             }
         };
-        let kind = if done {
-            AckKind::Ack
-        } else {
-            AckKind::Nak(Some(Duration::from_secs(1)))
+        let how = match verdict {
+            Verdict::Done => Settlement::Ack,
+            Verdict::Later(delay) => Settlement::Nak(delay),
         };
-        let _ = msg.ack_with(kind).await;
+        settle(&msg, how).await;
     }
 }
 
-/// Moves the message of one advisory; `false` to try again later.
-async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
+/// Moves the message of one advisory, unless its task is running.
+async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advisory) -> Verdict {
+    let retry = Verdict::Later(bus.config().retry_delay);
     let js = bus.jetstream();
     let tasks = match js.get_stream(&advisory.stream).await {
         Ok(s) => s,
         Err(e) => {
             warn!(error = %e, "task stream unavailable");
-            return false;
+            return retry;
         }
     };
     let message = match tasks.get_raw_message(advisory.stream_seq).await {
         Ok(m) => m,
         // Acked or removed meanwhile: nothing left to move.
-        Err(_) => return true,
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => return Verdict::Done,
+        Err(e) => {
+            warn!(seq = advisory.stream_seq, error = %e, "cannot read the poison message");
+            return retry;
+        }
     };
+    let envelope = Envelope::from_wire(&message.payload, usize::MAX).ok();
+    if let Some(env) = &envelope {
+        // A live claim on this attempt: a worker runs it (the deliveries
+        // that ran out were copies, or redeliveries while it ran). It will
+        // ack the message itself; if it dies, the next look moves it.
+        match claims.peek(env.header.task_id).await {
+            Ok((Some(ClaimValue::Running { attempt, .. }), _))
+                if attempt == env.control.attempt.get() =>
+            {
+                return Verdict::Later(bus.config().ack_wait);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(task_id = %env.header.task_id, error = %e, "cannot read the claim");
+                return retry;
+            }
+        }
+    }
     let agent = message
         .subject
         .split('.')
@@ -95,18 +130,19 @@ async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
         "delivered {} times to {} without an ack",
         advisory.deliveries, advisory.consumer
     );
-    let envelope = Envelope::from_wire(&message.payload, usize::MAX).ok();
     let letter = DeadLetterCopy {
         agent: &agent,
         payload: &message.payload,
         code: "max_deliveries",
         reason: &reason,
         original_subject: message.subject.as_str(),
+        stream: &advisory.stream,
         stream_seq: advisory.stream_seq,
         task_id: envelope.as_ref().map(|e| e.header.task_id),
     };
-    if bus.dead_letter(letter).await.is_err() {
-        return false;
+    if let Err(e) = bus.dead_letter(letter).await {
+        warn!(seq = advisory.stream_seq, error = %e, "dead letter not copied");
+        return retry;
     }
     if let Err(e) = tasks.delete_message(advisory.stream_seq).await {
         warn!(seq = advisory.stream_seq, error = %e, "dead letter copied but not removed from the queue");
@@ -116,7 +152,7 @@ async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
             seq = advisory.stream_seq,
             "dead-lettered an unreadable message"
         );
-        return true;
+        return Verdict::Done;
     };
     let task_id = env.header.task_id;
     info!(task_id = %task_id, "dead-lettered: {reason}");
@@ -125,12 +161,14 @@ async fn dead_letter(bus: &Bus, store: &Store, advisory: &Advisory) -> bool {
         "orchestrator",
         format!("dead-lettered: {reason}"),
     );
+    // Only the attempt that ran out: a later attempt is left alone.
+    change.attempt = Some(env.control.attempt.get());
     change.error = Some(ErrorInfo::new("dead_lettered", reason, false));
     match store.apply(task_id, change).await {
-        Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Transition { .. }) => true,
+        Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Transition { .. }) => Verdict::Done,
         Err(e) => {
             warn!(task_id = %task_id, error = %e, "could not mark the dead-lettered task failed");
-            false
+            retry
         }
     }
 }

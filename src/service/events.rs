@@ -1,51 +1,63 @@
 //! Applies worker events to the store, from a durable consumer: events
 //! published while the orchestrator is down are applied when it is back.
+//! An event that cannot be read, or whose application keeps failing past
+//! `events_max_deliver`, is copied to the DLQ and skipped (a poison event
+//! must not hold up the ones behind it).
 
 use std::time::Duration;
 
+use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{AckKind, Message};
+use serde_json::json;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::TaskUpdate;
-use crate::bus::{Bus, BusError, PullSettings, Puller};
+use super::publisher::Publisher;
+use crate::bus::{Bus, BusError, DeadLetterCopy, PullSettings, Puller, Settlement, settle};
 use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
-use serde_json::json;
+use crate::task::TaskState;
 
 /// The orchestrator's durable consumer of worker events.
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
     let n = bus.names();
-    bus.durable_consumer(&n.events_stream(), &n.events_consumer())
-        .await
+    let c = bus.config();
+    bus.durable_consumer(
+        &n.events_stream(),
+        &n.events_consumer(),
+        c.events_max_deliver,
+        c.events_max_ack_pending,
+    )
+    .await
 }
 
 /// How many tasks' events are applied at once.
 const SHARDS: usize = 16;
 
+/// What applying events needs.
+#[derive(Clone)]
+pub(crate) struct Applier {
+    pub(crate) store: Store,
+    pub(crate) bus: Bus,
+    pub(crate) publisher: Publisher,
+    pub(crate) updates: broadcast::Sender<TaskUpdate>,
+}
+
 /// Applies events as they arrive until `stop` fires. Events of one task go
 /// to one shard and are applied in order; shards run concurrently (the
 /// store batches their changes into shared transactions).
-pub(crate) async fn apply_events(
-    store: Store,
-    events: PullConsumer,
-    updates: broadcast::Sender<TaskUpdate>,
-    stop: CancellationToken,
-) {
+pub(crate) async fn apply_events(applier: Applier, events: PullConsumer, stop: CancellationToken) {
     let mut shards = Vec::new();
     let mut senders = Vec::new();
     for _ in 0..SHARDS {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(64);
-        let store = store.clone();
-        let updates = updates.clone();
+        let applier = applier.clone();
         senders.push(tx);
         shards.push(tokio::spawn(async move {
             while let Some(msg) = rx.recv().await {
-                let event =
-                    WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES).ok();
-                apply_one(&store, &updates, msg, event).await;
+                applier.apply_one(msg).await;
             }
         }));
     }
@@ -80,90 +92,143 @@ fn shard_of(msg: &Message) -> usize {
     (hasher.finish() % SHARDS as u64) as usize
 }
 
-async fn apply_one(
-    store: &Store,
-    updates: &broadcast::Sender<TaskUpdate>,
-    msg: Message,
-    event: Option<WorkerEvent>,
-) {
-    let Some(event) = event else {
-        warn!(subject = %msg.subject, "dropping an undecodable worker event");
-        let _ = msg.ack_with(AckKind::Term).await;
-        return;
-    };
+/// The change a worker event asks for.
+fn change_for(event: &WorkerEvent) -> Change {
+    let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
         (None, state) => format!("worker reported {}", state.as_str()),
     };
-    let change = Change {
-        event: event.task_event(),
+    Change {
+        event: event.state.event(retryable),
         attempt: Some(event.attempt.get()),
         actor: format!("agent:{}", event.agent),
         reason,
         result: event.result.clone(),
         error: event.error.clone(),
-    };
-    // The change is made in order here; its flush and the ack run on their
-    // own, so this task's next event can be applied meanwhile.
-    match store.apply_deferred(event.task_id, change).await {
-        Ok(applied) => {
-            let store = store.clone();
-            let updates = updates.clone();
-            tokio::spawn(async move {
-                if store.flush().await.is_err() {
-                    let _ = msg
-                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                        .await;
-                    return;
-                }
-                let _ = msg.ack().await;
-                match applied {
-                    Applied::Moved(record) => {
-                        // Nobody listening is fine.
-                        let _ = updates.send(TaskUpdate {
-                            task_id: record.task_id(),
-                            state: record.state,
-                        });
-                    }
-                    Applied::Ignored { reason, .. } => {
-                        debug!(task_id = %event.task_id, "event ignored: {reason}");
-                    }
-                    Applied::Unchanged(_) => {}
-                }
-            });
-        }
-        Err(StoreError::NotFound(_)) => {
-            // Not a task of this orchestrator (published straight onto the
-            // bus, or from another deployment): keep a record of it.
-            warn!(task_id = %event.task_id, "event for an unknown task");
-            let entry = AuditEntry {
-                actor: format!("agent:{}", event.agent),
-                kind: "task.unknown_event".into(),
-                task_id: Some(event.task_id),
-                correlation_id: Some(event.correlation_id.clone()),
-                trace_id: None,
-                detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
-            };
-            match store.audit(entry).await {
-                Ok(_) => {
-                    let _ = msg.ack().await;
-                }
-                Err(_) => {
-                    let _ = msg
-                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                        .await;
-                }
-            }
-        }
-        Err(e @ StoreError::Transition { .. }) => {
-            warn!(task_id = %event.task_id, error = %e, "event not applied");
-            let _ = msg.ack().await;
-        }
-        Err(e) => {
-            warn!(task_id = %event.task_id, error = %e, "store failed; the event will be redelivered");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+        retry_after: event.retry_after_seconds.map(Duration::from_secs),
+    }
+}
+
+impl Applier {
+    async fn apply_one(&self, msg: Message) {
+        let Ok(event) = WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES)
+        else {
+            return self
+                .poison(
+                    msg,
+                    "undecodable_event",
+                    "the event is not a valid worker event",
+                )
                 .await;
+        };
+        // The change is made in order here; its flush and the ack run on
+        // their own, so this task's next event can be applied meanwhile.
+        match self
+            .store
+            .apply_deferred(event.task_id, change_for(&event))
+            .await
+        {
+            Ok(applied) => {
+                let this = self.clone();
+                tokio::spawn(async move { this.after_applied(msg, &event, applied).await });
+            }
+            Err(StoreError::NotFound(_)) => self.unknown_task(msg, &event).await,
+            Err(e @ StoreError::Transition { .. }) => {
+                warn!(task_id = %event.task_id, error = %e, "event not applied");
+                settle(&msg, Settlement::Ack).await;
+            }
+            Err(e) => self.failed(msg, &e.to_string()).await,
+        }
+    }
+
+    /// Once the change is flushed: ack, schedule a retry, tell listeners.
+    async fn after_applied(&self, msg: Message, event: &WorkerEvent, applied: Applied) {
+        if let Err(e) = self.store.flush().await {
+            return self.failed(msg, &e.to_string()).await;
+        }
+        settle(&msg, Settlement::Ack).await;
+        match applied {
+            Applied::Moved(record) => {
+                if record.state == TaskState::Submitted && record.attempt > event.attempt.get() {
+                    self.publisher
+                        .at(record.task_id(), record.attempt, record.retry_at, false)
+                        .await;
+                }
+                // Nobody listening is fine.
+                let _ = self.updates.send(TaskUpdate {
+                    task_id: record.task_id(),
+                    state: record.state,
+                });
+            }
+            Applied::Ignored { reason, .. } => {
+                debug!(task_id = %event.task_id, "event ignored: {reason}");
+            }
+            Applied::Unchanged(_) => {}
+        }
+    }
+
+    /// An event for a task this orchestrator never stored (published
+    /// straight onto the bus, or from another deployment): audited.
+    async fn unknown_task(&self, msg: Message, event: &WorkerEvent) {
+        warn!(task_id = %event.task_id, "event for an unknown task");
+        let entry = AuditEntry {
+            actor: format!("agent:{}", event.agent),
+            kind: "task.unknown_event".into(),
+            task_id: Some(event.task_id),
+            correlation_id: Some(event.correlation_id.clone()),
+            trace_id: None,
+            detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
+        };
+        match self.store.audit(entry).await {
+            Ok(_) => settle(&msg, Settlement::Ack).await,
+            Err(e) => self.failed(msg, &e.to_string()).await,
+        }
+    }
+
+    /// Applying failed: try again later, or give up on a poison event.
+    async fn failed(&self, msg: Message, why: &str) {
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        if delivered >= self.bus.config().events_max_deliver {
+            let why = format!("not applied after {delivered} deliveries: {why}");
+            return self.poison(msg, "poison_event", &why).await;
+        }
+        warn!(subject = %msg.subject, error = why, "event not applied; it will be redelivered");
+        settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
+    }
+
+    /// Copies an event to the DLQ and skips it.
+    async fn poison(&self, msg: Message, code: &str, why: &str) {
+        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
+        let agent = msg
+            .subject
+            .split('.')
+            .nth(2)
+            .unwrap_or("unknown")
+            .to_string();
+        let task_id = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(crate::bus::TASK_ID_HEADER))
+            .and_then(|v| v.as_str().parse().ok());
+        warn!(subject = %msg.subject, code, "poison event to the DLQ: {why}");
+        let events_stream = self.bus.names().events_stream();
+        let letter = DeadLetterCopy {
+            agent: &agent,
+            payload: &msg.payload,
+            code,
+            reason: why,
+            original_subject: msg.subject.as_str(),
+            stream: &events_stream,
+            stream_seq: seq,
+            task_id,
+        };
+        match self.bus.dead_letter(letter).await {
+            Ok(()) => settle(&msg, Settlement::Term).await,
+            Err(e) => {
+                warn!(error = %e, "poison event not copied; it will be redelivered");
+                settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
+            }
         }
     }
 }

@@ -1,39 +1,46 @@
 //! The orchestrator service: owns the store, publishes envelopes, applies
-//! worker events, and serves the HTTP API.
+//! worker events, schedules retries, enforces deadlines, and resolves what
+//! would otherwise be stuck. The HTTP API sits above it (`crate::server`
+//! wires the two together).
 //!
-//! A submission is claimed and stored (flushed) before it is published, so
-//! a crash in between leaves a `submitted` task that the next start
-//! republishes under the same `Nats-Msg-Id`. Worker events come through a
-//! durable consumer, so results published while the orchestrator is down
-//! are applied when it comes back.
+//! A submission is stored (flushed) before it is answered; its envelope is
+//! published off the request path, and the broker's sequence is recorded
+//! when the broker acknowledges it, so a restart republishes only what the
+//! broker never took. Worker events come through a durable consumer, so
+//! results published while the orchestrator is down are applied when it is
+//! back. The store alone owns the attempt number and decides retries.
 
 mod dlq;
 mod events;
 mod orphans;
+mod publisher;
+mod reaper;
 mod request;
-mod serve;
+mod run;
 
 pub use dlq::DeadLetter;
-
 pub use request::TaskRequest;
+pub use run::Background;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tracing::warn;
 
 use crate::agent::AgentCard;
 use crate::bus::{Bus, BusConfig, BusError, TraceContext};
+use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
-use crate::event::ReportedState;
-use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
-use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::store::{
+    Applied, AuditFilter, AuditRecord, Change, NewTask, Store, StoreConfig, StoreError, Submitted,
+};
+use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
 use crate::trigger::Trigger;
-use crate::worker::claims::settle_unstarted;
+use publisher::Publisher;
+use reaper::Deadlines;
 
 /// The orchestrator's settings (`--config FILE`, JSON; every field optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +64,16 @@ pub struct ServiceConfig {
     pub orphan_sweep: Duration,
     /// The store's page cache, in bytes.
     pub store_cache_bytes: u64,
+    /// Delays between attempts after retryable failures.
+    pub retry: RetryPolicy,
+    /// How often live tasks are checked for lost attempts.
+    #[serde(with = "humantime_serde")]
+    pub reap_interval: Duration,
+    /// How long a live task may stay unchanged before it is checked.
+    #[serde(with = "humantime_serde")]
+    pub stall_after: Duration,
+    /// Envelopes published but not yet acknowledged by the broker, at most.
+    pub publish_in_flight: usize,
 }
 
 impl Default for ServiceConfig {
@@ -70,6 +87,10 @@ impl Default for ServiceConfig {
             idempotency_retention: Duration::from_secs(24 * 3600),
             orphan_sweep: Duration::from_secs(10),
             store_cache_bytes: StoreConfig::new("").cache_bytes,
+            retry: RetryPolicy::default(),
+            reap_interval: Duration::from_secs(10),
+            stall_after: Duration::from_secs(60),
+            publish_in_flight: 1024,
         }
     }
 }
@@ -120,6 +141,16 @@ pub enum ServiceError {
     /// No dead letter holds this task.
     #[error("no dead letter for task {0}")]
     NoDeadLetter(TaskId),
+    /// The task's envelope is larger than the broker carries.
+    #[error(
+        "the task's envelope would be {size} bytes; the broker carries at most {max} (its max_payload, less room for headers)"
+    )]
+    TooLarge {
+        /// The envelope's size.
+        size: usize,
+        /// The largest envelope accepted.
+        max: usize,
+    },
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -171,6 +202,10 @@ pub struct TaskUpdate {
     pub state: TaskState,
 }
 
+/// Room left in a message for its headers: the largest envelope accepted
+/// is the broker's `max_payload` less this.
+pub const HEADER_ROOM: usize = 1024;
+
 /// A cheap, cloneable handle to the running orchestrator.
 #[derive(Clone)]
 pub struct Orchestrator {
@@ -179,23 +214,35 @@ pub struct Orchestrator {
 }
 
 struct Inner {
+    /// Tasks, idempotency, audit: the owner of every task fact.
     store: Store,
+    /// The broker.
     bus: Bus,
+    /// Delivery claims, for cancel marks and liveness checks.
+    claims: Claims,
     /// The static agent cards, by id; empty = accept any agent.
     cards: BTreeMap<AgentName, AgentCard>,
     /// The triggers, by id.
     triggers: BTreeMap<String, Trigger>,
+    /// The settings in force.
     config: ServiceConfig,
+    /// The largest envelope the broker carries (from its max_payload).
+    max_envelope: usize,
     /// Announces state changes applied from worker events.
     updates: tokio::sync::broadcast::Sender<TaskUpdate>,
-    /// Tasks stored but not yet published (the broker was unreachable).
-    unpublished: Mutex<BTreeSet<TaskId>>,
+    /// Publishes envelopes (the loop starts with `start`).
+    publisher: Publisher,
+    /// Watches deadlines (the loop starts with `start`).
+    deadlines: Deadlines,
+    /// The loops' receiving ends, until `start` takes them.
+    pending: Mutex<Option<run::Queues>>,
 }
 
 impl Orchestrator {
-    /// Opens the store and provisions the bus.
+    /// Opens the store and provisions the bus. Nothing runs in the
+    /// background until [`Orchestrator::start`].
     pub async fn open(
-        config: ServiceConfig,
+        mut config: ServiceConfig,
         bus: Bus,
         cards: Vec<AgentCard>,
         triggers: BTreeMap<String, Trigger>,
@@ -203,17 +250,32 @@ impl Orchestrator {
         let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
         store_config.cache_bytes = config.store_cache_bytes;
+        store_config.retry = config.retry;
         let store = Store::open(&store_config)?;
         bus.provision().await?;
+        let claims = bus.claims(bus.config().ack_wait).await?;
+        let max_envelope = bus.max_payload().saturating_sub(HEADER_ROOM);
+        // A request larger than any envelope the broker carries is refused
+        // before it is read.
+        config.max_envelope_bytes = config.max_envelope_bytes.min(bus.max_payload());
+        let (publisher, publish_queue) = publisher::channel();
+        let (deadlines, deadline_queue) = reaper::channel();
         Ok(Orchestrator {
             inner: Arc::new(Inner {
                 store,
                 bus,
+                claims,
                 cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
                 triggers,
                 config,
+                max_envelope,
                 updates: tokio::sync::broadcast::channel(65_536).0,
-                unpublished: Mutex::new(BTreeSet::new()),
+                publisher,
+                deadlines,
+                pending: Mutex::new(Some(run::Queues {
+                    publish: publish_queue,
+                    deadlines: deadline_queue,
+                })),
             }),
         })
     }
@@ -247,6 +309,57 @@ impl Orchestrator {
     /// The settings in force.
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
+    }
+
+    /// The task with this id, as flushed to disk.
+    pub async fn task(&self, id: TaskId) -> Result<Option<TaskRecord>, ServiceError> {
+        let record = self.inner.store.get(id)?;
+        self.inner.store.settled().await?;
+        Ok(record)
+    }
+
+    /// Up to `limit` tasks after `cursor`, filtered by request and state,
+    /// as flushed to disk.
+    pub async fn tasks(
+        &self,
+        correlation: Option<&crate::envelope::CorrelationId>,
+        state: Option<TaskState>,
+        cursor: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, ServiceError> {
+        let store = &self.inner.store;
+        let records = match (correlation, state) {
+            (Some(c), Some(s)) => in_state(store, c, s, cursor, limit)?,
+            (Some(c), None) => store.list_by_correlation(c, cursor, limit)?,
+            (None, Some(s)) => store.list_by_state(s, cursor, limit)?,
+            (None, None) => store.list(cursor, limit)?,
+        };
+        store.settled().await?;
+        Ok(records)
+    }
+
+    /// Up to `limit` audit records after sequence `after`, as flushed.
+    pub async fn audit(
+        &self,
+        filter: &AuditFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, ServiceError> {
+        let records = self.inner.store.audit_list(filter, after, limit)?;
+        self.inner.store.settled().await?;
+        Ok(records)
+    }
+
+    /// Whether the broker is connected and the store can flush.
+    pub async fn readiness(&self) -> (bool, bool) {
+        let nats = self.inner.bus.is_connected();
+        let store = self.inner.store.flush().await.is_ok();
+        (nats, store)
+    }
+
+    /// Checks the audit chain.
+    pub fn verify_audit(&self) -> Result<crate::store::AuditReport, ServiceError> {
+        Ok(self.inner.store.verify_audit()?)
     }
 
     /// Stores a task and publishes it. The same idempotency key with the same
@@ -329,6 +442,13 @@ impl Orchestrator {
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
         envelope.header.causation_id = causation.map(Into::into);
+        let size = envelope.to_vec().len();
+        if size > self.inner.max_envelope {
+            return Err(ServiceError::TooLarge {
+                size,
+                max: self.inner.max_envelope,
+            });
+        }
         let submitted = self
             .inner
             .store
@@ -340,35 +460,19 @@ impl Orchestrator {
                 trace_id: Some(caller.trace().trace_id()),
             })
             .await?;
-        let record = submitted.record();
-        if record.state == TaskState::Submitted {
-            self.publish(record).await;
+        if let Submitted::Created(record) = &submitted {
+            self.inner.deadlines.watch(record).await;
+            self.inner.publisher.now(record).await;
         }
         Ok(submitted)
     }
 
-    /// Publishes a stored task; on failure remembers it for the republisher.
-    async fn publish(&self, record: &TaskRecord) {
-        let trace = record.trace_id.as_deref().and_then(TraceContext::in_trace);
-        match self
-            .inner
-            .bus
-            .publish_envelope(&record.envelope_for_attempt(), trace.as_ref())
-            .await
-        {
-            Ok(()) => {
-                lock(&self.inner.unpublished).remove(&record.task_id());
-            }
-            Err(e) => {
-                warn!(task_id = %record.task_id(), error = %e, "publish failed; will retry");
-                lock(&self.inner.unpublished).insert(record.task_id());
-            }
-        }
-    }
-
     /// Cancels a task: idempotent for a canceled task, refused for one that
-    /// ended otherwise. A task no worker has started is settled in the shared
-    /// claims so no replica runs it; a running one is told by broadcast.
+    /// ended otherwise. The store records it first; then the task's claim
+    /// is marked canceled (a worker that claims it later never starts it,
+    /// a running holder's next renewal fails), then the cancel is broadcast
+    /// to the holder. If the mark cannot be written the call fails and can
+    /// be repeated.
     pub async fn cancel(
         &self,
         task_id: TaskId,
@@ -381,9 +485,7 @@ impl Orchestrator {
         );
         let record = match self.inner.store.apply(task_id, change).await? {
             Applied::Moved(r) | Applied::Unchanged(r) => r,
-            Applied::Ignored { record, .. } if record.state == TaskState::Canceled => {
-                return Ok(record);
-            }
+            Applied::Ignored { record, .. } if record.state == TaskState::Canceled => record,
             Applied::Ignored { record, .. } => {
                 return Err(ServiceError::NotCancelable {
                     task_id,
@@ -391,21 +493,13 @@ impl Orchestrator {
                 });
             }
         };
-        let env = &record.envelope;
-        let event = crate::worker::report(env, record.attempt, ReportedState::Canceled);
-        let kv = self.inner.bus.deliveries().await?;
-        let settled = settle_unstarted(&kv, &event, &env.control.idempotency_key).await;
-        if !matches!(settled, Ok(true)) {
-            let subject = self.inner.bus.names().cancel_subject(task_id);
-            if let Err(e) = self
-                .inner
-                .bus
-                .client()
-                .publish(subject, "cancel".into())
-                .await
-            {
-                warn!(task_id = %task_id, error = %e, "cancel broadcast failed");
-            }
+        if !reaper::stop_attempt(&self.inner.bus, &self.inner.claims, &record).await {
+            return Err(ServiceError::Bus(BusError::Publish {
+                subject: self.inner.bus.names().deliveries_bucket(),
+                message:
+                    "the task is canceled, but its cancel mark could not be written: cancel again"
+                        .into(),
+            }));
         }
         Ok(record)
     }
@@ -460,4 +554,29 @@ impl Orchestrator {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Up to `limit` tasks of one request in `state`, after `cursor`: walks the
+/// request's tasks until enough match (a filtered page must not end early
+/// just because one batch held few matches).
+fn in_state(
+    store: &Store,
+    correlation: &crate::envelope::CorrelationId,
+    state: TaskState,
+    mut cursor: Option<TaskId>,
+    limit: usize,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    let mut out = Vec::new();
+    loop {
+        let batch = store.list_by_correlation(correlation, cursor, 256)?;
+        let Some(last) = batch.last() else {
+            return Ok(out);
+        };
+        cursor = Some(last.task_id());
+        out.extend(batch.into_iter().filter(|r| r.state == state));
+        if out.len() >= limit {
+            out.truncate(limit);
+            return Ok(out);
+        }
+    }
 }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, DeadLetterCopy};
+use crate::bus::{Bus, DeadLetterCopy, Settlement, settle_confirmed};
 use crate::envelope::{AgentName, Envelope};
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store};
@@ -48,6 +48,7 @@ async fn sweep_once(
     cards: &BTreeMap<AgentName, AgentCard>,
 ) -> Result<(), String> {
     let names = bus.names();
+    let tasks_stream = names.tasks_stream();
     let stream = bus
         .jetstream()
         .get_stream(names.tasks_stream())
@@ -100,13 +101,14 @@ async fn sweep_once(
                 code: "unknown_agent",
                 reason: &reason,
                 original_subject: msg.subject.as_str(),
+                stream: &tasks_stream,
                 stream_seq: seq,
                 task_id: envelope.as_ref().map(|e| e.header.task_id),
             };
             if bus.dead_letter(letter).await.is_err() {
                 continue;
             }
-            let _ = msg.double_ack().await;
+            settle_confirmed(&msg, Settlement::Ack).await;
             info!(agent = %agent, stream_seq = seq, "dead-lettered an envelope for an unknown agent");
             if let Some(env) = envelope {
                 let mut change = Change::new(TaskEvent::Reject, "orchestrator", reason.clone());

@@ -36,6 +36,10 @@ struct Shared {
     cv: Condvar,
     /// Published after each flush.
     flushed: watch::Sender<Flushed>,
+    /// The writer's count of committed batches.
+    commits: Arc<AtomicU64>,
+    /// How many committed batches the last successful flush covered.
+    flushed_commits: AtomicU64,
 }
 
 /// Handle to the flusher thread; dropping it flushes once more and stops it.
@@ -52,12 +56,15 @@ impl GroupCommit {
         db: sled::Db,
         meta: sled::Tree,
         mut mark: CommitMark,
+        commits: Arc<AtomicU64>,
     ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared {
             requested: AtomicU64::new(0),
             wake: Mutex::new((false, false)),
             cv: Condvar::new(),
             flushed: watch::channel(Flushed::default()).0,
+            flushed_commits: AtomicU64::new(commits.load(Ordering::SeqCst)),
+            commits,
         });
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -68,6 +75,17 @@ impl GroupCommit {
             shared,
             thread: Some(thread),
         })
+    }
+
+    /// Waits until every change committed so far is on disk; returns at
+    /// once when the last flush covered them all (a reader's wait, so it
+    /// never shows what a crash could take back).
+    pub(crate) async fn settled(&self) -> Result<(), StoreError> {
+        let committed = self.shared.commits.load(Ordering::SeqCst);
+        if self.shared.flushed_commits.load(Ordering::SeqCst) >= committed {
+            return Ok(());
+        }
+        self.durable().await
     }
 
     /// Waits until every change this caller made before the call is on disk.
@@ -116,9 +134,13 @@ fn flush_loop(db: &sled::Db, meta: &sled::Tree, mark: &mut CommitMark, shared: &
         // Every ticket counted here, and the audit head read here, belong to
         // changes written before these reads, so the flush below covers them.
         let target = shared.requested.load(Ordering::SeqCst);
+        let commits = shared.commits.load(Ordering::SeqCst);
         let head = audit::read_head(meta);
         let result = db.flush();
         let flushed = result.is_ok();
+        if flushed {
+            shared.flushed_commits.fetch_max(commits, Ordering::SeqCst);
+        }
         shared.flushed.send_modify(|f| match result {
             Ok(_) => f.upto = f.upto.max(target),
             Err(e) => f.failed = Some((target, Arc::from(e.to_string()))),

@@ -64,6 +64,9 @@ pub struct Change {
     pub result: Option<Value>,
     /// An error to record.
     pub error: Option<ErrorInfo>,
+    /// For a retry: the delay the handler asked for before the next
+    /// attempt (the store's retry policy caps it, or chooses one).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Change {
@@ -76,6 +79,7 @@ impl Change {
             reason: reason.into(),
             result: None,
             error: None,
+            retry_after: None,
         }
     }
 }
@@ -197,6 +201,8 @@ impl Store {
                 reason: "submitted".into(),
             }],
             trace_id: new.trace_id.clone(),
+            published_seq: None,
+            retry_at: None,
             created_at: now,
             updated_at: now,
             envelope,
@@ -286,6 +292,7 @@ impl Store {
         change: Change,
     ) -> Result<Applied, StoreError> {
         let now = Timestamp::now();
+        let policy = self.inner.retry;
         let outcome = self
             .transact(Box::new(move |tx, head| {
                 let mut record = read_task(tx, task_id)?;
@@ -329,6 +336,13 @@ impl Store {
                     actor: change.actor.clone(),
                     reason: change.reason.clone(),
                 });
+                let retried = attempt != record.attempt;
+                if retried {
+                    // A retry: the next attempt is published when due.
+                    let delay = policy.delay(record.attempt, change.retry_after);
+                    record.retry_at = Some(now.after(delay));
+                    record.published_seq = None;
+                }
                 record.state = state;
                 record.attempt = attempt;
                 record.updated_at = now;
@@ -354,6 +368,7 @@ impl Store {
                         "event": change.event,
                         "attempt": attempt,
                         "reason": change.reason,
+                        "retry_at": record.retry_at.filter(|_| retried),
                     }),
                 };
                 let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
@@ -365,6 +380,29 @@ impl Store {
             ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
             ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
         })
+    }
+
+    /// Records that the broker acknowledged the envelope of `attempt` at
+    /// stream sequence `seq`, so recovery does not publish it again. Not
+    /// audited (no state changes) and not waited for: if a crash loses it,
+    /// recovery republishes the attempt, which JetStream or the worker's
+    /// record check turns away. Ignored when the task moved on meanwhile.
+    pub async fn record_published(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        seq: u64,
+    ) -> Result<(), StoreError> {
+        self.transact(Box::new(move |tx, head| {
+            let mut record = read_task(tx, task_id)?;
+            if record.attempt == attempt && !record.state.is_terminal() {
+                record.published_seq = Some(seq);
+                tx.tasks
+                    .insert(&keys::task(task_id), keys::encode(&record))?;
+            }
+            Ok((head, ()))
+        }))
+        .await
     }
 
     /// The task with this id, if any.

@@ -11,6 +11,7 @@
 //! it writes anything; it gets its error and the rest of the batch commits.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -24,6 +25,9 @@ use super::{Abort, StoreError, Tx};
 
 /// The most jobs one transaction takes.
 const MAX_BATCH: usize = 512;
+
+/// The most jobs waiting for the writer; more wait for room.
+const QUEUE: usize = 8192;
 
 /// What a job does inside the batch's transaction: given the trees and the
 /// audit head, it returns the new head and its result, or aborts with its
@@ -88,7 +92,7 @@ pub(crate) struct Trees {
 /// already sent, then joins it.
 pub(crate) struct Writer {
     /// Where jobs go; `None` once closing.
-    jobs: Option<mpsc::Sender<Box<dyn Job>>>,
+    jobs: Option<mpsc::SyncSender<Box<dyn Job>>>,
     /// The writer thread.
     thread: Option<JoinHandle<()>>,
     /// The committed audit head, for readers (`verify`).
@@ -96,13 +100,17 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn start(trees: Trees, head: Head) -> Result<Self, StoreError> {
-        let (jobs, rx) = mpsc::channel::<Box<dyn Job>>();
+    pub(crate) fn start(
+        trees: Trees,
+        head: Head,
+        commits: Arc<AtomicU64>,
+    ) -> Result<Self, StoreError> {
+        let (jobs, rx) = mpsc::sync_channel::<Box<dyn Job>>(QUEUE);
         let shared = Arc::new(Mutex::new(head));
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(&trees, &rx, head, &for_thread))
+            .spawn(move || write_loop(&trees, &rx, head, &for_thread, &commits))
             .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -120,8 +128,22 @@ impl Writer {
             outcome: RefCell::new(None),
             reply,
         });
-        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
-        if !matches!(sent, Some(Ok(()))) {
+        // The queue is bounded: a full one holds the caller back here,
+        // off the async runtime's threads.
+        let Some(jobs) = self.jobs.clone() else {
+            return Err(StoreError::Io("the store is closing".into()));
+        };
+        let sent = match jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::TrySendError::Full(job)) => {
+                tokio::task::spawn_blocking(move || jobs.send(job))
+                    .await
+                    .map_err(|_| ())
+                    .and_then(|r| r.map_err(|_| ()))
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(()),
+        };
+        if sent.is_err() {
             return Err(StoreError::Io("the store is closing".into()));
         }
         answer
@@ -140,6 +162,7 @@ fn write_loop(
     rx: &mpsc::Receiver<Box<dyn Job>>,
     mut head: Head,
     shared: &Mutex<Head>,
+    commits: &AtomicU64,
 ) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -174,6 +197,7 @@ fn write_loop(
             Ok(next) => {
                 head = next;
                 *shared.lock().unwrap_or_else(PoisonError::into_inner) = next;
+                commits.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             }
             Err(e) => Err(StoreError::from(e)),

@@ -101,10 +101,13 @@ pub enum TransitionError {
 ///
 /// - `submitted → working | input_required | auth_required | completed |
 ///   failed | rejected | canceled` (a result may arrive without a `working`
-///   report before it, and a task that never started may be dead-lettered);
+///   report before it: workers report `working` only for slow handlers, and
+///   a task that never started may be dead-lettered or time out);
 /// - `working → input_required | auth_required | completed | failed |
-///   rejected | canceled`, and `working → submitted` with `attempt + 1` on a
-///   retry, or `failed` once `max_attempts` attempts are spent;
+///   rejected | canceled`;
+/// - `submitted | working → submitted` with `attempt + 1` on a retry (the
+///   attempt's retryable failure), or `failed` once `max_attempts`
+///   attempts are spent;
 /// - `input_required | auth_required → working | canceled | failed`
 ///   (failed: the deadline passed while waiting);
 /// - a repeated report (`working` while working, ...) changes nothing;
@@ -124,14 +127,13 @@ pub fn decide(
         }
 
         (S::Submitted, E::Start) => to(S::Working),
-        (S::Submitted, E::Retry) => Err(TransitionError::NotAllowed { state, event }),
-
         (S::Working, E::Start) => Ok(Next::Stay),
-        (S::Working, E::Retry) if attempt < max_attempts => Ok(Next::Move {
+
+        (S::Submitted | S::Working, E::Retry) if attempt < max_attempts => Ok(Next::Move {
             state: S::Submitted,
             attempt: attempt + 1,
         }),
-        (S::Working, E::Retry) => to(S::Failed),
+        (S::Submitted | S::Working, E::Retry) => to(S::Failed),
 
         (S::Submitted | S::Working, E::RequireInput) => to(S::InputRequired),
         (S::Submitted | S::Working, E::RequireAuth) => to(S::AuthRequired),
@@ -163,7 +165,7 @@ mod tests {
     fn expected(state: S, event: E) -> Option<S> {
         let row: [Option<S>; 8] = match state {
             //                  Start               RequireInput           RequireAuth           Complete            Fail             Reject             Cancel             Retry
-            S::Submitted => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), None],
+            S::Submitted => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted)],
             S::Working => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted)],
             S::InputRequired => [Some(S::Working), Some(S::InputRequired), None, None, Some(S::Failed), None, Some(S::Canceled), None],
             S::AuthRequired => [Some(S::Working), None, Some(S::AuthRequired), None, Some(S::Failed), None, Some(S::Canceled), None],
@@ -179,12 +181,18 @@ mod tests {
             for event in E::ALL {
                 let got = decide(state, 1, 3, event);
                 match (expected(state, event), got) {
-                    (Some(want), Ok(Next::Stay)) => assert_eq!(want, state, "{state} + {event}"),
+                    (Some(want), Ok(Next::Stay)) => {
+                        assert_eq!(want, state, "{state} + {event}");
+                        assert_ne!(event, E::Retry, "a retry always moves");
+                    }
                     (Some(want), Ok(Next::Move { state: s, attempt })) => {
                         assert_eq!(s, want, "{state} + {event}");
-                        assert_ne!(s, state, "a move must change the state");
                         let want_attempt = if event == E::Retry { 2 } else { 1 };
                         assert_eq!(attempt, want_attempt, "{state} + {event}");
+                        assert!(
+                            s != state || attempt != 1,
+                            "a move changes the state or the attempt"
+                        );
                     }
                     (None, Err(TransitionError::Terminal { .. })) => assert!(state.is_terminal()),
                     (None, Err(TransitionError::NotAllowed { .. })) => {
@@ -217,6 +225,20 @@ mod tests {
             Ok(Next::Move {
                 state: S::Failed,
                 attempt: 1
+            })
+        );
+        assert_eq!(
+            decide(S::Submitted, 1, 2, E::Retry),
+            Ok(Next::Move {
+                state: S::Submitted,
+                attempt: 2
+            })
+        );
+        assert_eq!(
+            decide(S::Submitted, 2, 2, E::Retry),
+            Ok(Next::Move {
+                state: S::Failed,
+                attempt: 2
             })
         );
     }

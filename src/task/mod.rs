@@ -3,8 +3,10 @@
 
 mod machine;
 mod record;
+mod retry;
 mod state;
 
 pub use machine::{Next, TaskEvent, TransitionError, decide};
 pub use record::{HistoryEntry, TaskRecord};
+pub use retry::RetryPolicy;
 pub use state::TaskState;

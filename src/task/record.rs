@@ -27,6 +27,14 @@ pub struct TaskRecord {
     /// The trace this task belongs to (W3C trace id), for the Jaeger link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The task stream's sequence of the current attempt's envelope, once
+    /// the broker acknowledged it; `None`: not published yet (recovery
+    /// publishes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_seq: Option<u64>,
+    /// When the current attempt may be published: set by a scheduled retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Timestamp>,
     /// When the task was created.
     pub created_at: Timestamp,
     /// When the task last changed.

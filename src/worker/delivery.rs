@@ -1,19 +1,21 @@
-//! One delivery, from pulled message to ack: decode, check, claim, run,
-//! report, settle.
+//! One delivery, from pulled message to settlement: decode, check, look up
+//! the attempt's record, claim, run, fence, report, ack.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::Message;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::claims::{self, Decision};
-use super::{Disposition, Outcome, Shared, Task, event_for, lock, report, settle};
+use super::{Outcome, Shared, Task, event_for, lock, report};
 use crate::agent::AgentCard;
-use crate::bus::{BusError, DeadLetterCopy, TRACEPARENT, TraceContext};
+use crate::bus::{
+    BusError, DeadLetterCopy, REPUBLISHED_HEADER, Settlement, TRACEPARENT, TraceContext, settle,
+};
+use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::{Envelope, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
 
@@ -23,94 +25,113 @@ pub(super) async fn handle(
     permit: OwnedSemaphorePermit,
     hard_stop: CancellationToken,
 ) {
-    let trace = msg
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(TRACEPARENT))
-        .and_then(|v| TraceContext::parse(v.as_str()));
-    let trace = trace.as_ref();
     let _permit = permit;
+    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).cloned();
+    let trace = header(TRACEPARENT).and_then(|v| TraceContext::parse(v.as_str()));
+    let trace = trace.as_ref();
+    let (stream_seq, delivered) = msg
+        .info()
+        .map(|i| (i.stream_sequence, i.delivered))
+        .unwrap_or((0, 1));
     let envelope = match Envelope::from_wire(&msg.payload, shared.config.max_envelope_bytes) {
         Ok(env) => env,
         Err(e) => return dead_letter(&shared, msg, e.code(), &e.to_string(), trace).await,
     };
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
-        return reject(&shared, msg, &envelope, "wrong_agent", &why, trace).await;
+        return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;
     }
     let action = envelope.payload.action.as_str();
     if shared.card.skill(action).is_none() {
         let why = format!("`{}` has no skill `{action}`", shared.card.name);
-        return reject(&shared, msg, &envelope, "unknown_action", &why, trace).await;
+        return reject(&shared, &msg, &envelope, "unknown_action", &why, trace).await;
     }
-    let decision = match shared
+    let task_id = envelope.header.task_id;
+    let attempt = envelope.control.attempt.get();
+    // A redelivery, or a copy published again after an orchestrator
+    // restart, may be of an attempt that already reported its result.
+    let republished = header(REPUBLISHED_HEADER).is_some();
+    let resumed = delivered > 1 || republished;
+    if resumed {
+        info!(task_id = %task_id, attempt, delivered, republished, "a repeated delivery: an earlier one may have partly run");
+    }
+    if resumed && attempt_is_over(&shared, &envelope).await {
+        debug!(task_id = %task_id, attempt, "attempt already reported: settling the copy");
+        return settle(&msg, Settlement::Ack).await;
+    }
+    let delivery = Delivery {
+        attempt,
+        stream_seq,
+    };
+    match shared
         .claims
-        .acquire(
-            &envelope.control.idempotency_key,
-            envelope.control.attempt.get(),
-        )
+        .acquire(task_id, delivery, &shared.instance)
         .await
     {
-        Ok(d) => d,
+        Ok(Acquired::Run(held)) => {
+            run_task(&shared, msg, envelope, resumed, held, hard_stop, trace).await;
+        }
+        Ok(Acquired::Skip(Decision::Busy)) => {
+            debug!(task_id = %task_id, "another holder runs this message: looking again after a lease");
+            settle(&msg, Settlement::Nak(shared.delays.busy)).await;
+        }
+        Ok(Acquired::Skip(decision)) => {
+            info!(task_id = %task_id, attempt, ?decision, "not run: settling the message");
+            settle(&msg, Settlement::Ack).await;
+        }
         Err(e) => {
-            warn!(task_id = %envelope.header.task_id, error = %e, "claim failed; redelivering");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
-            return;
-        }
-    };
-    match decision {
-        Decision::Busy(wait) => {
-            let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
-        }
-        Decision::Republish(event) => {
-            info!(task_id = %envelope.header.task_id, "already done: republishing its result");
-            finish(&shared, &msg, &event, AckKind::Ack, trace).await;
-        }
-        Decision::Run {
-            attempt,
-            resumed,
-            held,
-        } => {
-            run_task(
-                &shared,
-                msg,
-                envelope,
-                (attempt, resumed),
-                held,
-                hard_stop,
-                trace,
-            )
-            .await;
+            warn!(task_id = %task_id, error = %e, "claim failed; redelivering");
+            settle(&msg, Settlement::Nak(shared.delays.retry)).await;
         }
     }
+}
+
+/// Whether the task's last event shows this attempt over: a final report
+/// of it, or any report of a later attempt. A lookup that fails says no
+/// (the claim still keeps two runs apart).
+async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
+    let attempt = envelope.control.attempt.get();
+    match shared
+        .bus
+        .last_event(&envelope.header.to, envelope.header.task_id)
+        .await
+    {
+        Ok(Some(last)) => {
+            last.attempt.get() > attempt
+                || (last.attempt.get() == attempt && last.state != ReportedState::Working)
+        }
+        Ok(None) => false,
+        Err(e) => {
+            warn!(task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
+            false
+        }
+    }
+}
+
+/// How a run ended before its outcome could be reported.
+enum Stopped {
+    /// The handler finished.
+    Finished(Outcome),
+    /// The claim was lost (its lease ended and another replica took over,
+    /// or a cancel mark replaced it): the handler was canceled.
+    Lost(ClaimErrorKind),
+    /// The worker is shutting down past its grace period.
+    HardStop,
 }
 
 async fn run_task(
     shared: &Arc<Shared>,
     msg: Message,
     envelope: Envelope,
-    (attempt, resumed): (u32, bool),
-    mut held: claims::Held,
+    resumed: bool,
+    mut held: Held,
     hard_stop: CancellationToken,
     trace: Option<&TraceContext>,
 ) {
     let task_id = envelope.header.task_id;
+    let attempt = envelope.control.attempt.get();
     let cancel = CancellationToken::new();
     lock(&shared.running).insert(task_id, cancel.clone());
-    // Reported while the handler runs; awaited before the final report, so
-    // the orchestrator sees them in order.
-    let working = {
-        let bus = shared.bus.clone();
-        let event = report(&envelope, attempt, ReportedState::Working);
-        let trace = trace.copied();
-        tokio::spawn(async move {
-            if let Err(e) = bus.publish_event(&event, trace.as_ref()).await {
-                warn!(task_id = %event.task_id, error = %e, "could not report working");
-            }
-        })
-    };
     let task = Task {
         envelope: envelope.without_token(),
         attempt,
@@ -119,103 +140,113 @@ async fn run_task(
         cancel: cancel.clone(),
     };
     let mut run = shared.handler.handle(task);
-    let mut progress = tokio::time::interval((shared.lease / 3).max(Duration::from_millis(100)));
-    progress.tick().await;
-    let outcome = loop {
+    let every = (shared.lease / 3).max(Duration::from_millis(100));
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let working_at = tokio::time::sleep(shared.config.working_after);
+    tokio::pin!(working_at);
+    let mut working: Option<tokio::task::JoinHandle<()>> = None;
+    let stopped = loop {
         tokio::select! {
-            outcome = &mut run => break Some(outcome),
-            _ = progress.tick() => {
-                let _ = msg.ack_with(AckKind::Progress).await;
-                if let Err(e) = shared.claims.renew(&mut held).await {
-                    warn!(task_id = %task_id, error = %e, "lease renewal failed");
+            outcome = &mut run => break Stopped::Finished(outcome),
+            () = &mut working_at, if working.is_none() => {
+                let bus = shared.bus.clone();
+                let event = report(&envelope, attempt, ReportedState::Working);
+                let trace = trace.copied();
+                working = Some(tokio::spawn(async move {
+                    if let Err(e) = bus.publish_event(&event, trace.as_ref()).await {
+                        warn!(task_id = %event.task_id, error = %e, "could not report working");
+                    }
+                }));
+            }
+            _ = renew.tick() => {
+                settle(&msg, Settlement::Progress).await;
+                match shared.claims.renew(&mut held).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease) => {
+                        warn!(task_id = %task_id, error = %e, "lease renewal failed; trying again");
+                    }
+                    Err(e) => {
+                        warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
+                        cancel.cancel();
+                        let kind = match e.kind {
+                            ClaimErrorKind::Canceled => ClaimErrorKind::Canceled,
+                            _ => ClaimErrorKind::Lost,
+                        };
+                        break Stopped::Lost(kind);
+                    }
                 }
             }
-            () = hard_stop.cancelled() => break None,
+            () = hard_stop.cancelled() => break Stopped::HardStop,
         }
     };
+    // Dropping the run stops a handler that ignored its cancel token (a
+    // command handler's process is killed).
+    drop(run);
     lock(&shared.running).remove(&task_id);
-    let _ = working.await;
-    let Some(outcome) = outcome else {
-        cancel.cancel();
-        drop(run);
-        if let Err(e) = shared.claims.abandon(held).await {
-            warn!(task_id = %task_id, error = %e, "could not release the claim");
-        }
-        let _ = msg.ack_with(AckKind::Nak(None)).await;
-        return;
-    };
-    let max_attempts = envelope.control.max_attempts.get();
-    let (state, disposition) = settle(&outcome, attempt, max_attempts, &shared.config.retry);
-    let event = event_for(&envelope, attempt, state, &outcome);
-    info!(task_id = %task_id, attempt, state = ?state, "task ran");
-    match disposition {
-        Disposition::Ack | Disposition::Term => {
-            let kind = if disposition == Disposition::Ack {
-                AckKind::Ack
-            } else {
-                AckKind::Term
-            };
-            // The claim must hold the result before the ack, so that a
-            // redelivery republishes it; recording and publishing it can
-            // happen at once.
-            let (recorded, published) = tokio::join!(
-                shared.claims.finish(held, &event),
-                shared.bus.publish_event(&event, trace)
-            );
-            if let Err(e) = recorded {
-                warn!(task_id = %task_id, error = %e, "could not record the result in the claim");
-            }
-            settle_delivery(&msg, &event, kind, published).await;
-        }
-        Disposition::Nak(delay) => {
-            if let Err(e) = shared.claims.release_for_retry(held, attempt + 1).await {
-                warn!(task_id = %task_id, error = %e, "could not release the claim for retry");
-            }
-            if let Err(e) = shared.bus.publish_event(&event, trace).await {
-                warn!(task_id = %task_id, error = %e, "could not report the failure");
-            }
-            let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
-        }
+    if let Some(working) = working {
+        let _ = working.await;
     }
+    let outcome = match stopped {
+        Stopped::Finished(outcome) => outcome,
+        Stopped::Lost(ClaimErrorKind::Canceled) => return settle(&msg, Settlement::Ack).await,
+        // Another replica runs the attempt now and settles the message.
+        Stopped::Lost(_) => return,
+        Stopped::HardStop => {
+            cancel.cancel();
+            if let Err(e) = shared.claims.release(held).await {
+                warn!(task_id = %task_id, error = %e, "could not release the claim");
+            }
+            return settle(&msg, Settlement::Nak(Duration::ZERO)).await;
+        }
+    };
+    // The fence: a holder whose lease may have ended reports nothing.
+    if !held.fresh(shared.lease / 2)
+        && let Err(e) = shared.claims.renew(&mut held).await
+    {
+        match e.kind {
+            ClaimErrorKind::Canceled => settle(&msg, Settlement::Ack).await,
+            ClaimErrorKind::Lost => {
+                warn!(task_id = %task_id, error = %e, "claim lost before reporting: result dropped");
+            }
+            _ => {
+                warn!(task_id = %task_id, error = %e, "cannot confirm the claim: redelivering");
+                settle(&msg, Settlement::Nak(shared.delays.retry)).await;
+            }
+        }
+        return;
+    }
+    let event = event_for(&envelope, attempt, &outcome);
+    info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");
+    report_and_ack(shared, &msg, &event, trace, Some(held)).await;
 }
 
-/// Publishes the final event, then acks; if the publish fails the delivery
-/// is left to be redelivered (and the claim republishes the event then).
-async fn finish(
+/// Publishes the attempt's final event, then acks: the event is the
+/// attempt's record, so a lost ack is harmless (a redelivery finds it). If
+/// the publish fails the message is redelivered, after the claim is given
+/// up so the next delivery need not wait out the lease.
+async fn report_and_ack(
     shared: &Shared,
     msg: &Message,
     event: &WorkerEvent,
-    kind: AckKind,
     trace: Option<&TraceContext>,
+    held: Option<Held>,
 ) {
-    let published = shared.bus.publish_event(event, trace).await;
-    settle_delivery(msg, event, kind, published).await;
-}
-
-/// Acks a delivery whose final event was published; otherwise leaves it to
-/// be redelivered.
-async fn settle_delivery(
-    msg: &Message,
-    event: &WorkerEvent,
-    kind: AckKind,
-    published: Result<(), BusError>,
-) {
-    if let Err(e) = published {
-        warn!(task_id = %event.task_id, error = %e, "could not publish the result; it will be redelivered");
-        let _ = msg
-            .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-            .await;
-        return;
-    }
-    if let Err(e) = msg.double_ack_with(kind).await {
-        warn!(task_id = %event.task_id, error = %e, "ack not confirmed; a redelivery will republish");
+    match shared.bus.publish_event(event, trace).await {
+        Ok(()) => settle(msg, Settlement::Ack).await,
+        Err(e) => {
+            warn!(task_id = %event.task_id, error = %e, "could not publish the result; it will be redelivered");
+            if let Some(held) = held {
+                let _ = shared.claims.release(held).await;
+            }
+            settle(msg, Settlement::Nak(shared.delays.retry)).await;
+        }
     }
 }
 
 /// Refuses a well-formed envelope this agent will not run.
 async fn reject(
     shared: &Shared,
-    msg: Message,
+    msg: &Message,
     envelope: &Envelope,
     code: &'static str,
     why: &str,
@@ -223,14 +254,9 @@ async fn reject(
 ) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
-    let mut event = event_for(
-        envelope,
-        envelope.control.attempt.get(),
-        ReportedState::Rejected,
-        &outcome,
-    );
+    let mut event = event_for(envelope, envelope.control.attempt.get(), &outcome);
     event.agent = shared.card.name.clone();
-    finish(shared, &msg, &event, AckKind::Term, trace).await;
+    report_and_ack(shared, msg, &event, trace, None).await;
 }
 
 /// Moves an envelope that cannot be read to the dead-letter stream, tells
@@ -248,26 +274,29 @@ async fn dead_letter(
         code, "dead-lettering an unreadable envelope: {why}"
     );
     let fragments = rejected_from_fragments(&shared.card, &msg.payload, code, why);
+    let tasks_stream = shared.bus.names().tasks_stream();
     let letter = DeadLetterCopy {
         agent: shared.card.name.as_str(),
         payload: &msg.payload,
         code,
         reason: why,
         original_subject: msg.subject.as_str(),
+        stream: &tasks_stream,
         stream_seq: seq,
         task_id: fragments.as_ref().map(|e| e.task_id),
     };
-    if shared.bus.dead_letter(letter).await.is_err() {
+    if let Err(e) = shared.bus.dead_letter(letter).await {
         // Not copied: leave it to be redelivered rather than lose it.
-        let _ = msg
-            .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-            .await;
-        return;
+        warn!(stream_seq = seq, error = %e, "dead letter not copied; redelivering");
+        return settle(&msg, Settlement::Nak(shared.delays.retry)).await;
     }
     if let Some(event) = fragments {
-        let _ = shared.bus.publish_event(&event, trace).await;
+        let published: Result<(), BusError> = shared.bus.publish_event(&event, trace).await;
+        if let Err(e) = published {
+            warn!(task_id = %event.task_id, error = %e, "could not report the rejection");
+        }
     }
-    let _ = msg.double_ack_with(AckKind::Term).await;
+    settle(&msg, Settlement::Term).await;
 }
 
 /// A `rejected` event for a message that did not parse, when its task id

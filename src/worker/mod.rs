@@ -1,48 +1,53 @@
 //! The worker service: pulls one agent's envelopes, runs them through its
-//! handler, and reports back (DESIGN section 6).
+//! handler, and reports back. Its protocol on the bus is specified for any
+//! language in `docs/worker-protocol.md`; this is the Rust implementation.
 //!
-//! - Fetches high before normal before low, as many as it has free slots.
-//! - Dedupes deliveries across every replica through shared claims
-//!   ([`claims`]), renewing the claim's lease with each in-progress ack.
-//! - Publishes `working`, then the final event; records the final event in
-//!   the claim before acking, so a redelivery republishes it instead of
-//!   running the task again.
-//! - Outcomes become acks in one place ([`settle`]): retryable failures are
-//!   `Nak(delay)` (the broker delivers the next attempt), everything final
-//!   is `Ack` or `Term`.
-//! - Malformed envelopes are copied to the dead-letter stream and terminated;
-//!   unknown actions are rejected; the worker keeps serving.
-//! - Stops a task on a cancel broadcast; on shutdown, stops fetching, lets
-//!   running tasks finish within a grace period, then releases the rest.
+//! - Takes only as many messages as it has free slots, high before normal
+//!   before low ([`intake`]).
+//! - Claims each delivery in the shared claim bucket ([`crate::claim`]):
+//!   duplicates, superseded attempts and canceled tasks are settled without
+//!   running; a lease lost while running cancels the handler.
+//! - Reports `working` only when the handler outlives `working_after`, then
+//!   one final event per attempt; the final event is the attempt's record,
+//!   so the message is then acked with a plain ack.
+//! - A retryable failure is reported as such; the orchestrator decides
+//!   whether and when the next attempt runs.
+//! - Malformed envelopes are copied to the dead-letter stream; unknown
+//!   actions are rejected; the worker keeps serving.
+//! - Stops a task on a cancel broadcast or a cancel mark; on shutdown,
+//!   stops taking work, lets running tasks finish within a grace period,
+//!   then releases the rest.
 
-pub mod claims;
 mod command;
 mod delivery;
 mod handler;
+mod intake;
 mod outcome;
 
 pub use command::{CommandHandler, EXIT_RETRY};
 pub use handler::{EchoHandler, Handler, Task, handler_for};
-pub use outcome::{Disposition, Outcome, RetryPolicy, event_for, report, settle};
+pub use outcome::{Outcome, event_for, report};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, consumer::PullConsumer};
+use async_nats::jetstream::Message;
+use async_nats::jetstream::consumer::PullConsumer;
 use futures::StreamExt;
 use serde_json::json;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusError, DeliverySettings, PullSettings, Puller};
+use crate::bus::{Bus, BusError, Delays, DeliverySettings, Settlement, settle};
+use crate::claim::Claims;
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Priority, TaskId, Timestamp};
-use claims::Claims;
+use intake::Intake;
 
 /// How a worker runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,15 +56,16 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// How often the live registry entry is refreshed (default 5 s).
     pub heartbeat: Duration,
-    /// Delays between attempts after retryable failures.
-    pub retry: RetryPolicy,
     /// Largest envelope accepted (default 1 MiB).
     pub max_envelope_bytes: usize,
     /// How long running tasks may take to finish on shutdown (default 30 s).
     pub shutdown_grace: Duration,
-    /// How long one pull request waits for work before it is renewed
+    /// How long one long poll waits for work before it is renewed
     /// (default 5 s).
     pub idle_poll: Duration,
+    /// A handler still running after this long is reported `working`
+    /// (default 100 ms); quicker ones report only their result.
+    pub working_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -67,10 +73,10 @@ impl Default for WorkerConfig {
         WorkerConfig {
             concurrency: 16,
             heartbeat: Duration::from_secs(5),
-            retry: RetryPolicy::default(),
             max_envelope_bytes: DEFAULT_MAX_BYTES,
             shutdown_grace: Duration::from_secs(30),
             idle_poll: Duration::from_secs(5),
+            working_after: Duration::from_millis(100),
         }
     }
 }
@@ -92,16 +98,24 @@ pub struct Worker {
 }
 
 struct Shared {
+    /// The bus: events, dead letters, the registry.
     bus: Bus,
+    /// The agent this worker serves.
     card: AgentCard,
+    /// The agent's directory (handlers run there).
     dir: PathBuf,
+    /// What runs each task.
     handler: Arc<dyn Handler>,
+    /// The settings in force.
     config: WorkerConfig,
     /// This process's id in the registry and in claims.
     instance: String,
+    /// The shared delivery claims.
     claims: Claims,
     /// How long a claim's lease lasts (the consumer's ack wait).
     lease: Duration,
+    /// Settlement delays.
+    delays: Delays,
     /// Cancel tokens of the tasks running here.
     running: Mutex<HashMap<TaskId, CancellationToken>>,
 }
@@ -134,12 +148,12 @@ impl Worker {
             std::process::id(),
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
-        let claims = Claims::new(
-            bus.deliveries().await?,
-            card.name.clone(),
-            instance.clone(),
-            settings.ack_wait,
-        );
+        let lease = settings.ack_wait;
+        let claims = bus.claims(lease).await?;
+        let delays = Delays {
+            retry: bus.config().retry_delay,
+            busy: lease,
+        };
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,
@@ -149,7 +163,8 @@ impl Worker {
                 config,
                 instance,
                 claims,
-                lease: settings.ack_wait,
+                lease,
+                delays,
                 running: Mutex::new(HashMap::new()),
             }),
             consumers,
@@ -172,47 +187,61 @@ impl Worker {
         let tracker = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
-        // One continuous pull per priority, each keeping a few messages
-        // ready; a biased select takes high before normal before low.
-        let settings = PullSettings {
-            prefetch: (shared.config.concurrency / 2).max(1),
-            expires: shared.config.idle_poll,
-        };
-        let mut pulls: Vec<Puller> = self
-            .consumers
-            .iter()
-            .map(|c| Puller::new(c.clone(), settings))
-            .collect();
-        while !shutdown.is_cancelled() {
-            let permit = tokio::select! {
-                p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                () = shutdown.cancelled() => break,
-            };
-            let [high, normal, low] = &mut pulls[..] else {
-                break;
-            };
-            let msg = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                m = high.next() => m,
-                m = normal.next() => m,
-                m = low.next() => m,
-            };
+        let mut intake = Intake::new(self.consumers, shared.config.idle_poll);
+        // Messages taken on a long poll while every slot was busy: kept
+        // alive with in-progress acks until a slot frees (at most three).
+        let mut held: VecDeque<Message> = VecDeque::new();
+        let mut keep_alive =
+            tokio::time::interval((shared.lease / 3).max(Duration::from_millis(100)));
+        let start = |msg: Message, permit: OwnedSemaphorePermit| {
             tracker.spawn(delivery::handle(
                 Arc::clone(&shared),
                 msg,
                 permit,
                 hard_stop.clone(),
             ));
-        }
-        // Hand back what was pulled but not started, so other replicas can
-        // take it now rather than after the ack wait.
-        for pull in &mut pulls {
-            for msg in pull.drain(Duration::from_millis(20)).await {
-                let _ = msg.ack_with(AckKind::Nak(None)).await;
+        };
+        while !shutdown.is_cancelled() {
+            while !held.is_empty() {
+                let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                    break;
+                };
+                if let Some(msg) = held.pop_front() {
+                    start(msg, permit);
+                }
+            }
+            let free = slots.available_permits();
+            if free > 0 {
+                let ready = intake.ready(free).await;
+                if !ready.is_empty() {
+                    for msg in ready {
+                        match Arc::clone(&slots).try_acquire_owned() {
+                            Ok(permit) => start(msg, permit),
+                            Err(_) => held.push_back(msg),
+                        }
+                    }
+                    continue;
+                }
+                intake.arm().await;
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                msg = intake.next_waiting() => held.extend(msg),
+                permit = Arc::clone(&slots).acquire_owned(), if free == 0 => drop(permit),
+                _ = keep_alive.tick(), if !held.is_empty() => {
+                    for msg in &held {
+                        settle(msg, Settlement::Progress).await;
+                    }
+                }
             }
         }
-        drop(pulls);
+        // Hand back what was taken but not started, so other replicas can
+        // take it now rather than after the ack wait.
+        intake.close();
+        for msg in held.drain(..) {
+            settle(&msg, Settlement::Nak(Duration::ZERO)).await;
+        }
         info!(agent = %agent, running = tracker.len(), "worker stopping: no new work taken");
         tracker.close();
         if tokio::time::timeout(shared.config.shutdown_grace, tracker.wait())

@@ -1,5 +1,4 @@
-//! What a handler reports, and the one place where that becomes a
-//! JetStream acknowledgement and a reported state.
+//! What a handler reports, and the event that reports it.
 
 use std::time::Duration;
 
@@ -56,65 +55,18 @@ impl Outcome {
     }
 }
 
-/// What the worker tells JetStream about a delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Done: remove the message.
-    Ack,
-    /// Deliver it again after this delay (the next attempt).
-    Nak(Duration),
-    /// Done without success: never deliver it again.
-    Term,
-}
-
-/// Retry delays: `base · 2^(attempt−1)`, at most `max`, unless the handler
-/// asked for a delay of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// The first delay.
-    pub base: Duration,
-    /// The longest delay.
-    pub max: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            base: Duration::from_secs(1),
-            max: Duration::from_secs(60),
+impl Outcome {
+    /// The state this outcome is reported as. Every outcome is final for
+    /// its attempt: a retryable failure is reported as `failed` with
+    /// `error.retryable`, and the orchestrator decides whether and when the
+    /// next attempt runs.
+    pub fn state(&self) -> ReportedState {
+        match self {
+            Outcome::Completed { .. } => ReportedState::Completed,
+            Outcome::Failed { .. } => ReportedState::Failed,
+            Outcome::Rejected(_) => ReportedState::Rejected,
+            Outcome::Canceled => ReportedState::Canceled,
         }
-    }
-}
-
-impl RetryPolicy {
-    /// The delay before the attempt after `attempt`.
-    pub fn delay(&self, attempt: u32, asked: Option<Duration>) -> Duration {
-        if let Some(d) = asked {
-            return d.min(self.max);
-        }
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
-        self.base.saturating_mul(factor).min(self.max)
-    }
-}
-
-/// Settles an outcome of `attempt` (of `max_attempts`): the state reported
-/// to the orchestrator and what JetStream is told. The only place failure
-/// kinds become acknowledgements.
-pub fn settle(
-    outcome: &Outcome,
-    attempt: u32,
-    max_attempts: u32,
-    policy: &RetryPolicy,
-) -> (ReportedState, Disposition) {
-    match outcome {
-        Outcome::Completed { .. } => (ReportedState::Completed, Disposition::Ack),
-        Outcome::Failed { error, retry_after } if error.retryable && attempt < max_attempts => (
-            ReportedState::Failed,
-            Disposition::Nak(policy.delay(attempt, *retry_after)),
-        ),
-        Outcome::Failed { .. } => (ReportedState::Failed, Disposition::Term),
-        Outcome::Rejected(_) => (ReportedState::Rejected, Disposition::Term),
-        Outcome::Canceled => (ReportedState::Canceled, Disposition::Term),
     }
 }
 
@@ -144,10 +96,9 @@ pub fn report(
 pub fn event_for(
     envelope: &crate::envelope::Envelope,
     attempt: u32,
-    state: ReportedState,
     outcome: &Outcome,
 ) -> crate::event::WorkerEvent {
-    let mut event = report(envelope, attempt, state);
+    let mut event = report(envelope, attempt, outcome.state());
     match outcome {
         Outcome::Completed { result, artifacts } => {
             event.result = Some(result.clone());
@@ -168,64 +119,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_outcome_settles_in_one_place() {
-        let p = RetryPolicy::default();
-        let done = Outcome::completed(Value::Null);
-        assert_eq!(
-            settle(&done, 1, 3, &p),
-            (ReportedState::Completed, Disposition::Ack)
-        );
-        let retry = Outcome::retryable("upstream_timeout", "slow");
-        assert_eq!(
-            settle(&retry, 1, 3, &p),
+    fn every_outcome_is_reported_as_its_final_state() {
+        let cases = [
+            (Outcome::completed(Value::Null), ReportedState::Completed),
             (
+                Outcome::retryable("upstream_timeout", "slow"),
                 ReportedState::Failed,
-                Disposition::Nak(Duration::from_secs(1))
-            )
-        );
-        assert_eq!(
-            settle(&retry, 2, 3, &p),
+            ),
+            (Outcome::permanent("bad_input", "no"), ReportedState::Failed),
             (
-                ReportedState::Failed,
-                Disposition::Nak(Duration::from_secs(2))
-            )
-        );
-        assert_eq!(
-            settle(&retry, 3, 3, &p),
-            (ReportedState::Failed, Disposition::Term)
-        );
-        let permanent = Outcome::permanent("bad_input", "no");
-        assert_eq!(
-            settle(&permanent, 1, 3, &p),
-            (ReportedState::Failed, Disposition::Term)
-        );
-        let rejected = Outcome::Rejected(ErrorInfo::new("unknown_action", "x", false));
-        assert_eq!(
-            settle(&rejected, 1, 3, &p),
-            (ReportedState::Rejected, Disposition::Term)
-        );
-        assert_eq!(
-            settle(&Outcome::Canceled, 1, 3, &p),
-            (ReportedState::Canceled, Disposition::Term)
-        );
+                Outcome::Rejected(ErrorInfo::new("unknown_action", "x", false)),
+                ReportedState::Rejected,
+            ),
+            (Outcome::Canceled, ReportedState::Canceled),
+        ];
+        for (outcome, state) in cases {
+            assert_eq!(outcome.state(), state, "{outcome:?}");
+        }
     }
 
     #[test]
-    fn retry_delays_grow_and_are_capped_and_a_handler_may_choose() {
-        let p = RetryPolicy {
-            base: Duration::from_millis(100),
-            max: Duration::from_secs(1),
+    fn a_retryable_failure_carries_its_flag_and_delay_in_the_event() {
+        let envelope = crate::envelope::Envelope::new(
+            crate::envelope::Sender::orchestrator(),
+            "a".parse().unwrap(),
+            "b".parse().unwrap(),
+            serde_json::Map::new(),
+        );
+        let outcome = Outcome::Failed {
+            error: ErrorInfo::new("upstream_timeout", "slow", true),
+            retry_after: Some(Duration::from_secs(7)),
         };
-        assert_eq!(p.delay(1, None), Duration::from_millis(100));
-        assert_eq!(p.delay(3, None), Duration::from_millis(400));
-        assert_eq!(p.delay(30, None), Duration::from_secs(1));
-        assert_eq!(
-            p.delay(1, Some(Duration::from_millis(5))),
-            Duration::from_millis(5)
-        );
-        assert_eq!(
-            p.delay(1, Some(Duration::from_secs(99))),
-            Duration::from_secs(1)
-        );
+        let event = event_for(&envelope, 2, &outcome);
+        assert_eq!(event.attempt.get(), 2);
+        assert_eq!(event.state, ReportedState::Failed);
+        assert!(event.error.unwrap().retryable);
+        assert_eq!(event.retry_after_seconds, Some(7));
     }
 }

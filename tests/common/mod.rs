@@ -84,3 +84,31 @@ pub fn strings(value: &Value, list: &str, field: &str) -> Vec<String> {
 pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
 }
+
+/// Polls `check` every 50 ms until it holds; fails naming `what` after
+/// `timeout`. Every polling loop in the tests goes through here, so none
+/// can wait forever.
+pub async fn eventually<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// How many messages the task stream still holds (not yet acked).
+pub async fn queued(bus: &orchestrator::bus::Bus) -> u64 {
+    let mut tasks = bus
+        .jetstream()
+        .get_stream(bus.names().tasks_stream())
+        .await
+        .unwrap();
+    tasks.info().await.unwrap().state.messages
+}

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use orchestrator::agent::AgentCard;
 use orchestrator::bus::{Bus, BusConfig};
 use orchestrator::service::{Orchestrator, ServiceConfig};
+use orchestrator::task::RetryPolicy;
 use orchestrator::trigger::Trigger;
-use orchestrator::worker::{Handler, RetryPolicy, Worker, WorkerConfig};
+use orchestrator::worker::{Handler, Worker, WorkerConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +78,12 @@ impl System {
             nats_url: Some(self.nats.url()),
             bus: self.bus_config.clone(),
             orphan_sweep: Duration::from_millis(200),
+            retry: RetryPolicy {
+                base: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+            },
+            reap_interval: Duration::from_millis(500),
+            stall_after: Duration::from_secs(3),
             ..ServiceConfig::default()
         };
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
@@ -90,7 +97,9 @@ impl System {
         self.stop = CancellationToken::new();
         let stop = self.stop.clone();
         self.server = Some(tokio::spawn(async move {
-            orchestrator.serve(listener, stop).await.unwrap();
+            orchestrator::server::serve(orchestrator, listener, stop)
+                .await
+                .unwrap();
         }));
     }
 
@@ -120,10 +129,6 @@ impl System {
         let config = WorkerConfig {
             idle_poll: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(5),
-            retry: RetryPolicy {
-                base: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-            },
             ..WorkerConfig::default()
         };
         let worker = Worker::start(bus, card, dir, handler, config)

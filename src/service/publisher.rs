@@ -1,0 +1,281 @@
+//! Publishing envelopes, off the request path.
+//!
+//! A submission is answered once the store has it; its envelope is handed
+//! here and published with bounded pipelining (many sends, then their acks
+//! awaited concurrently). When JetStream acknowledges, the stream sequence
+//! is recorded on the task; recovery at start publishes only attempts that
+//! have none. Retries are scheduled here too: the store records when the
+//! next attempt is due (`retry_at`), and this publishes it then. A publish
+//! the broker refuses for size fails the task at once; one that fails for
+//! any other reason is tried again after `retry_delay`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::bus::{Bus, BusError, TraceContext};
+use crate::envelope::{Envelope, TaskId, Timestamp};
+use crate::event::ErrorInfo;
+use crate::store::{Change, Store};
+use crate::task::{TaskEvent, TaskRecord, TaskState};
+
+/// An attempt to publish when its time comes.
+#[derive(Debug)]
+struct Due {
+    /// When.
+    at: Instant,
+    /// Breaks ties in the heap, in arrival order.
+    order: u64,
+    /// The task.
+    task_id: TaskId,
+    /// The attempt to publish.
+    attempt: u32,
+    /// The envelope and trace, when known (a fresh submission); otherwise
+    /// the task is read at publish time and skipped if it moved on.
+    known: Option<(Envelope, Option<String>)>,
+    /// Sent by recovery: the broker may hold an earlier copy.
+    republished: bool,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.order) == (other.at, other.order)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(other.at, other.order))
+    }
+}
+
+/// Hands attempts to the publishing loop.
+#[derive(Clone)]
+pub(crate) struct Publisher {
+    /// To the loop; bounded, so a flood of submissions waits here.
+    tx: mpsc::Sender<Due>,
+}
+
+/// How the publishing loop behaves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PublishSettings {
+    /// Publishes sent but not yet acknowledged, at most.
+    pub(crate) in_flight: usize,
+    /// Delay before a failed publish is tried again.
+    pub(crate) retry_delay: Duration,
+}
+
+/// The publishing loop's receiving end.
+pub(crate) struct PublishQueue(mpsc::Receiver<Due>);
+
+/// A publisher and the queue its loop will read.
+pub(crate) fn channel() -> (Publisher, PublishQueue) {
+    let (tx, rx) = mpsc::channel(8192);
+    (Publisher { tx }, PublishQueue(rx))
+}
+
+/// Runs the publishing loop until `stop` fires.
+pub(crate) async fn run(
+    queue: PublishQueue,
+    store: Store,
+    bus: Bus,
+    settings: PublishSettings,
+    again: Publisher,
+    stop: CancellationToken,
+) {
+    let run = Loop {
+        store,
+        bus,
+        settings,
+        slots: Arc::new(Semaphore::new(settings.in_flight.max(1))),
+        again,
+    };
+    run.run(queue.0, stop).await;
+}
+
+impl Publisher {
+    /// Publishes a task just stored, as soon as possible.
+    pub(crate) async fn now(&self, record: &TaskRecord) {
+        let known = Some((record.envelope_for_attempt(), record.trace_id.clone()));
+        self.send(
+            record.task_id(),
+            record.attempt,
+            Instant::now(),
+            known,
+            false,
+        )
+        .await;
+    }
+
+    /// Publishes `attempt` of a stored task at `at` (now when it is past),
+    /// if the task still wants it then.
+    pub(crate) async fn at(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        at: Option<Timestamp>,
+        republished: bool,
+    ) {
+        let when = Instant::now() + at.map(until).unwrap_or_default();
+        self.send(task_id, attempt, when, None, republished).await;
+    }
+
+    async fn send(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        at: Instant,
+        known: Option<(Envelope, Option<String>)>,
+        republished: bool,
+    ) {
+        let due = Due {
+            at,
+            order: 0,
+            task_id,
+            attempt,
+            known,
+            republished,
+        };
+        if self.tx.send(due).await.is_err() {
+            debug!(task_id = %task_id, "publisher stopped; recovery publishes it at the next start");
+        }
+    }
+}
+
+/// How long until `at`, zero when it is past.
+fn until(at: Timestamp) -> Duration {
+    let left = at.as_offset_date_time() - Timestamp::now().as_offset_date_time();
+    left.try_into().unwrap_or_default()
+}
+
+struct Loop {
+    store: Store,
+    bus: Bus,
+    settings: PublishSettings,
+    /// Bounds publishes awaiting their ack.
+    slots: Arc<Semaphore>,
+    /// To schedule a failed publish again.
+    again: Publisher,
+}
+
+impl Loop {
+    async fn run(self, mut rx: mpsc::Receiver<Due>, stop: CancellationToken) {
+        let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
+        let mut order = 0u64;
+        loop {
+            let next = heap.peek().map(|d| d.0.at);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                due = rx.recv() => match due {
+                    Some(mut due) => {
+                        order += 1;
+                        due.order = order;
+                        heap.push(Reverse(due));
+                    }
+                    None => return,
+                },
+                () = sleep_until(next), if next.is_some() => {}
+            }
+            let now = Instant::now();
+            while heap.peek().is_some_and(|d| d.0.at <= now) {
+                let Some(Reverse(due)) = heap.pop() else {
+                    break;
+                };
+                if let Some(retry) = self.publish(due).await {
+                    order += 1;
+                    heap.push(Reverse(Due {
+                        at: Instant::now() + self.settings.retry_delay,
+                        order,
+                        ..retry
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Sends one attempt; returns it when it must be tried again.
+    async fn publish(&self, due: Due) -> Option<Due> {
+        let (envelope, trace_id) = match &due.known {
+            Some(known) => known.clone(),
+            None => match self.store.get(due.task_id) {
+                Ok(Some(record))
+                    if record.state == TaskState::Submitted
+                        && record.attempt == due.attempt
+                        && record.published_seq.is_none() =>
+                {
+                    (record.envelope_for_attempt(), record.trace_id)
+                }
+                Ok(_) => return None,
+                Err(e) => {
+                    warn!(task_id = %due.task_id, error = %e, "cannot read the task to publish it");
+                    return Some(due);
+                }
+            },
+        };
+        let trace = trace_id.as_deref().and_then(TraceContext::in_trace);
+        let Ok(permit) = Arc::clone(&self.slots).acquire_owned().await else {
+            return None;
+        };
+        match self
+            .bus
+            .send_envelope(&envelope, trace.as_ref(), due.republished)
+            .await
+        {
+            Ok((_, pending)) => {
+                let store = self.store.clone();
+                let again = self.again.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match pending.await {
+                        Ok(seq) => {
+                            if let Err(e) =
+                                store.record_published(due.task_id, due.attempt, seq).await
+                            {
+                                warn!(task_id = %due.task_id, error = %e, "cannot record the publish");
+                            }
+                        }
+                        Err(e) => {
+                            warn!(task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
+                            let at = Some(Timestamp::now().after(Duration::from_secs(1)));
+                            again.at(due.task_id, due.attempt, at, true).await;
+                        }
+                    }
+                });
+                None
+            }
+            Err(e @ BusError::TooLarge { .. }) => {
+                warn!(task_id = %due.task_id, error = %e, "the broker cannot carry this envelope: failing the task");
+                let mut change = Change::new(TaskEvent::Fail, "orchestrator", e.to_string());
+                change.attempt = Some(due.attempt);
+                change.error = Some(ErrorInfo::new("payload_too_large", e.to_string(), false));
+                if let Err(e) = self.store.apply(due.task_id, change).await {
+                    warn!(task_id = %due.task_id, error = %e, "cannot fail the task");
+                }
+                None
+            }
+            Err(e) => {
+                warn!(task_id = %due.task_id, error = %e, "publish failed; will retry");
+                Some(due)
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

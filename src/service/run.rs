@@ -1,0 +1,149 @@
+//! Running the orchestrator's background work: recovery at start, then the
+//! publisher, the event consumer, the dead-letter handler, the orphan sweep
+//! and the reaper, until told to stop.
+
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::events::{self, Applier};
+use super::publisher::{self, PublishQueue, PublishSettings};
+use super::reaper::{DeadlineQueue, ReapSettings, Reaper};
+use super::{Orchestrator, ServiceError, dlq, lock, orphans};
+use crate::task::TaskState;
+
+/// The receiving ends of the loops' queues, made at open so submissions
+/// can be taken before the loops run.
+pub(crate) struct Queues {
+    pub(crate) publish: PublishQueue,
+    pub(crate) deadlines: DeadlineQueue,
+}
+
+/// The orchestrator's running background work.
+pub struct Background {
+    /// The loops, each ending when the stop token fires.
+    loops: Vec<tokio::task::JoinHandle<()>>,
+    /// Flushed once they have stopped.
+    store: crate::store::Store,
+}
+
+impl Background {
+    /// Waits for every loop to stop (after the stop token fired), then
+    /// flushes the store.
+    pub async fn join(self) -> Result<(), ServiceError> {
+        for handle in self.loops {
+            let _ = handle.await;
+        }
+        self.store.flush().await?;
+        info!("orchestrator stopped");
+        Ok(())
+    }
+}
+
+impl Orchestrator {
+    /// Recovers, then starts the background work, which runs until `stop`
+    /// fires. Returns once recovery is done, so requests served after it
+    /// cannot race it. Starts once per orchestrator: a second call starts
+    /// nothing.
+    pub async fn start(&self, stop: CancellationToken) -> Result<Background, ServiceError> {
+        let inner = &self.inner;
+        let Some(queues) = lock(&inner.pending).take() else {
+            return Ok(Background {
+                loops: Vec::new(),
+                store: inner.store.clone(),
+            });
+        };
+        let events = events::consumer(&inner.bus).await?;
+        let advisories = dlq::consumer(&inner.bus).await?;
+        let publishing = tokio::spawn(publisher::run(
+            queues.publish,
+            inner.store.clone(),
+            inner.bus.clone(),
+            PublishSettings {
+                in_flight: inner.config.publish_in_flight,
+                retry_delay: inner.bus.config().retry_delay,
+            },
+            inner.publisher.clone(),
+            stop.clone(),
+        ));
+        self.recover().await?;
+        let applier = tokio::spawn(events::apply_events(
+            Applier {
+                store: inner.store.clone(),
+                bus: inner.bus.clone(),
+                publisher: inner.publisher.clone(),
+                updates: inner.updates.clone(),
+            },
+            events,
+            stop.clone(),
+        ));
+        let dead_letters = tokio::spawn(dlq::handle_advisories(
+            inner.bus.clone(),
+            inner.store.clone(),
+            inner.claims.clone(),
+            advisories,
+            stop.clone(),
+        ));
+        let sweeper = tokio::spawn(orphans::sweep(
+            inner.bus.clone(),
+            inner.store.clone(),
+            inner.cards.clone(),
+            inner.config.orphan_sweep,
+            stop.clone(),
+        ));
+        let reaper = Reaper {
+            store: inner.store.clone(),
+            bus: inner.bus.clone(),
+            claims: inner.claims.clone(),
+            publisher: inner.publisher.clone(),
+            settings: ReapSettings {
+                interval: inner.config.reap_interval,
+                stall_after: inner.config.stall_after,
+            },
+        };
+        let reaping = tokio::spawn(reaper.run(queues.deadlines, stop.clone()));
+        Ok(Background {
+            loops: vec![publishing, applier, dead_letters, sweeper, reaping],
+            store: inner.store.clone(),
+        })
+    }
+
+    /// Hands the publisher every attempt the broker never acknowledged
+    /// (stored but not published before a crash, or a retry that was due
+    /// or became due while the orchestrator was down), and the reaper every
+    /// live task's deadline. Attempts the broker has are left alone: a
+    /// restart makes no duplicates.
+    async fn recover(&self) -> Result<(), ServiceError> {
+        let store = &self.inner.store;
+        let mut republished = 0;
+        for state in [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::InputRequired,
+            TaskState::AuthRequired,
+        ] {
+            let mut after = None;
+            loop {
+                let page = store.list_by_state(state, after, 500)?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.task_id());
+                for record in &page {
+                    self.inner.deadlines.watch(record).await;
+                    if record.state == TaskState::Submitted && record.published_seq.is_none() {
+                        self.inner
+                            .publisher
+                            .at(record.task_id(), record.attempt, record.retry_at, true)
+                            .await;
+                        republished += 1;
+                    }
+                }
+            }
+        }
+        if republished > 0 {
+            info!(
+                tasks = republished,
+                "publishing attempts the broker never acknowledged"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! Taking work from the agent's three consumers, highest priority first,
+//! and never more than the worker has free slots for.
+//!
+//! A message pulled but not started would wait out its ack wait in a local
+//! buffer and then be redelivered while this worker still holds it; so the
+//! worker asks for exactly as many messages as it can start
+//! ([`Intake::ready`]: `no_wait` fetches, high, then normal, then low).
+//! When nothing is ready it waits with one long poll of one message per
+//! priority ([`Intake::next_waiting`]); a message that arrives on a long
+//! poll while every slot is busy is kept aside and kept alive with
+//! in-progress acks until a slot frees, so at most three messages are ever
+//! held unstarted.
+
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::pull::Batch;
+use futures::StreamExt;
+use futures::future::select_all;
+use tracing::warn;
+
+/// The agent's consumers and the long polls open on them.
+pub(crate) struct Intake {
+    /// High, normal, low.
+    consumers: Vec<PullConsumer>,
+    /// One open long poll per priority, when waiting.
+    waiters: Vec<Option<Batch>>,
+    /// How long a long poll waits before it is renewed.
+    expires: Duration,
+}
+
+impl Intake {
+    /// An intake over `consumers`, highest priority first.
+    pub(crate) fn new(consumers: Vec<PullConsumer>, expires: Duration) -> Self {
+        let waiters = consumers.iter().map(|_| None).collect();
+        Intake {
+            consumers,
+            waiters,
+            expires: expires.max(Duration::from_secs(1)),
+        }
+    }
+
+    /// Up to `n` messages that are ready now, highest priority first.
+    pub(crate) async fn ready(&mut self, n: usize) -> Vec<Message> {
+        let mut out = Vec::new();
+        for consumer in &self.consumers {
+            let want = n.saturating_sub(out.len());
+            if want == 0 {
+                break;
+            }
+            match consumer.fetch().max_messages(want).messages().await {
+                Ok(mut batch) => {
+                    while let Some(item) = batch.next().await {
+                        match item {
+                            Ok(msg) => out.push(msg),
+                            Err(e) => {
+                                warn!(error = %e, "fetch failed");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot fetch"),
+            }
+        }
+        out
+    }
+
+    /// Opens a long poll for one message on every priority that has none.
+    pub(crate) async fn arm(&mut self) {
+        for (consumer, waiter) in self.consumers.iter().zip(self.waiters.iter_mut()) {
+            if waiter.is_some() {
+                continue;
+            }
+            match consumer
+                .batch()
+                .max_messages(1)
+                .expires(self.expires)
+                .messages()
+                .await
+            {
+                Ok(batch) => *waiter = Some(batch),
+                Err(e) => warn!(error = %e, "cannot open a long poll"),
+            }
+        }
+    }
+
+    /// Whether any long poll is open.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiters.iter().any(Option::is_some)
+    }
+
+    /// The next message from an open long poll; a poll that ends (expired,
+    /// failed) is closed, and `None` is returned so the caller can decide
+    /// whether to open another. Pends forever when no poll is open.
+    pub(crate) async fn next_waiting(&mut self) -> Option<Message> {
+        if !self.waiting() {
+            return std::future::pending().await;
+        }
+        let polls = self.waiters.iter_mut().enumerate().filter_map(|(i, w)| {
+            w.as_mut()
+                .map(|b| Box::pin(async move { (i, b.next().await) }))
+        });
+        let ((index, item), _, _) = select_all(polls).await;
+        match item {
+            Some(Ok(msg)) => Some(msg),
+            Some(Err(e)) => {
+                warn!(error = %e, "long poll failed");
+                self.waiters[index] = None;
+                None
+            }
+            None => {
+                self.waiters[index] = None;
+                None
+            }
+        }
+    }
+
+    /// Closes every long poll (shutdown).
+    pub(crate) fn close(&mut self) {
+        for waiter in &mut self.waiters {
+            *waiter = None;
+        }
+    }
+}
