@@ -18,7 +18,14 @@ use orchestrator::broker::server_bin;
 impl NatsServer {
     /// Starts a server on a free port with a fresh JetStream store.
     pub fn start() -> NatsServer {
+        NatsServer::start_with("")
+    }
+
+    /// Starts a server whose configuration file also holds `config` (such
+    /// as `max_payload: 262144`).
+    pub fn start_with(config: &str) -> NatsServer {
         let store = tempfile::tempdir().unwrap();
+        std::fs::write(store.path().join("nats.conf"), config).unwrap();
         let (child, port) = spawn(&store.path().to_path_buf(), None);
         NatsServer {
             child: Some(child),
@@ -51,8 +58,10 @@ impl NatsServer {
 fn spawn(store: &PathBuf, port: Option<u16>) -> (Child, u16) {
     let port_arg = port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into());
     let mut child = Command::new(server_bin())
+        .arg("-c")
+        .arg(store.join("nats.conf"))
         .args(["-js", "-a", "127.0.0.1", "-p", &port_arg, "-sd"])
-        .arg(store)
+        .arg(store.join("js"))
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

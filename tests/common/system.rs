@@ -25,6 +25,8 @@ pub struct System {
     pub bus_config: BusConfig,
     pub triggers: BTreeMap<String, Trigger>,
     pub client: reqwest::Client,
+    /// Settings the orchestrator starts with (paths and broker filled in).
+    pub service: ServiceConfig,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
     workers: Vec<(CancellationToken, tokio::task::JoinHandle<()>)>,
@@ -54,8 +56,29 @@ pub fn fast_bus() -> BusConfig {
 impl System {
     /// Starts a broker and an orchestrator knowing `cards`.
     pub async fn start(cards: Vec<AgentCard>, bus_config: BusConfig) -> System {
-        let nats = NatsServer::start();
+        System::start_with(NatsServer::start(), cards, bus_config, |_| {}).await
+    }
+
+    /// Starts an orchestrator on `nats`, with `tweak` applied to its
+    /// settings.
+    pub async fn start_with(
+        nats: NatsServer,
+        cards: Vec<AgentCard>,
+        bus_config: BusConfig,
+        tweak: impl FnOnce(&mut ServiceConfig),
+    ) -> System {
         let data = tempfile::tempdir().unwrap();
+        let mut service = ServiceConfig {
+            orphan_sweep: Duration::from_millis(200),
+            retry: RetryPolicy {
+                base: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+            },
+            reap_interval: Duration::from_millis(500),
+            stall_after: Duration::from_secs(3),
+            ..ServiceConfig::default()
+        };
+        tweak(&mut service);
         let mut sys = System {
             nats,
             http: String::new(),
@@ -63,6 +86,7 @@ impl System {
             bus_config,
             triggers: BTreeMap::new(),
             client: reqwest::Client::new(),
+            service,
             stop: CancellationToken::new(),
             server: None,
             workers: Vec::new(),
@@ -77,14 +101,7 @@ impl System {
             data_dir: self.data.path().to_path_buf(),
             nats_url: Some(self.nats.url()),
             bus: self.bus_config.clone(),
-            orphan_sweep: Duration::from_millis(200),
-            retry: RetryPolicy {
-                base: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-            },
-            reap_interval: Duration::from_millis(500),
-            stall_after: Duration::from_secs(3),
-            ..ServiceConfig::default()
+            ..self.service.clone()
         };
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
