@@ -47,6 +47,16 @@ pub struct WorkerEvent {
     pub at: Timestamp,
 }
 
+impl WorkerEvent {
+    /// Whether this event, the last one about its task, shows `attempt`
+    /// over: a final report of that attempt, or any report of a later one.
+    /// The check a redelivered attempt is held to before it runs again.
+    pub fn ends_attempt(&self, attempt: u32) -> bool {
+        self.attempt.get() > attempt
+            || (self.attempt.get() == attempt && self.state != ReportedState::Working)
+    }
+}
+
 /// A task state as a worker may report it (`submitted` is the orchestrator's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,6 +207,28 @@ impl WorkerEvent {
 mod tests {
     use super::*;
     use crate::codec::DEFAULT_MAX_BYTES;
+
+    #[test]
+    fn an_attempt_is_over_after_its_final_report_or_a_later_attempt() {
+        let event = |attempt: u32, state: ReportedState| WorkerEvent {
+            v: Version,
+            task_id: TaskId::new(),
+            correlation_id: "c".parse().unwrap(),
+            agent: "a".parse().unwrap(),
+            attempt: NonZeroU32::new(attempt).unwrap(),
+            state,
+            result: None,
+            artifacts: Vec::new(),
+            error: None,
+            retry_after_seconds: None,
+            at: Timestamp::now(),
+        };
+        assert!(!event(2, ReportedState::Working).ends_attempt(2));
+        assert!(event(2, ReportedState::Completed).ends_attempt(2));
+        assert!(event(2, ReportedState::Failed).ends_attempt(2));
+        assert!(event(3, ReportedState::Working).ends_attempt(2));
+        assert!(!event(1, ReportedState::Completed).ends_attempt(2));
+    }
 
     fn event(state: &str, error: Value) -> Result<WorkerEvent, DecodeError> {
         let v = serde_json::json!({

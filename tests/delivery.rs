@@ -24,7 +24,7 @@ struct Counted {
 }
 
 impl Counted {
-    fn new(delay: Duration) -> (Arc<AtomicU32>, Arc<AtomicU32>, Arc<dyn Handler>) {
+    fn with_counters(delay: Duration) -> (Arc<AtomicU32>, Arc<AtomicU32>, Arc<dyn Handler>) {
         let (runs, canceled) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let handler = Counted {
             runs: Arc::clone(&runs),
@@ -110,7 +110,7 @@ async fn a_lost_attempt_is_resolved_by_the_reaper() {
     let mut tasks = bus.jetstream().get_stream("ORCH_TASKS").await.unwrap();
     let first = tasks.info().await.unwrap().state.first_sequence;
     tasks.delete_message(first).await.unwrap();
-    let (_, _, handler) = Counted::new(Duration::ZERO);
+    let (_, _, handler) = Counted::with_counters(Duration::ZERO);
     sys.worker(agent, handler).await;
     let done = sys.wait_terminal(&id, Duration::from_secs(30)).await;
     assert_eq!(done["state"], "completed", "{done:#}");
@@ -135,7 +135,7 @@ async fn a_live_task_is_never_dead_lettered() {
         ..fast_bus()
     };
     let mut sys = System::start(vec![slow.clone()], bus_config).await;
-    let (runs, _, handler) = Counted::new(Duration::from_secs(5));
+    let (runs, _, handler) = Counted::with_counters(Duration::from_secs(5));
     sys.worker(slow.clone(), handler).await;
     let id = submit(&sys, json!({"to": "slow", "action": "work"})).await;
     common::eventually("the handler starts", Duration::from_secs(10), || async {
@@ -178,7 +178,7 @@ async fn a_live_task_is_never_dead_lettered() {
 async fn a_task_past_its_deadline_fails_and_its_handler_stops() {
     let slow = card("slow", &["work"]);
     let mut sys = System::start(vec![slow.clone()], fast_bus()).await;
-    let (runs, canceled, handler) = Counted::new(Duration::from_secs(60));
+    let (runs, canceled, handler) = Counted::with_counters(Duration::from_secs(60));
     sys.worker(slow, handler).await;
     let deadline = time::OffsetDateTime::now_utc() + Duration::from_secs(2);
     let deadline = deadline

@@ -67,7 +67,12 @@ fn figures(mut latencies: Vec<Duration>, elapsed: Duration) -> Figures {
     }
 }
 
+/// Shows progress on a terminal; a pipe or file gets only the figures.
 fn progress(label: &str, done: usize, total: usize) {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
     if total >= 20 && done.is_multiple_of((total / 20).max(1)) {
         eprint!("\r{label}: {done}/{total}   ");
     }
@@ -123,7 +128,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             })
         );
     } else {
-        eprint!("\r\x1b[2K");
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprint!("\r\x1b[2K");
+        }
         println!("full path (submit → store → JetStream → worker → result → store):");
         println!(
             "  {} tasks, {} in flight: {:.0} tasks/s, p50 {:.2} ms, p99 {:.2} ms",

@@ -580,3 +580,27 @@ fn in_state(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults printed in docs/operations.md are the defaults, and
+    /// every field there is one the strict reader knows.
+    #[test]
+    fn the_documented_configuration_is_the_default() {
+        let page = include_str!("../../docs/operations.md");
+        let block = page
+            .split("```json\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("a JSON block in docs/operations.md");
+        let documented: ServiceConfig = crate::codec::decode(
+            block.as_bytes(),
+            crate::codec::Strictness::Strict,
+            crate::codec::DEFAULT_MAX_BYTES,
+        )
+        .unwrap();
+        assert_eq!(documented, ServiceConfig::default());
+    }
+}

@@ -23,7 +23,7 @@ use super::publisher::Publisher;
 use crate::bus::Bus;
 use crate::claim::{ClaimValue, Claims};
 use crate::envelope::{TaskId, Timestamp};
-use crate::event::{ErrorInfo, ReportedState};
+use crate::event::ErrorInfo;
 use crate::store::{Applied, Change, Store};
 use crate::task::{TaskEvent, TaskRecord, TaskState};
 
@@ -208,10 +208,7 @@ impl Reaper {
             .last_event(record.agent(), task_id)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(last.is_some_and(|e| {
-            e.attempt.get() > attempt
-                || (e.attempt.get() == attempt && e.state != ReportedState::Working)
-        }))
+        Ok(last.is_some_and(|e| e.ends_attempt(attempt)))
     }
 }
 

@@ -96,10 +96,7 @@ async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
         .last_event(&envelope.header.to, envelope.header.task_id)
         .await
     {
-        Ok(Some(last)) => {
-            last.attempt.get() > attempt
-                || (last.attempt.get() == attempt && last.state != ReportedState::Working)
-        }
+        Ok(Some(last)) => last.ends_attempt(attempt),
         Ok(None) => false,
         Err(e) => {
             warn!(task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");

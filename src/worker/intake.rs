@@ -49,19 +49,30 @@ impl Intake {
             if want == 0 {
                 break;
             }
-            match consumer.fetch().max_messages(want).messages().await {
-                Ok(mut batch) => {
-                    while let Some(item) = batch.next().await {
-                        match item {
-                            Ok(msg) => out.push(msg),
-                            Err(e) => {
-                                warn!(error = %e, "fetch failed");
-                                break;
+            // A fetch whose request the server lost (a broker restart)
+            // would never answer: it gets as long as a long poll.
+            let fetched = tokio::time::timeout(self.expires, async {
+                let mut got = Vec::new();
+                match consumer.fetch().max_messages(want).messages().await {
+                    Ok(mut batch) => {
+                        while let Some(item) = batch.next().await {
+                            match item {
+                                Ok(msg) => got.push(msg),
+                                Err(e) => {
+                                    warn!(error = %e, "fetch failed");
+                                    break;
+                                }
                             }
                         }
                     }
+                    Err(e) => warn!(error = %e, "cannot fetch"),
                 }
-                Err(e) => warn!(error = %e, "cannot fetch"),
+                got
+            })
+            .await;
+            match fetched {
+                Ok(got) => out.extend(got),
+                Err(_) => warn!("a fetch went unanswered; trying again"),
             }
         }
         out
@@ -102,7 +113,15 @@ impl Intake {
             w.as_mut()
                 .map(|b| Box::pin(async move { (i, b.next().await) }))
         });
-        let ((index, item), _, _) = select_all(polls).await;
+        // A backstop for a poll that neither delivers nor ends: after twice
+        // its expiry every poll is closed and opened anew.
+        let Ok(((index, item), _, _)) =
+            tokio::time::timeout(self.expires * 2, select_all(polls)).await
+        else {
+            warn!("long polls went silent; opening new ones");
+            self.close();
+            return None;
+        };
         match item {
             Some(Ok(msg)) => Some(msg),
             Some(Err(e)) => {

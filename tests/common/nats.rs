@@ -2,7 +2,6 @@
 //! on drop, restartable on the same port.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ impl NatsServer {
     pub fn start_with(config: &str) -> NatsServer {
         let store = tempfile::tempdir().unwrap();
         std::fs::write(store.path().join("nats.conf"), config).unwrap();
-        let (child, port) = spawn(&store.path().to_path_buf(), None);
+        let (child, port) = spawn(store.path(), None);
         NatsServer {
             child: Some(child),
             port,
@@ -50,12 +49,12 @@ impl NatsServer {
     /// Starts the server again on the same port with the same store.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, _) = spawn(&self.store.path().to_path_buf(), Some(self.port));
+        let (child, _) = spawn(self.store.path(), Some(self.port));
         self.child = Some(child);
     }
 }
 
-fn spawn(store: &PathBuf, port: Option<u16>) -> (Child, u16) {
+fn spawn(store: &std::path::Path, port: Option<u16>) -> (Child, u16) {
     let port_arg = port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into());
     let mut child = Command::new(server_bin())
         .arg("-c")
