@@ -12,7 +12,7 @@ use common::process::{Proc, free_port, orchestrator, wait_ready};
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::worker::{Handler, Outcome, Task};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// An agent whose side effect is a file per idempotency key (written once),
 /// which logs every run, and which holds after the side effect while a
@@ -169,15 +169,8 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let http = reqwest::Client::new();
     let mut ids = Vec::new();
     for n in 0..40 {
-        let t: Value = http
-            .post(format!("{base}/v1/tasks"))
-            .json(&json!({"to": "slow", "action": "work", "params": {"n": n}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({"to": "slow", "action": "work", "params": {"n": n}});
+        let t = common::post_json(&http, &format!("{base}/v1/tasks"), &body).await;
         ids.push(t["task_id"].as_str().unwrap().to_string());
     }
     tokio::time::sleep(Duration::from_millis(150)).await;

@@ -15,7 +15,7 @@ mod trace;
 
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
-pub use settle::{Delays, Settlement, settle, settle_confirmed};
+pub use settle::{Settlement, settle, settle_confirmed};
 pub use trace::{TRACEPARENT, TraceContext};
 
 use std::sync::Arc;
@@ -136,7 +136,9 @@ pub enum BusError {
     },
     /// The message is larger than the broker carries (its `max_payload`):
     /// sending it again will not help.
-    #[error("a {size}-byte message to {subject} exceeds the broker's max_payload of {max} bytes")]
+    #[error(
+        "a message of {size} bytes (and its headers) to {subject} exceeds the broker's max_payload of {max} bytes"
+    )]
     TooLarge {
         /// The subject.
         subject: String,
@@ -409,22 +411,20 @@ impl Bus {
         trace: Option<&TraceContext>,
         republished: bool,
     ) -> Result<u64, BusError> {
-        let (subject, pending) = self.send_envelope(envelope, trace, republished).await?;
-        pending.await.map_err(|e| BusError::Publish {
-            subject,
-            message: e.to_string(),
-        })
+        self.send_envelope(envelope, trace, republished)
+            .await?
+            .await_seq()
+            .await
     }
 
-    /// Sends an envelope without waiting for JetStream's ack: the returned
-    /// future resolves to the stream sequence (pipelined publishing). Also
-    /// returns the subject, for errors.
+    /// Sends an envelope without waiting for JetStream's ack (pipelined
+    /// publishing); the ack is awaited with [`PendingPublish::await_seq`].
     pub async fn send_envelope(
         &self,
         envelope: &Envelope,
         trace: Option<&TraceContext>,
         republished: bool,
-    ) -> Result<(String, PendingPublish), BusError> {
+    ) -> Result<PendingPublish, BusError> {
         let h = &envelope.header;
         let subject = self
             .inner
@@ -435,10 +435,7 @@ impl Bus {
         if republished {
             headers.insert(REPUBLISHED_HEADER, "1");
         }
-        let pending = self
-            .send(subject.clone(), msg_id, headers, envelope.to_vec())
-            .await?;
-        Ok((subject, pending))
+        self.send(subject, msg_id, headers, envelope.to_vec()).await
     }
 
     /// The largest message the broker carries, in bytes (payload and
@@ -448,18 +445,16 @@ impl Bus {
     }
 
     /// Whether the task stream still holds message `seq` (not yet acked).
-    pub async fn task_message_exists(&self, seq: u64) -> Result<bool, String> {
-        let stream = self
-            .inner
-            .js
-            .get_stream_no_info(self.inner.names.tasks_stream())
-            .await
-            .map_err(|e| e.to_string())?;
-        match stream.get_raw_message(seq).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(false),
-            Err(e) => Err(e.to_string()),
-        }
+    pub async fn task_message_exists(&self, seq: u64) -> Result<bool, BusError> {
+        let stream = self.inner.names.tasks_stream();
+        let found = self
+            .read_message(
+                stream,
+                || format!("task message {seq}"),
+                |m| m.sequence(seq),
+            )
+            .await?;
+        Ok(found.is_some())
     }
 
     /// The last event published about `task`, if any: the record a worker
@@ -470,24 +465,42 @@ impl Bus {
         task: crate::envelope::TaskId,
     ) -> Result<Option<WorkerEvent>, BusError> {
         let n = &self.inner.names;
-        let read_error = |e: String| BusError::Read {
-            what: format!("the last event of task {task}"),
-            message: e,
+        let subject = n.event_subject(agent, task);
+        let found = self
+            .read_message(
+                n.events_stream(),
+                || format!("the last event of task {task}"),
+                |m| m.last_by_subject(subject),
+            )
+            .await?;
+        Ok(found.and_then(|msg| WorkerEvent::from_wire(&msg.payload, usize::MAX).ok()))
+    }
+
+    /// One message of `stream`, as `pick` chooses it; `None` when there is
+    /// no such message. `what` names it in errors.
+    async fn read_message(
+        &self,
+        stream: String,
+        what: impl FnOnce() -> String,
+        pick: impl FnOnce(stream::RawMessageBuilder) -> stream::RawMessageBuilder,
+    ) -> Result<Option<jetstream::message::StreamMessage>, BusError> {
+        let read = async {
+            let stream = self
+                .inner
+                .js
+                .get_stream_no_info(stream)
+                .await
+                .map_err(|e| e.to_string())?;
+            match pick(stream.raw_message_builder()).send().await {
+                Ok(msg) => Ok(Some(msg)),
+                Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
         };
-        let stream = self
-            .inner
-            .js
-            .get_stream_no_info(n.events_stream())
-            .await
-            .map_err(|e| read_error(e.to_string()))?;
-        match stream
-            .get_last_raw_message_by_subject(&n.event_subject(agent, task))
-            .await
-        {
-            Ok(msg) => Ok(WorkerEvent::from_wire(&msg.payload, usize::MAX).ok()),
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(read_error(e.to_string())),
-        }
+        read.await.map_err(|message| BusError::Read {
+            what: what(),
+            message,
+        })
     }
 
     /// The orchestrator's durable pull consumer `name` on `stream`, created
@@ -570,14 +583,13 @@ impl Bus {
         headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<(), BusError> {
-        let pending = self.send(subject.clone(), msg_id, headers, body).await?;
-        pending.await.map(|_| ()).map_err(|e| BusError::Publish {
-            subject,
-            message: e.to_string(),
-        })
+        let pending = self.send(subject, msg_id, headers, body).await?;
+        pending.await_seq().await.map(|_| ())
     }
 
     /// Sends one message to JetStream; the ack is awaited by the caller.
+    /// The client refuses a message over the broker's `max_payload` before
+    /// sending it: that is [`BusError::TooLarge`].
     async fn send(
         &self,
         subject: String,
@@ -585,18 +597,15 @@ impl Bus {
         headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<PendingPublish, BusError> {
-        let size = body.len() + headers_len(&headers);
-        let max = self.max_payload();
-        if size > max {
-            return Err(BusError::TooLarge { subject, size, max });
-        }
+        let size = body.len();
         let publish = jetstream::message::PublishMessage::build()
             .payload(body.into())
             .headers(headers)
             .message_id(msg_id);
         match self.inner.js.send_publish(subject.clone(), publish).await {
-            Ok(ack) => Ok(PendingPublish(ack)),
+            Ok(ack) => Ok(PendingPublish { ack, subject }),
             Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                let max = self.max_payload();
                 Err(BusError::TooLarge { subject, size, max })
             }
             Err(e) => Err(BusError::Publish {
@@ -608,39 +617,26 @@ impl Bus {
 }
 
 /// A publish sent to JetStream whose ack has not arrived yet.
-pub struct PendingPublish(jetstream::context::PublishAckFuture);
+pub struct PendingPublish {
+    /// The ack to come.
+    ack: jetstream::context::PublishAckFuture,
+    /// Where it was sent, for errors.
+    subject: String,
+}
 
 impl PendingPublish {
     /// Waits for the ack: the stream sequence the message was stored at (or
     /// the earlier copy's, for a duplicate).
-    pub async fn await_seq(self) -> Result<u64, String> {
-        self.0
+    pub async fn await_seq(self) -> Result<u64, BusError> {
+        let subject = self.subject;
+        self.ack
             .await
             .map(|ack| ack.sequence)
-            .map_err(|e| e.to_string())
+            .map_err(|e| BusError::Publish {
+                subject,
+                message: e.to_string(),
+            })
     }
-}
-
-impl std::future::IntoFuture for PendingPublish {
-    type Output = Result<u64, String>;
-    type IntoFuture = futures::future::BoxFuture<'static, Result<u64, String>>;
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.await_seq())
-    }
-}
-
-/// The bytes headers take on the wire, roughly as the server counts them.
-fn headers_len(headers: &HeaderMap) -> usize {
-    headers
-        .iter()
-        .map(|(name, values)| {
-            values
-                .iter()
-                .map(|v| AsRef::<str>::as_ref(name).len() + v.as_str().len() + 4)
-                .sum::<usize>()
-        })
-        .sum::<usize>()
-        + 12
 }
 
 /// A message to dead-letter, with why.

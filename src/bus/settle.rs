@@ -52,13 +52,3 @@ pub async fn settle_confirmed(msg: &Message, how: Settlement) -> bool {
         }
     }
 }
-
-/// Delays used when settling, from configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delays {
-    /// Before a message is tried again after a dependency (the store, the
-    /// claim bucket) failed.
-    pub retry: Duration,
-    /// Before a message another holder is running is looked at again.
-    pub busy: Duration,
-}

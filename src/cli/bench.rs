@@ -67,10 +67,29 @@ fn figures(mut latencies: Vec<Duration>, elapsed: Duration) -> Figures {
     }
 }
 
-/// Shows progress on a terminal; a pipe or file gets only the figures.
+/// Whether progress goes to a terminal (a pipe or file gets only the
+/// figures).
+fn on_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// Prints one measured path: its throughput run and its low-load run.
+fn print_run(title: &str, (items, rate): (&str, &str), in_flight: usize, run: &(Figures, Figures)) {
+    let (busy, low) = run;
+    println!("{title}:");
+    println!(
+        "  {} {items}, {in_flight} in flight: {:.0} {rate}, p50 {:.2} ms, p99 {:.2} ms",
+        busy.count, busy.per_second, busy.p50_ms, busy.p99_ms
+    );
+    println!(
+        "  low load, 1 in flight, {} {items}: p50 {:.2} ms, p99 {:.2} ms",
+        low.count, low.p50_ms, low.p99_ms
+    );
+}
+
+/// Shows progress on a terminal.
 fn progress(label: &str, done: usize, total: usize) {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() {
+    if !on_terminal() {
         return;
     }
     if total >= 20 && done.is_multiple_of((total / 20).max(1)) {
@@ -128,26 +147,20 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             })
         );
     } else {
-        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        if on_terminal() {
             eprint!("\r\x1b[2K");
         }
-        println!("full path (submit → store → JetStream → worker → result → store):");
-        println!(
-            "  {} tasks, {} in flight: {:.0} tasks/s, p50 {:.2} ms, p99 {:.2} ms",
-            full.0.count, args.concurrency, full.0.per_second, full.0.p50_ms, full.0.p99_ms
+        print_run(
+            "full path (submit → store → JetStream → worker → result → store)",
+            ("tasks", "tasks/s"),
+            args.concurrency,
+            &full,
         );
-        println!(
-            "  low load, 1 in flight, {} tasks: p50 {:.2} ms, p99 {:.2} ms",
-            full.1.count, full.1.p50_ms, full.1.p99_ms
-        );
-        println!("bare JetStream round trip (publish, pull, ack, reply):");
-        println!(
-            "  {} messages, {} in flight: {:.0} msgs/s, p50 {:.2} ms, p99 {:.2} ms",
-            bare.0.count, args.concurrency, bare.0.per_second, bare.0.p50_ms, bare.0.p99_ms
-        );
-        println!(
-            "  low load, 1 in flight, {} messages: p50 {:.2} ms, p99 {:.2} ms",
-            bare.1.count, bare.1.p50_ms, bare.1.p99_ms
+        print_run(
+            "bare JetStream round trip (publish, pull, ack, reply)",
+            ("messages", "msgs/s"),
+            args.concurrency,
+            &bare,
         );
         println!("full path / bare throughput: {:.0} %", ratio * 100.0);
         if let Some(rss) = rss {

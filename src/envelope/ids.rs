@@ -250,6 +250,18 @@ impl Timestamp {
     pub fn after(&self, d: std::time::Duration) -> Self {
         Timestamp(self.0 + d)
     }
+
+    /// This time moved back by `d`.
+    pub fn before(&self, d: std::time::Duration) -> Self {
+        Timestamp(self.0 - d)
+    }
+
+    /// How long from now until this time; zero once it has passed.
+    pub fn remaining(&self) -> std::time::Duration {
+        (self.0 - OffsetDateTime::now_utc())
+            .try_into()
+            .unwrap_or_default()
+    }
 }
 
 impl From<OffsetDateTime> for Timestamp {

@@ -276,6 +276,25 @@ impl Envelope {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// The length of [`Envelope::to_vec`], counted without building it.
+    pub fn encoded_len(&self) -> usize {
+        /// Counts what is written and keeps nothing.
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        // As in `to_vec`: these types always serialize.
+        let _ = serde_json::to_writer(&mut count, self);
+        count.0
+    }
+
     /// A copy without the token, as it is stored and handed to subprocesses.
     pub fn without_token(&self) -> Envelope {
         let mut copy = self.clone();
@@ -286,6 +305,20 @@ impl Envelope {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_encoded_length_is_the_length_of_the_encoding() {
+        let env = Envelope::new(
+            Sender::orchestrator(),
+            "echo".parse().unwrap(),
+            "echo".parse().unwrap(),
+            serde_json::json!({"text": "héllo"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        assert_eq!(env.encoded_len(), env.to_vec().len());
+    }
     use super::*;
     use crate::codec::DEFAULT_MAX_BYTES;
 

@@ -442,7 +442,7 @@ impl Orchestrator {
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
         envelope.header.causation_id = causation.map(Into::into);
-        let size = envelope.to_vec().len();
+        let size = envelope.encoded_len();
         if size > self.inner.max_envelope {
             return Err(ServiceError::TooLarge {
                 size,

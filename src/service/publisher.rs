@@ -127,7 +127,7 @@ impl Publisher {
         at: Option<Timestamp>,
         republished: bool,
     ) {
-        let when = Instant::now() + at.map(until).unwrap_or_default();
+        let when = Instant::now() + at.map(|t| t.remaining()).unwrap_or_default();
         self.send(task_id, attempt, when, None, republished).await;
     }
 
@@ -151,12 +151,6 @@ impl Publisher {
             debug!(task_id = %task_id, "publisher stopped; recovery publishes it at the next start");
         }
     }
-}
-
-/// How long until `at`, zero when it is past.
-fn until(at: Timestamp) -> Duration {
-    let left = at.as_offset_date_time() - Timestamp::now().as_offset_date_time();
-    left.try_into().unwrap_or_default()
 }
 
 struct Loop {
@@ -205,10 +199,11 @@ impl Loop {
         }
     }
 
-    /// Sends one attempt; returns it when it must be tried again.
-    async fn publish(&self, due: Due) -> Option<Due> {
-        let (envelope, trace_id) = match &due.known {
-            Some(known) => known.clone(),
+    /// Sends one attempt; returns it when it must be tried again (then it
+    /// is read from the store again, so it is skipped if the task moved on).
+    async fn publish(&self, mut due: Due) -> Option<Due> {
+        let (envelope, trace_id) = match due.known.take() {
+            Some(known) => known,
             None => match self.store.get(due.task_id) {
                 Ok(Some(record))
                     if record.state == TaskState::Submitted
@@ -233,12 +228,13 @@ impl Loop {
             .send_envelope(&envelope, trace.as_ref(), due.republished)
             .await
         {
-            Ok((_, pending)) => {
+            Ok(pending) => {
                 let store = self.store.clone();
                 let again = self.again.clone();
+                let retry_delay = self.settings.retry_delay;
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match pending.await {
+                    match pending.await_seq().await {
                         Ok(seq) => {
                             if let Err(e) =
                                 store.record_published(due.task_id, due.attempt, seq).await
@@ -248,7 +244,7 @@ impl Loop {
                         }
                         Err(e) => {
                             warn!(task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
-                            let at = Some(Timestamp::now().after(Duration::from_secs(1)));
+                            let at = Some(Timestamp::now().after(retry_delay));
                             again.at(due.task_id, due.attempt, at, true).await;
                         }
                     }

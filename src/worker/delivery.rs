@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 use super::{Outcome, Shared, Task, event_for, lock, report};
 use crate::agent::AgentCard;
 use crate::bus::{
-    BusError, DeadLetterCopy, REPUBLISHED_HEADER, Settlement, TRACEPARENT, TraceContext, settle,
+    DeadLetterCopy, REPUBLISHED_HEADER, Settlement, TRACEPARENT, TraceContext, settle,
 };
 use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::{Envelope, Timestamp};
@@ -73,7 +73,7 @@ pub(super) async fn handle(
         }
         Ok(Acquired::Skip(Decision::Busy)) => {
             debug!(task_id = %task_id, "another holder runs this message: looking again after a lease");
-            settle(&msg, Settlement::Nak(shared.delays.busy)).await;
+            settle(&msg, Settlement::Nak(shared.lease())).await;
         }
         Ok(Acquired::Skip(decision)) => {
             info!(task_id = %task_id, attempt, ?decision, "not run: settling the message");
@@ -81,7 +81,7 @@ pub(super) async fn handle(
         }
         Err(e) => {
             warn!(task_id = %task_id, error = %e, "claim failed; redelivering");
-            settle(&msg, Settlement::Nak(shared.delays.retry)).await;
+            settle(&msg, Settlement::Nak(shared.retry_delay())).await;
         }
     }
 }
@@ -109,9 +109,11 @@ async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
 enum Stopped {
     /// The handler finished.
     Finished(Outcome),
-    /// The claim was lost (its lease ended and another replica took over,
-    /// or a cancel mark replaced it): the handler was canceled.
-    Lost(ClaimErrorKind),
+    /// A cancel mark replaced the claim: the handler was canceled.
+    Canceled,
+    /// The claim was lost (its lease ended and another replica took over):
+    /// the handler was canceled.
+    Lost,
     /// The worker is shutting down past its grace period.
     HardStop,
 }
@@ -137,7 +139,7 @@ async fn run_task(
         cancel: cancel.clone(),
     };
     let mut run = shared.handler.handle(task);
-    let every = (shared.lease / 3).max(Duration::from_millis(100));
+    let every = shared.beat();
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let working_at = tokio::time::sleep(shared.config.working_after);
     tokio::pin!(working_at);
@@ -159,17 +161,16 @@ async fn run_task(
                 settle(&msg, Settlement::Progress).await;
                 match shared.claims.renew(&mut held).await {
                     Ok(()) => {}
-                    Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease) => {
+                    Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease()) => {
                         warn!(task_id = %task_id, error = %e, "lease renewal failed; trying again");
                     }
                     Err(e) => {
                         warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
                         cancel.cancel();
-                        let kind = match e.kind {
-                            ClaimErrorKind::Canceled => ClaimErrorKind::Canceled,
-                            _ => ClaimErrorKind::Lost,
+                        break match e.kind {
+                            ClaimErrorKind::Canceled => Stopped::Canceled,
+                            _ => Stopped::Lost,
                         };
-                        break Stopped::Lost(kind);
                     }
                 }
             }
@@ -185,9 +186,9 @@ async fn run_task(
     }
     let outcome = match stopped {
         Stopped::Finished(outcome) => outcome,
-        Stopped::Lost(ClaimErrorKind::Canceled) => return settle(&msg, Settlement::Ack).await,
+        Stopped::Canceled => return settle(&msg, Settlement::Ack).await,
         // Another replica runs the attempt now and settles the message.
-        Stopped::Lost(_) => return,
+        Stopped::Lost => return,
         Stopped::HardStop => {
             cancel.cancel();
             if let Err(e) = shared.claims.release(held).await {
@@ -197,7 +198,7 @@ async fn run_task(
         }
     };
     // The fence: a holder whose lease may have ended reports nothing.
-    if !held.fresh(shared.lease / 2)
+    if !held.fresh(shared.lease() / 2)
         && let Err(e) = shared.claims.renew(&mut held).await
     {
         match e.kind {
@@ -207,7 +208,7 @@ async fn run_task(
             }
             _ => {
                 warn!(task_id = %task_id, error = %e, "cannot confirm the claim: redelivering");
-                settle(&msg, Settlement::Nak(shared.delays.retry)).await;
+                settle(&msg, Settlement::Nak(shared.retry_delay())).await;
             }
         }
         return;
@@ -235,7 +236,7 @@ async fn report_and_ack(
             if let Some(held) = held {
                 let _ = shared.claims.release(held).await;
             }
-            settle(msg, Settlement::Nak(shared.delays.retry)).await;
+            settle(msg, Settlement::Nak(shared.retry_delay())).await;
         }
     }
 }
@@ -285,13 +286,12 @@ async fn dead_letter(
     if let Err(e) = shared.bus.dead_letter(letter).await {
         // Not copied: leave it to be redelivered rather than lose it.
         warn!(stream_seq = seq, error = %e, "dead letter not copied; redelivering");
-        return settle(&msg, Settlement::Nak(shared.delays.retry)).await;
+        return settle(&msg, Settlement::Nak(shared.retry_delay())).await;
     }
-    if let Some(event) = fragments {
-        let published: Result<(), BusError> = shared.bus.publish_event(&event, trace).await;
-        if let Err(e) = published {
-            warn!(task_id = %event.task_id, error = %e, "could not report the rejection");
-        }
+    if let Some(event) = fragments
+        && let Err(e) = shared.bus.publish_event(&event, trace).await
+    {
+        warn!(task_id = %event.task_id, error = %e, "could not report the rejection");
     }
     settle(&msg, Settlement::Term).await;
 }

@@ -49,31 +49,7 @@ impl Intake {
             if want == 0 {
                 break;
             }
-            // A fetch whose request the server lost (a broker restart)
-            // would never answer: it gets as long as a long poll.
-            let fetched = tokio::time::timeout(self.expires, async {
-                let mut got = Vec::new();
-                match consumer.fetch().max_messages(want).messages().await {
-                    Ok(mut batch) => {
-                        while let Some(item) = batch.next().await {
-                            match item {
-                                Ok(msg) => got.push(msg),
-                                Err(e) => {
-                                    warn!(error = %e, "fetch failed");
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "cannot fetch"),
-                }
-                got
-            })
-            .await;
-            match fetched {
-                Ok(got) => out.extend(got),
-                Err(_) => warn!("a fetch went unanswered; trying again"),
-            }
+            fetch_now(consumer, want, self.expires, &mut out).await;
         }
         out
     }
@@ -140,6 +116,32 @@ impl Intake {
     pub(crate) fn close(&mut self) {
         for waiter in &mut self.waiters {
             *waiter = None;
+        }
+    }
+}
+
+/// Adds to `out` up to `want` messages `consumer` has ready now. A fetch
+/// whose request the server lost (a broker restart) would never answer:
+/// it gets `patience`, and whatever arrived by then is kept.
+async fn fetch_now(
+    consumer: &PullConsumer,
+    want: usize,
+    patience: Duration,
+    out: &mut Vec<Message>,
+) {
+    let deadline = tokio::time::Instant::now() + patience;
+    let opened = tokio::time::timeout_at(deadline, consumer.fetch().max_messages(want).messages());
+    let mut batch = match opened.await {
+        Ok(Ok(batch)) => batch,
+        Ok(Err(e)) => return warn!(error = %e, "cannot fetch"),
+        Err(_) => return warn!("a fetch went unanswered; trying again"),
+    };
+    loop {
+        match tokio::time::timeout_at(deadline, batch.next()).await {
+            Ok(Some(Ok(msg))) => out.push(msg),
+            Ok(None) => return,
+            Ok(Some(Err(e))) => return warn!(error = %e, "fetch failed"),
+            Err(_) => return warn!("a fetch went unanswered; trying again"),
         }
     }
 }

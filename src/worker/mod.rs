@@ -43,7 +43,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusError, Delays, DeliverySettings, Settlement, settle};
+use crate::bus::{Bus, BusError, DeliverySettings, Settlement, settle};
 use crate::claim::Claims;
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Priority, TaskId, Timestamp};
@@ -110,14 +110,28 @@ struct Shared {
     config: WorkerConfig,
     /// This process's id in the registry and in claims.
     instance: String,
-    /// The shared delivery claims.
+    /// The shared delivery claims (their lease is the consumer's ack wait).
     claims: Claims,
-    /// How long a claim's lease lasts (the consumer's ack wait).
-    lease: Duration,
-    /// Settlement delays.
-    delays: Delays,
     /// Cancel tokens of the tasks running here.
     running: Mutex<HashMap<TaskId, CancellationToken>>,
+}
+
+impl Shared {
+    /// How long a claim's lease lasts: the consumer's ack wait.
+    fn lease(&self) -> Duration {
+        self.claims.lease()
+    }
+
+    /// How often a message in hand gets an in-progress ack, and a running
+    /// task's claim a renewal: three times a lease.
+    fn beat(&self) -> Duration {
+        (self.lease() / 3).max(Duration::from_millis(100))
+    }
+
+    /// The delay before a message is tried again after the bus failed.
+    fn retry_delay(&self) -> Duration {
+        self.bus.config().retry_delay
+    }
 }
 
 impl Worker {
@@ -148,12 +162,7 @@ impl Worker {
             std::process::id(),
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
-        let lease = settings.ack_wait;
-        let claims = bus.claims(lease).await?;
-        let delays = Delays {
-            retry: bus.config().retry_delay,
-            busy: lease,
-        };
+        let claims = bus.claims(settings.ack_wait).await?;
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,
@@ -163,8 +172,6 @@ impl Worker {
                 config,
                 instance,
                 claims,
-                lease,
-                delays,
                 running: Mutex::new(HashMap::new()),
             }),
             consumers,
@@ -191,8 +198,7 @@ impl Worker {
         // Messages taken on a long poll while every slot was busy: kept
         // alive with in-progress acks until a slot frees (at most three).
         let mut held: VecDeque<Message> = VecDeque::new();
-        let mut keep_alive =
-            tokio::time::interval((shared.lease / 3).max(Duration::from_millis(100)));
+        let mut keep_alive = tokio::time::interval(shared.beat());
         let start = |msg: Message, permit: OwnedSemaphorePermit| {
             tracker.spawn(delivery::handle(
                 Arc::clone(&shared),

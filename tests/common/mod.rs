@@ -85,6 +85,18 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// POSTs `body` as JSON to `url` and decodes the JSON answer.
+pub async fn post_json(http: &reqwest::Client, url: &str, body: &Value) -> Value {
+    http.post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Polls `check` every 50 ms until it holds; fails naming `what` after
 /// `timeout`. Every polling loop in the tests goes through here, so none
 /// can wait forever.
