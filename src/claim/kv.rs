@@ -230,14 +230,24 @@ impl Claims {
     /// holder wrote last. Also the fence before a result is published: a
     /// holder whose renewal fails must not report.
     pub async fn renew(&self, held: &mut Held) -> Result<(), ClaimError> {
-        let written = self
-            .write(
+        // A write not acknowledged before the lease ends cannot keep it: the
+        // holder must stop then, not when the broker's answer finally comes
+        // (a reconnecting client can wait far longer than a lease).
+        let left = self.lease.saturating_sub(held.renewed.elapsed());
+        let write = self.write(
+            held.task_id,
+            held.value.clone(),
+            Some(held.revision),
+            Some(self.lease),
+        );
+        let Ok(written) = tokio::time::timeout(left, write).await else {
+            return Err(Self::error(
                 held.task_id,
-                held.value.clone(),
-                Some(held.revision),
-                Some(self.lease),
-            )
-            .await?;
+                ClaimErrorKind::Lost,
+                "no renewal was acknowledged within the lease",
+            ));
+        };
+        let written = written?;
         match written {
             Some(revision) => {
                 held.revision = revision;

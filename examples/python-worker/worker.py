@@ -1,0 +1,614 @@
+#!/usr/bin/env python3
+"""A worker for the orchestrator's bus, in Python (nats-py), written from
+docs/worker-protocol.md alone. Section numbers (§) below are that page's.
+
+    python3 worker.py --agent py-echo        # NATS_URL, default nats://127.0.0.1:4222
+
+The agent directory holds `agent.json` (its card) and `handler.py`, which
+exposes `async def handle(action, params, ctx)`. `ctx` has task_id, attempt,
+resumed and idempotency_key. An exception with a `code` and a `retryable`
+attribute (and optionally `retry_after_seconds`) is reported as that
+failure; any other exception fails the task with `handler_error`.
+"""
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import math
+import os
+import re
+import secrets
+import signal
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+
+import nats
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import APIError, NotFoundError
+
+PREFIX = "orch"
+PRIORITIES = ("high", "normal", "low")
+WRONG_LAST_SEQUENCE = 10071
+WORKING_AFTER = 0.1  # §4.6
+REGISTRY_EVERY = 5.0  # §8
+SHUTDOWN_GRACE = 30.0  # §9
+
+
+def parse_duration(text):
+    """'500ms', '30s', '2m', '1h 30m' -> seconds (§2, durations)."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    total, rest = 0.0, text.replace(" ", "")
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", rest):
+        total += float(number) * units[unit]
+    if not rest or re.sub(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", "", rest):
+        raise ValueError(f"not a duration: {text!r}")
+    return total
+
+
+def log(line):
+    print(f"{now_rfc3339()} py-worker: {line}", file=sys.stderr, flush=True)
+
+
+def now_rfc3339():
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def child_traceparent(parent):
+    """A W3C traceparent in the same trace as `parent`, with a new span id."""
+    parts = (parent or "").split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    return f"{parts[0]}-{parts[1]}-{secrets.token_hex(8)}-{parts[3]}"
+
+
+class Stop(Exception):
+    """Why a running handler was stopped: 'canceled', 'lost' or 'shutdown'."""
+
+
+class Halt:
+    """Set to stop a running handler, with why: 'canceled' or 'shutdown'."""
+
+    def __init__(self):
+        self.event = asyncio.Event()
+        self.reason = None
+
+    def stop(self, reason):
+        self.reason = self.reason or reason
+        self.event.set()
+
+
+class Claims:
+    """§5: the claim of a task in the ORCH_DELIVERIES bucket."""
+
+    BUCKET = "ORCH_DELIVERIES"
+    STREAM = "KV_ORCH_DELIVERIES"
+
+    def __init__(self, js, lease, instance):
+        self.js = js
+        self.lease = lease
+        self.ttl = str(max(1, math.ceil(lease)))
+        self.instance = instance
+
+    def subject(self, task):
+        return f"$KV.{self.BUCKET}.{task}"
+
+    async def write(self, task, value, expected, timeout=5.0):
+        """Publishes `value` if the key's last revision is `expected`; the new
+        revision, or None when another write came first."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-TTL": self.ttl}
+        data = json.dumps(value).encode()
+        try:
+            ack = await self.js.publish(self.subject(task), data, timeout=timeout, headers=headers)
+        except APIError as e:
+            if e.err_code == WRONG_LAST_SEQUENCE:
+                return None
+            raise
+        return ack.seq
+
+    async def read(self, task):
+        """(revision, value); value None when nobody holds the claim."""
+        try:
+            msg = await self.js.get_last_msg(self.STREAM, self.subject(task))
+        except NotFoundError:
+            return 0, None
+        headers = msg.headers or {}
+        if headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
+            return msg.seq, None
+        return msg.seq, json.loads(msg.data)
+
+    @staticmethod
+    def decide(found, attempt, stream_seq):
+        """The table of §5, for a delivery of `attempt` from `stream_seq`."""
+        if found is None:
+            return "create"
+        if found.get("state") == "canceled":
+            return "canceled"
+        if found["attempt"] > attempt:
+            return "superseded"
+        if found["attempt"] < attempt:
+            return "take_over"
+        return "busy" if found.get("stream_seq") == stream_seq else "duplicate"
+
+    async def acquire(self, task, attempt, stream_seq):
+        """('run', revision) or (decision, None); raises when unreachable."""
+        value = {"state": "running", "attempt": attempt, "stream_seq": stream_seq, "instance": self.instance}
+        expected = 0
+        for _ in range(5):
+            revision = await self.write(task, value, expected)
+            if revision is not None:
+                return "run", revision
+            expected, found = await self.read(task)
+            decision = self.decide(found, attempt, stream_seq)
+            if decision not in ("create", "take_over"):
+                return decision, None
+        return "raced", None
+
+    async def renew(self, task, value, revision, timeout):
+        """The new revision; raises Stop('canceled'|'lost')."""
+        new = await self.write(task, value, revision, timeout)
+        if new is not None:
+            return new
+        _, found = await self.read(task)
+        raise Stop("canceled" if found and found.get("state") == "canceled" else "lost")
+
+    async def release(self, task, revision):
+        headers = {
+            "KV-Operation": "PURGE",
+            "Nats-Rollup": "sub",
+            "Nats-Expected-Last-Subject-Sequence": str(revision),
+        }
+        try:
+            await self.js.publish(self.subject(task), b"", headers=headers)
+        except Exception:
+            pass  # no longer ours, or the bucket is away: the TTL ends it
+
+
+class Worker:
+    def __init__(self, nc, agent_dir):
+        self.nc = nc
+        self.js = nc.jetstream()
+        with open(os.path.join(agent_dir, "agent.json")) as f:
+            self.card = json.load(f)
+        self.agent = self.card["name"]
+        self.skills = {s["id"] for s in self.card["skills"]}
+        delivery = self.card.get("delivery", {})
+        self.lease = parse_duration(delivery.get("ackWait", "30s"))
+        self.max_deliver = int(delivery.get("maxDeliver", 5))
+        self.backoff = [parse_duration(d) for d in delivery.get("backoff", [])]
+        self.concurrency = int(delivery.get("concurrency", 16))
+        self.retry_delay = parse_duration(os.environ.get("ORCH_RETRY_DELAY", "1s"))
+        self.instance = f"py-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.claims = Claims(self.js, self.lease, self.instance)
+        self.handler = load_handler(agent_dir)
+        self.running = {}  # task id -> Halt, to stop its handler
+        self.tasks = set()
+        self.held = []  # taken by a long poll with no free slot (§3)
+        self.slot_freed = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.started_at = now_rfc3339()
+
+    # §2: provisioning ---------------------------------------------------
+
+    async def provision(self):
+        """Creates the streams and buckets when missing (never changes them),
+        then this agent's consumers (create or update to our settings)."""
+        days7 = 7 * 86400 * 10**9
+        two_min = 120 * 10**9
+        streams = {
+            "ORCH_TASKS": {"subjects": [f"{PREFIX}.tasks.>"], "retention": "workqueue", "duplicate_window": two_min},
+            "ORCH_EVENTS": {
+                "subjects": [f"{PREFIX}.events.>"],
+                "retention": "limits",
+                "max_age": days7,
+                "duplicate_window": two_min,
+            },
+            "ORCH_DLQ": {"subjects": [f"{PREFIX}.dlq.>"], "retention": "limits"},
+            "ORCH_ADVISORIES": {
+                "subjects": ["$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORCH_TASKS.*"],
+                "retention": "limits",
+            },
+            "KV_ORCH_AGENTS": {
+                "subjects": ["$KV.ORCH_AGENTS.>"],
+                "retention": "limits",
+                "max_msgs_per_subject": 1,
+                "max_age": 15 * 10**9,
+                "allow_direct": True,
+                "allow_rollup_hdrs": True,
+                "deny_delete": True,
+                "discard": "new",
+            },
+            "KV_ORCH_DELIVERIES": {
+                "subjects": ["$KV.ORCH_DELIVERIES.>"],
+                "retention": "limits",
+                "max_msgs_per_subject": 1,
+                "max_age": days7,
+                "allow_direct": True,
+                "allow_rollup_hdrs": True,
+                "deny_delete": True,
+                "discard": "new",
+                "allow_msg_ttl": True,
+                "subject_delete_marker_ttl": 10**9,
+            },
+        }
+        for name, config in streams.items():
+            info = await self.nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)
+            if "error" not in json.loads(info.data):
+                continue
+            body = {"name": name, "storage": "file", "num_replicas": 1, **config}
+            reply = json.loads((await self.nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=5)).data)
+            if "error" in reply and reply["error"].get("err_code") != 10058:  # 10058: created meanwhile
+                raise RuntimeError(f"cannot create stream {name}: {reply['error']}")
+        self.pulls = {}
+        for priority in PRIORITIES:
+            durable = f"agent_{self.agent}_{priority}"
+            await self.js.add_consumer(
+                "ORCH_TASKS",
+                ConsumerConfig(
+                    durable_name=durable,
+                    filter_subject=f"{PREFIX}.tasks.{self.agent}.{priority}",
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=self.lease,
+                    max_deliver=self.max_deliver,
+                    backoff=self.backoff or None,
+                    max_ack_pending=-1,
+                ),
+            )
+            self.pulls[priority] = f"$JS.API.CONSUMER.MSG.NEXT.ORCH_TASKS.{durable}"
+        self.registry = await self.js.key_value("ORCH_AGENTS")
+
+    # §3: taking work ----------------------------------------------------
+
+    async def pull(self, priority, batch, expires=None):
+        """A pull request of `batch`: no_wait, or a long poll of `expires` s."""
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox)
+        request = {"batch": batch}
+        if expires:
+            request["expires"] = int(expires * 10**9)
+        else:
+            request["no_wait"] = True
+        msgs = []
+        try:
+            await self.nc.publish(self.pulls[priority], json.dumps(request).encode(), reply=inbox)
+            while len(msgs) < batch:
+                msg = await sub.next_msg(timeout=(expires or 0) + 2)
+                if msg.headers and msg.headers.get("Status"):
+                    break  # 404 no messages, 408 expired, 409 ...
+                msgs.append(msg)
+        except (NatsTimeout, asyncio.TimeoutError):
+            pass
+        finally:
+            await sub.unsubscribe()
+        return msgs
+
+    def free(self):
+        return self.concurrency - len(self.tasks)
+
+    async def intake(self):
+        while not self.stopping.is_set():
+            if self.free() <= 0:
+                self.slot_freed.clear()
+                await wait_any(self.slot_freed, self.stopping)
+                continue
+            while self.held and self.free() > 0:
+                self.start(self.held.pop(0))
+            taken = 0
+            for priority in PRIORITIES:
+                if self.free() > 0:
+                    for msg in await self.pull(priority, self.free()):
+                        self.start(msg)
+                        taken += 1
+            if taken:
+                continue
+            # Nothing ready: a long poll of one message per consumer.
+            polls = [self.pull(p, 1, expires=2.0) for p in PRIORITIES]
+            for msg in [m for got in await asyncio.gather(*polls) for m in got]:
+                if self.free() > 0 and not self.stopping.is_set():
+                    self.start(msg)
+                else:
+                    self.held.append(msg)
+        for msg in self.held:
+            await msg.nak()  # taken, never started: given back (§9)
+        self.held.clear()
+
+    async def keep_held_alive(self):
+        """§3: a held message's ack wait runs; in-progress acks keep it."""
+        while not self.stopping.is_set():
+            await wait_any(self.stopping, timeout=self.lease / 3)
+            for msg in list(self.held):
+                await msg.in_progress()
+
+    def start(self, msg):
+        task = asyncio.create_task(self.deliver(msg))
+        self.tasks.add(task)
+
+        def done(t):
+            self.tasks.discard(t)
+            self.slot_freed.set()
+
+        task.add_done_callback(done)
+
+    # §4: one delivery ---------------------------------------------------
+
+    async def deliver(self, msg):
+        meta = msg.metadata
+        stream_seq, delivered = meta.sequence.stream, meta.num_delivered
+        try:
+            env = json.loads(msg.data)
+            header, payload, control = env["header"], env["payload"], env["control"]
+            task, attempt = header["task_id"], int(control["attempt"])
+            correlation, action = header["correlation_id"], payload["action"]
+        except Exception as e:
+            await self.dead_letter(msg, stream_seq, e)
+            return
+        if header.get("to") != self.agent:
+            await self.refuse(env, msg, "wrong_agent", f"sent to {header.get('to')!r}, this is {self.agent!r}")
+            return
+        if action not in self.skills:
+            await self.refuse(env, msg, "unknown_action", f"{self.agent} has no skill {action!r}")
+            return
+        resumed = delivered > 1 or bool(msg.headers and msg.headers.get("Orch-Republished"))
+        if resumed and await self.attempt_over(task, attempt):
+            await msg.ack()
+            return
+        try:
+            decision, revision = await self.claims.acquire(task, attempt, stream_seq)
+        except Exception:
+            await msg.nak(delay=self.retry_delay)
+            return
+        if decision in ("canceled", "duplicate", "superseded"):
+            await msg.ack()
+            return
+        if decision == "busy":
+            await msg.nak(delay=self.lease)
+            return
+        if decision != "run":
+            await msg.nak(delay=self.retry_delay)
+            return
+        ctx = {
+            "task_id": task,
+            "attempt": attempt,
+            "resumed": resumed,
+            "idempotency_key": control.get("idempotency_key", ""),
+        }
+        value = {"state": "running", "attempt": attempt, "stream_seq": stream_seq, "instance": self.instance}
+        trace = child_traceparent(msg.headers.get("traceparent") if msg.headers else None)
+        await self.run(env, msg, ctx, value, revision, trace)
+
+    async def run(self, env, msg, ctx, value, revision, trace):
+        task, attempt = ctx["task_id"], ctx["attempt"]
+        halt = Halt()
+        self.running[task] = halt
+        handler = asyncio.create_task(self.call_handler(env, ctx))
+        started = last_write = time.monotonic()
+        working = None  # the `working` report, sent beside the watch
+        try:
+            while not handler.done():
+                beat_at = last_write + self.lease / 3
+                wake = beat_at if working else min(beat_at, started + WORKING_AFTER)
+                await wait_any(handler, halt.event, timeout=max(0.0, wake - time.monotonic()))
+                if halt.event.is_set():
+                    raise Stop(halt.reason)
+                if handler.done():
+                    break
+                now = time.monotonic()
+                if not working and now >= started + WORKING_AFTER:
+                    working = asyncio.create_task(self.report(env, "working", trace=trace))
+                if now >= beat_at:
+                    await msg.in_progress()
+                    revision, last_write = await self.renew(task, value, revision, last_write)
+            # §4.7: fence before reporting.
+            if time.monotonic() - last_write > self.lease / 2:
+                revision, last_write = await self.renew(task, value, revision, last_write)
+        except Stop as stop:
+            log(f"task {task}: handler stopped ({stop})")
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+            if str(stop) == "canceled":
+                await msg.ack()
+            elif str(stop) == "shutdown":
+                await self.claims.release(task, revision)
+                await msg.nak()  # delay 0: another replica takes it at once
+            return  # lost: the new holder settles the message
+        finally:
+            self.running.pop(task, None)
+            if working:
+                await working  # before the final event, never after it
+        state, fields = handler.result()
+        if await self.report(env, state, trace=trace, **fields):
+            await msg.ack()
+        else:
+            await self.claims.release(task, revision)
+            await msg.nak(delay=self.retry_delay)
+
+    async def renew(self, task, value, revision, last_write):
+        """(revision, time of the write); Stop when canceled or lost, or when
+        the bucket has been unreachable for a whole lease."""
+        while True:
+            # A write not acknowledged before the lease ends cannot keep it.
+            left = last_write + self.lease - time.monotonic()
+            if left <= 0:
+                raise Stop("lost")
+            try:
+                return await self.claims.renew(task, value, revision, timeout=left), time.monotonic()
+            except Stop:
+                raise
+            except Exception:
+                await asyncio.sleep(min(self.retry_delay, self.lease / 6))
+
+    async def call_handler(self, env, ctx):
+        """(state, event fields) of one handler run."""
+        payload = env["payload"]
+        try:
+            result = await self.handler.handle(payload["action"], payload.get("params", {}), ctx)
+            return "completed", {"result": result}
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            error = {
+                "code": getattr(e, "code", "handler_error"),
+                "message": getattr(e, "message", None) or str(e) or type(e).__name__,
+                "retryable": bool(getattr(e, "retryable", False)),
+            }
+            fields = {"error": error}
+            if getattr(e, "retry_after_seconds", None) is not None:
+                fields["retry_after_seconds"] = int(e.retry_after_seconds)
+            return "failed", fields
+
+    async def attempt_over(self, task, attempt):
+        """§4.3: the attempt's final event exists (a failed lookup: no)."""
+        try:
+            last = await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.{task}")
+            event = json.loads(last.data)
+        except Exception:
+            return False
+        return event["attempt"] > attempt or (event["attempt"] == attempt and event["state"] != "working")
+
+    # §6: events ---------------------------------------------------------
+
+    async def report(self, env, state, trace=None, **fields):
+        """Publishes the attempt's event; True once JetStream stored it."""
+        header, control = env["header"], env["control"]
+        task, attempt = header["task_id"], int(control["attempt"])
+        event = {
+            "v": 1,
+            "task_id": task,
+            "correlation_id": header["correlation_id"],
+            "agent": self.agent,
+            "attempt": attempt,
+            "state": state,
+            "at": now_rfc3339(),
+            **fields,
+        }
+        headers = {
+            "Nats-Msg-Id": f"{task}.{attempt}.{state}",
+            "Orch-Task-Id": task,
+            "Orch-Correlation-Id": header["correlation_id"],
+        }
+        if trace:
+            headers["traceparent"] = trace
+        try:
+            await self.js.publish(f"{PREFIX}.events.{self.agent}.{task}", json.dumps(event).encode(), headers=headers)
+            return True
+        except Exception as e:
+            log(f"event {state} for {task} not published: {e!r}")
+            return False
+
+    async def refuse(self, env, msg, code, message):
+        """§4.2: a rejected event, then an ack."""
+        if await self.report(env, "rejected", error={"code": code, "message": message, "retryable": False}):
+            await msg.ack()
+        else:
+            await msg.nak(delay=self.retry_delay)
+
+    async def dead_letter(self, msg, stream_seq, error):
+        """§4.1: an unreadable envelope is copied to the DLQ, then terminated."""
+        task = None
+        env = None
+        try:
+            env = json.loads(msg.data)
+            task = env["header"]["task_id"]
+        except Exception:
+            pass
+        headers = {
+            "Nats-Msg-Id": f"dlq.ORCH_TASKS.{stream_seq}",
+            "Orch-Dlq-Code": "malformed_json" if env is None else "malformed_envelope",
+            "Orch-Dlq-Reason": str(error)[:200] or type(error).__name__,
+            "Orch-Original-Subject": msg.subject,
+            "Orch-Stream-Seq": str(stream_seq),
+        }
+        if task:
+            headers["Orch-Task-Id"] = str(task)
+        try:
+            await self.js.publish(f"{PREFIX}.dlq.{self.agent}", msg.data, headers=headers)
+        except Exception:
+            await msg.nak(delay=self.retry_delay)
+            return
+        try:
+            correlation = env["header"]["correlation_id"]
+            stub = {"header": {"task_id": task, "correlation_id": correlation}, "control": {"attempt": 1}}
+            message = f"the envelope cannot be read: {error}"
+            await self.report(stub, "rejected", error={"code": "malformed_envelope", "message": message})
+        except Exception:
+            pass  # no ids to report on
+        await msg.term()
+
+    # §7: cancel, §8: registry, §9: shutdown ------------------------------
+
+    async def on_cancel(self, msg):
+        task = msg.subject.rsplit(".", 1)[-1]
+        if task in self.running:
+            self.running[task].stop("canceled")
+
+    async def heartbeat(self):
+        key = f"{self.agent}.{self.instance}"
+        while not self.stopping.is_set():
+            entry = {
+                "agent": self.agent,
+                "instance": self.instance,
+                "card": self.card,
+                "started_at": self.started_at,
+                "heartbeat_at": now_rfc3339(),
+                "in_flight": len(self.running),
+            }
+            try:
+                await self.registry.put(key, json.dumps(entry).encode())
+            except Exception as e:
+                log(f"registry heartbeat failed: {e!r}")
+            await wait_any(self.stopping, timeout=REGISTRY_EVERY)
+        try:
+            await self.registry.delete(key)
+        except Exception:
+            pass
+
+    async def serve(self):
+        await self.provision()
+        await self.nc.subscribe(f"{PREFIX}.control.cancel.*", cb=self.on_cancel)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        log(f"{self.instance} serving {self.agent}")
+        beat = asyncio.create_task(self.heartbeat())
+        keep = asyncio.create_task(self.keep_held_alive())
+        await self.intake()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=SHUTDOWN_GRACE)
+        for halt in list(self.running.values()):
+            halt.stop("shutdown")
+        if self.tasks:
+            await asyncio.wait(self.tasks)
+        await asyncio.gather(beat, keep)
+        await self.nc.drain()
+
+
+async def wait_any(*waitables, timeout=None):
+    """Waits until an asyncio.Event is set or a task is done, or `timeout`."""
+    futures = [asyncio.ensure_future(w.wait()) if isinstance(w, asyncio.Event) else w for w in waitables]
+    _, pending = await asyncio.wait(futures, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for f, w in zip(futures, waitables):
+        if f in pending and isinstance(w, asyncio.Event):
+            f.cancel()
+
+
+def load_handler(agent_dir):
+    spec = importlib.util.spec_from_file_location("agent_handler", os.path.join(agent_dir, "handler.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agent", required=True, help="the agent's directory (agent.json, handler.py)")
+    parser.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    args = parser.parse_args()
+    nc = await nats.connect(args.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+    await Worker(nc, args.agent).serve()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,403 @@
+//! The worker protocol's scenarios, each run against two implementations
+//! as separate processes: the Rust worker (`orchestrator worker`, running
+//! the agent's `handler.py` as a command) and the Python worker in
+//! `examples/python-worker/` (nats-py, written from docs/worker-protocol.md).
+//! Both serve the agent `py-echo`, whose handler journals every start and
+//! end, so the tests count real handler runs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::eventually;
+use common::nats::NatsServer;
+use common::process::Proc;
+use common::system::{System, fast_bus};
+use orchestrator::agent::AgentCard;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Rust,
+    Python,
+}
+
+impl Kind {
+    /// The `via` its handler runs write into the journal.
+    fn via(self) -> &'static str {
+        match self {
+            Kind::Rust => "command",
+            Kind::Python => "python",
+        }
+    }
+}
+
+fn example_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python-worker")
+}
+
+fn agent_dir() -> PathBuf {
+    example_dir().join("py-echo")
+}
+
+/// A system with the py-echo card and a journal for its handler runs.
+struct Bench {
+    sys: System,
+    dir: tempfile::TempDir,
+    workers: usize,
+}
+
+impl Bench {
+    async fn start() -> Bench {
+        Bench::start_on(NatsServer::start()).await
+    }
+
+    async fn start_on(nats: NatsServer) -> Bench {
+        let (card, _) = AgentCard::load(&agent_dir()).unwrap();
+        let sys = System::start_with(nats, vec![card], fast_bus(), |_| {}).await;
+        Bench {
+            sys,
+            dir: tempfile::tempdir().unwrap(),
+            workers: 0,
+        }
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.dir.path().join("journal")
+    }
+
+    /// Starts a worker of `kind` and waits until it is registered.
+    async fn worker(&mut self, kind: Kind) -> Proc {
+        self.workers += 1;
+        let before = self.instances().await;
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("worker-{}.log", self.workers)))
+                .unwrap();
+        let agent = agent_dir();
+        let mut command = match kind {
+            Kind::Rust => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+                c.arg("worker").arg("--agent").arg(&agent);
+                c
+            }
+            Kind::Python => {
+                python_worker_runs();
+                let mut c = Command::new("python3");
+                c.arg(example_dir().join("worker.py"))
+                    .arg("--agent")
+                    .arg(&agent);
+                c
+            }
+        };
+        let child = command
+            .env("NATS_URL", self.sys.nats.url())
+            .env("PY_ECHO_JOURNAL", self.journal())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let proc = Proc(child);
+        eventually("the worker registers", Duration::from_secs(30), || async {
+            self.instances().await.iter().any(|i| !before.contains(i))
+        })
+        .await;
+        proc
+    }
+
+    /// The live instances' ids (a killed one lingers until its entry expires).
+    async fn instances(&self) -> Vec<String> {
+        let (_, agents) = self.sys.get("/v1/agents").await;
+        common::strings(&agents["agents"][0], "instances", "instance")
+    }
+
+    async fn submit(&self, action: &str, params: Value, max_attempts: u32) -> String {
+        let (status, task) = self
+            .sys
+            .post(
+                "/v1/tasks",
+                json!({"to": "py-echo", "action": action, "params": params, "max_attempts": max_attempts}),
+            )
+            .await;
+        assert_eq!(status, 201, "{task:#}");
+        task["task_id"].as_str().unwrap().to_string()
+    }
+
+    async fn finished(&self, id: &str) -> Value {
+        self.sys.wait_terminal(id, Duration::from_secs(60)).await
+    }
+
+    /// The journal lines of task `id` with `event` ("start" or "end").
+    fn runs(&self, id: &str, event: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.journal()).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["task"] == id && l["event"] == event)
+            .collect()
+    }
+
+    async fn started(&self, id: &str) {
+        eventually("the handler starts", Duration::from_secs(30), || async {
+            !self.runs(id, "start").is_empty()
+        })
+        .await;
+    }
+
+    async fn dead_letters(&self) -> usize {
+        let (_, dlq) = self.sys.get("/v1/dlq").await;
+        dlq["dead_letters"].as_array().unwrap().len()
+    }
+}
+
+impl Drop for Bench {
+    /// A failed scenario shows what its workers logged, and the journal.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for n in 1..=self.workers {
+                let log = self.dir.path().join(format!("worker-{n}.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                eprintln!("--- worker {n} ---\n{text}");
+            }
+            let journal = std::fs::read_to_string(self.journal()).unwrap_or_default();
+            eprintln!("--- journal ---\n{journal}");
+        }
+    }
+}
+
+/// Fails clearly when the Python worker's one dependency is missing.
+fn python_worker_runs() {
+    let found = Command::new("python3")
+        .args(["-c", "import nats"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "python3 with nats-py is needed: pip install -r examples/python-worker/requirements.txt \
+         (scripts/test does it)"
+    );
+}
+
+fn attempts(runs: &[Value]) -> Vec<u64> {
+    runs.iter()
+        .map(|r| r["attempt"].as_u64().unwrap())
+        .collect()
+}
+
+fn signal(proc: &Proc, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &proc.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn completes(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b.submit("echo", json!({"day": 1}), 3).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    assert_eq!(task["result"], json!({"echo": {"day": 1}}));
+    let starts = b.runs(&id, "start");
+    assert_eq!(attempts(&starts), [1]);
+    assert_eq!(starts[0]["via"], kind.via());
+}
+
+async fn retries_then_succeeds(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b.submit("flaky", json!({"succeed_on_attempt": 3}), 5).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    assert_eq!(task["attempt"], 3);
+    assert_eq!(task["result"], json!({"attempt": 3}));
+    assert_eq!(attempts(&b.runs(&id, "start")), [1, 2, 3]);
+}
+
+async fn always_failing_fails_after_max_attempts(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b.submit("fail", json!({"retryable": true}), 3).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "failed", "{task:#}");
+    assert_eq!(task["attempt"], 3);
+    assert_eq!(task["error"]["retryable"], true, "{task:#}");
+    assert_eq!(attempts(&b.runs(&id, "start")), [1, 2, 3]);
+    assert_eq!(b.dead_letters().await, 0, "a failing task is not poison");
+}
+
+async fn a_permanent_failure_is_not_retried(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b
+        .submit("fail", json!({"retryable": false, "code": "bad_input"}), 3)
+        .await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "failed", "{task:#}");
+    assert_eq!(task["attempt"], 1);
+    assert_eq!(task["error"]["retryable"], false, "{task:#}");
+    assert_eq!(attempts(&b.runs(&id, "start")), [1]);
+}
+
+/// SIGKILLed while its handler runs: another worker of the same kind runs
+/// the same attempt again, told that the first run may have partly happened.
+async fn killed_mid_task_runs_again_resumed(kind: Kind) {
+    let mut b = Bench::start().await;
+    let mut first = b.worker(kind).await;
+    let id = b.submit("sleep", json!({"seconds": 1.5}), 3).await;
+    b.started(&id).await;
+    first.kill();
+    let _second = b.worker(kind).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    let starts = b.runs(&id, "start");
+    assert_eq!(attempts(&starts), [1, 1], "the same attempt, not a new one");
+    assert_eq!(starts[0]["resumed"], false);
+    assert_eq!(starts[1]["resumed"], true);
+    assert_eq!(task["result"]["pid"], starts[1]["pid"]);
+}
+
+/// Canceled while its handler runs: the handler stops (it never reaches
+/// its end) and the worker goes on serving.
+async fn canceled_while_running_stops_the_handler(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b.submit("sleep", json!({"seconds": 3}), 3).await;
+    b.started(&id).await;
+    let (status, _) = b
+        .sys
+        .post(&format!("/v1/tasks/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let next = b.submit("echo", json!({}), 3).await;
+    assert_eq!(b.finished(&next).await["state"], "completed");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(b.runs(&id, "end").is_empty(), "the handler ran to its end");
+    assert_eq!(b.finished(&id).await["state"], "canceled");
+}
+
+/// Canceled while no worker runs: the worker started later never starts
+/// the handler (the cancel mark in the claim tells it).
+async fn canceled_before_pick_up_never_starts(kind: Kind) {
+    let mut b = Bench::start().await;
+    let id = b.submit("echo", json!({"n": 1}), 3).await;
+    let (status, _) = b
+        .sys
+        .post(&format!("/v1/tasks/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let _w = b.worker(kind).await;
+    let next = b.submit("echo", json!({"n": 2}), 3).await;
+    assert_eq!(b.finished(&next).await["state"], "completed");
+    assert!(b.runs(&id, "start").is_empty(), "a canceled task ran");
+    assert_eq!(b.finished(&id).await["state"], "canceled");
+}
+
+/// The broker drops a worker that stops answering pings; the cancel's
+/// broadcast is sent meanwhile and never reaches it. Resumed, the worker
+/// learns of the cancel from its claim and stops the handler.
+async fn canceled_while_disconnected_stops_the_handler(kind: Kind) {
+    let nats = NatsServer::start_with("ping_interval: \"500ms\"\nping_max: 1\n");
+    let mut b = Bench::start_on(nats).await;
+    let w = b.worker(kind).await;
+    let id = b.submit("sleep", json!({"seconds": 6}), 3).await;
+    b.started(&id).await;
+    signal(&w, "-STOP");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, _) = b
+        .sys
+        .post(&format!("/v1/tasks/{id}/cancel"), json!({}))
+        .await;
+    signal(&w, "-CONT");
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(b.runs(&id, "end").is_empty(), "the handler ran to its end");
+    assert_eq!(attempts(&b.runs(&id, "start")), [1]);
+    assert_eq!(b.finished(&id).await["state"], "canceled");
+}
+
+/// A worker paused (SIGSTOP) past its lease while a second replica takes
+/// the attempt over: the second run is told the first may have partly run.
+/// The first, resumed while the second still runs, finds its handler done
+/// but its claim lost, and reports nothing: the second's result is the
+/// task's, and it never changes.
+async fn a_paused_worker_is_fenced_out(kind: Kind) {
+    let mut b = Bench::start().await;
+    let first = b.worker(kind).await;
+    let id = b.submit("sleep", json!({"seconds": 1.5}), 3).await;
+    b.started(&id).await;
+    signal(&first, "-STOP");
+    let _second = b.worker(kind).await;
+    eventually("a second run starts", Duration::from_secs(30), || async {
+        b.runs(&id, "start").len() == 2
+    })
+    .await;
+    signal(&first, "-CONT");
+    let task = b.finished(&id).await;
+    let starts = b.runs(&id, "start");
+    assert_eq!(starts[1]["resumed"], true);
+    assert_eq!(task["result"]["pid"], starts[1]["pid"], "{task:#}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, after) = b.sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(after["result"], task["result"], "the late result was taken");
+    assert_eq!(after["updated_at"], task["updated_at"]);
+}
+
+/// Generates one test per scenario and kind: `rust_worker::<scenario>`
+/// and `python_worker::<scenario>`.
+macro_rules! for_both_workers {
+    ($($scenario:ident),* $(,)?) => {
+        mod rust_worker {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Rust).await
+                }
+            )*
+        }
+        mod python_worker {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Python).await
+                }
+            )*
+        }
+    };
+}
+
+for_both_workers!(
+    completes,
+    retries_then_succeeds,
+    always_failing_fails_after_max_attempts,
+    a_permanent_failure_is_not_retried,
+    killed_mid_task_runs_again_resumed,
+    canceled_while_running_stops_the_handler,
+    canceled_before_pick_up_never_starts,
+    canceled_while_disconnected_stops_the_handler,
+    a_paused_worker_is_fenced_out,
+);
+
+/// A Python and a Rust replica of one agent share its work: every task
+/// runs once, and both take some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_rust_replicas_share_work() {
+    let mut b = Bench::start().await;
+    let _rust = b.worker(Kind::Rust).await;
+    let _python = b.worker(Kind::Python).await;
+    let mut ids = Vec::new();
+    for n in 0..24 {
+        ids.push(b.submit("sleep", json!({"seconds": 0.3, "n": n}), 3).await);
+    }
+    let mut vias = std::collections::BTreeSet::new();
+    for id in &ids {
+        let task = b.finished(id).await;
+        assert_eq!(task["state"], "completed", "{task:#}");
+        let starts = b.runs(id, "start");
+        assert_eq!(starts.len(), 1, "task {id} ran {} times", starts.len());
+        vias.insert(starts[0]["via"].as_str().unwrap().to_string());
+    }
+    assert_eq!(vias.len(), 2, "only {vias:?} took work");
+}
