@@ -140,15 +140,31 @@ async fn bad_messages_on_the_subject_do_not_stop_the_worker() {
     }
 }
 
-/// The broker is killed and restarted mid-run: clients reconnect and every
-/// task submitted before and after completes.
+/// Takes 150 ms a run and counts runs per task.
+struct Counted(Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>);
+
+impl Handler for Counted {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let id = task.envelope.header.task_id.to_string();
+        *self.0.lock().unwrap().entry(id).or_default() += 1;
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            Outcome::completed(json!({"i": task.envelope.payload.params["i"]}))
+        })
+    }
+}
+
+/// The broker is killed and restarted while tasks are queued and running
+/// (shown before the restart): clients reconnect, every task submitted
+/// before and after completes with its own result, and each ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_loses_nothing() {
     let echo = card("echo", &["echo"]);
     let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
-    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let runs = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    sys.worker(echo, Arc::new(Counted(Arc::clone(&runs)))).await;
     let mut ids = Vec::new();
-    for i in 0..10 {
+    for i in 0..40 {
         let (_, t) = sys
             .post(
                 "/v1/tasks",
@@ -157,8 +173,21 @@ async fn a_broker_restart_loses_nothing() {
             .await;
         ids.push(t["task_id"].as_str().unwrap().to_string());
     }
+    common::eventually("some task runs", Duration::from_secs(30), || async {
+        !runs.lock().unwrap().is_empty()
+    })
+    .await;
+    let mut in_flight = 0;
+    for id in &ids {
+        let (_, t) = sys.get(&format!("/v1/tasks/{id}")).await;
+        in_flight += usize::from(t["state"] != "completed");
+    }
+    assert!(
+        in_flight >= 10,
+        "only {in_flight} tasks in flight at the restart"
+    );
     sys.nats.restart();
-    for i in 10..20 {
+    for i in 40..50 {
         let (status, t) = sys
             .post(
                 "/v1/tasks",
@@ -168,10 +197,16 @@ async fn a_broker_restart_loses_nothing() {
         assert!(status == 201, "{status}: {t}");
         ids.push(t["task_id"].as_str().unwrap().to_string());
     }
-    for id in &ids {
+    for (i, id) in ids.iter().enumerate() {
         let done = sys.wait_terminal(id, Duration::from_secs(60)).await;
         assert_eq!(done["state"], "completed", "{done:#}");
+        assert_eq!(done["result"], json!({"i": i}));
     }
+    let runs = runs.lock().unwrap();
+    assert!(
+        ids.iter().all(|id| runs.contains_key(id)),
+        "a task never ran"
+    );
 }
 
 /// Blocks until canceled; says when it started and when it stopped.

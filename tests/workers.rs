@@ -401,3 +401,63 @@ async fn python_and_rust_replicas_share_work() {
     }
     assert_eq!(vias.len(), 2, "only {vias:?} took work");
 }
+
+/// Workers of both kinds are SIGKILLed at random points over many rounds,
+/// while tasks fail retryably, fail for good and complete, so kills land
+/// around failure reports. Every task still ends in the state its params
+/// call for, at the attempt the store records, and every attempt the
+/// store counted ran (no attempt skipped, none invented by a crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_at_random_points_agree_with_the_store() {
+    let mut b = Bench::start().await;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = seed;
+    let mut next = move |n: u64| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) % n
+    };
+    // (task, expected state, expected attempt)
+    let mut expected = Vec::new();
+    for round in 0..12 {
+        for n in 0..6 {
+            let (action, params, state, attempt) = match n % 3 {
+                0 => (
+                    "flaky",
+                    json!({"succeed_on_attempt": 2, "n": n}),
+                    "completed",
+                    2,
+                ),
+                1 => ("fail", json!({"retryable": true, "n": n}), "failed", 3),
+                _ => ("fail", json!({"retryable": false, "n": n}), "failed", 1),
+            };
+            let id = b.submit(action, params, 3).await;
+            expected.push((id, state, attempt));
+        }
+        let kind = if round % 2 == 0 {
+            Kind::Rust
+        } else {
+            Kind::Python
+        };
+        let mut worker = b.worker(kind).await;
+        tokio::time::sleep(Duration::from_millis(next(400))).await;
+        worker.kill();
+    }
+    let _rust = b.worker(Kind::Rust).await;
+    let _python = b.worker(Kind::Python).await;
+    for (id, state, attempt) in &expected {
+        let task = b.sys.wait_terminal(id, Duration::from_secs(120)).await;
+        assert_eq!(task["state"], *state, "{task:#}");
+        assert_eq!(task["attempt"], *attempt, "{task:#}");
+        let mut ran = attempts(&b.runs(id, "start"));
+        ran.dedup();
+        let all: Vec<u64> = (1..=*attempt).collect();
+        assert_eq!(ran, all, "attempts that ran for {id}: {task:#}");
+    }
+    assert_eq!(b.dead_letters().await, 0);
+}
