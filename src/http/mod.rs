@@ -6,6 +6,7 @@ mod audit;
 mod dlq;
 mod error;
 mod health;
+mod limits;
 mod tasks;
 mod triggers;
 
@@ -54,14 +55,17 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
     (items, next)
 }
 
-/// The whole API.
+/// The whole API, bounded by the configured concurrency and timeout.
 pub fn router(orchestrator: Orchestrator) -> Router {
-    Router::new()
+    let config = orchestrator.config();
+    let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
+    let api = Router::new()
         .merge(tasks::router())
         .merge(triggers::router())
         .merge(audit::router())
         .merge(agents::router())
         .merge(dlq::router())
         .merge(health::router())
-        .with_state(orchestrator)
+        .with_state(orchestrator);
+    limits::limit(api, max_in_flight, timeout)
 }

@@ -74,6 +74,11 @@ pub struct ServiceConfig {
     pub stall_after: Duration,
     /// Envelopes published but not yet acknowledged by the broker, at most.
     pub publish_in_flight: usize,
+    /// HTTP requests served at once; more are answered 503 at once.
+    pub http_max_in_flight: usize,
+    /// How long one HTTP request may take before it is answered 408.
+    #[serde(with = "humantime_serde")]
+    pub http_request_timeout: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -91,15 +96,28 @@ impl Default for ServiceConfig {
             reap_interval: Duration::from_secs(10),
             stall_after: Duration::from_secs(60),
             publish_in_flight: 1024,
+            http_max_in_flight: 512,
+            http_request_timeout: Duration::from_secs(30),
         }
     }
 }
 
 impl crate::codec::Validate for ServiceConfig {
     fn validate(&self) -> Result<(), crate::codec::DecodeError> {
-        if self.max_envelope_bytes == 0 {
+        let positive = [
+            ("max_envelope_bytes", self.max_envelope_bytes),
+            ("publish_in_flight", self.publish_in_flight),
+            ("http_max_in_flight", self.http_max_in_flight),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(crate::codec::DecodeError::invalid(
-                "max_envelope_bytes",
+                *field,
+                "must be positive",
+            ));
+        }
+        if self.http_request_timeout.is_zero() {
+            return Err(crate::codec::DecodeError::invalid(
+                "http_request_timeout",
                 "must be positive",
             ));
         }

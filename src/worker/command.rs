@@ -20,6 +20,18 @@ use super::{Handler, Outcome, Task};
 /// Exit code for "try again later".
 pub const EXIT_RETRY: i32 = 75;
 
+/// The most a command may write to stdout: its result travels in one event,
+/// which the broker's default `max_payload` (1 MiB) bounds anyway. More is a
+/// failure (`output_too_large`) and the process is killed.
+pub const MAX_STDOUT_BYTES: usize = 1024 * 1024;
+
+/// How much of stderr is kept: its last line is the failure message, so a
+/// chatty process keeps only its tail in memory and is not failed for it.
+pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+/// stdout went past [`MAX_STDOUT_BYTES`].
+struct TooLarge;
+
 /// Runs a command per task.
 #[derive(Debug, Clone)]
 pub struct CommandHandler {
@@ -78,11 +90,24 @@ async fn run(command: Vec<String>, timeout: Duration, task: Task) -> Outcome {
                 let _ = stdin.write_all(&input).await;
             }
         };
-        let (_, out, err) = tokio::join!(write, read_all(stdout), read_all(stderr));
-        (child.wait().await, out, err)
+        let write = async move {
+            write.await;
+            Ok(())
+        };
+        let tail = async move { Ok(read_tail(stderr, STDERR_TAIL_BYTES).await) };
+        // The first error (stdout too large) ends the others at once; the
+        // child is then killed on drop.
+        let (_, out, err) = tokio::try_join!(write, read_limited(stdout, MAX_STDOUT_BYTES), tail)?;
+        Ok((child.wait().await, out, err))
     };
     let (status, out, err) = tokio::select! {
-        done = io => done,
+        done = io => match done {
+            Ok(done) => done,
+            Err(TooLarge) => return Outcome::permanent(
+                "output_too_large",
+                format!("`{program}` wrote more than {MAX_STDOUT_BYTES} bytes to stdout"),
+            ),
+        },
         () = tokio::time::sleep(timeout) => {
             return Outcome::retryable("timeout", format!("`{program}` ran longer than {timeout:?}"));
         }
@@ -112,12 +137,40 @@ async fn run(command: Vec<String>, timeout: Duration, task: Task) -> Outcome {
     }
 }
 
-async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+/// All of `pipe`, or `TooLarge` as soon as it passes `limit` bytes.
+async fn read_limited(
+    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
+    limit: usize,
+) -> Result<Vec<u8>, TooLarge> {
     let mut out = Vec::new();
-    if let Some(mut pipe) = pipe {
-        let _ = pipe.read_to_end(&mut out).await;
+    if let Some(pipe) = pipe {
+        // One byte past the limit tells "exactly the limit" from "more".
+        let mut bounded = pipe.take(limit as u64 + 1);
+        let _ = bounded.read_to_end(&mut out).await;
     }
-    out
+    if out.len() > limit {
+        return Err(TooLarge);
+    }
+    Ok(out)
+}
+
+/// The last `keep` bytes of `pipe`, read to its end.
+async fn read_tail(pipe: Option<impl tokio::io::AsyncRead + Unpin>, keep: usize) -> Vec<u8> {
+    let mut tail = Vec::new();
+    let Some(mut pipe) = pipe else {
+        return tail;
+    };
+    let mut chunk = vec![0u8; 8192];
+    while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * keep {
+            tail.drain(..tail.len() - keep);
+        }
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    tail
 }
 
 fn or_default(message: String, default: &str) -> String {
@@ -166,6 +219,58 @@ mod tests {
             outcome,
             Outcome::completed(serde_json::json!({"attempt": 2, "resumed": 1}))
         );
+    }
+
+    #[tokio::test]
+    async fn endless_stdout_fails_at_the_limit_and_the_process_is_killed() {
+        // `yes` writes forever: without the limit this ends by timeout.
+        let pid_file = tempfile::NamedTempFile::new().unwrap();
+        let script = format!("echo $$ > {}; exec yes", pid_file.path().display());
+        let flood = run_sh(&script, Duration::from_secs(20)).await;
+        let Outcome::Failed { error, .. } = flood else {
+            panic!("{flood:?}")
+        };
+        assert_eq!(error.code.as_str(), "output_too_large", "{error:?}");
+        assert!(!error.retryable);
+        let pid = std::fs::read_to_string(pid_file.path()).unwrap();
+        let alive = || {
+            std::process::Command::new("kill")
+                .args(["-0", pid.trim()])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the flooding process lives"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Exactly the limit is still a result (a JSON string that long).
+        let body = MAX_STDOUT_BYTES - 2;
+        let exact = run_sh(
+            &format!("printf '\"'; head -c {body} /dev/zero | tr '\\0' x; printf '\"'"),
+            Duration::from_secs(20),
+        )
+        .await;
+        let Outcome::Completed { result, .. } = exact else {
+            panic!("{exact:?}")
+        };
+        assert_eq!(result.as_str().map(str::len), Some(body));
+    }
+
+    #[tokio::test]
+    async fn a_chatty_stderr_keeps_only_its_tail() {
+        let script = "head -c 500000 /dev/zero | tr '\\0' x >&2; echo >&2; \
+                      echo 'the real reason' >&2; exit 3";
+        let failed = run_sh(script, Duration::from_secs(20)).await;
+        let Outcome::Failed { error, .. } = failed else {
+            panic!("{failed:?}")
+        };
+        assert_eq!(error.message, "the real reason");
     }
 
     #[tokio::test]
