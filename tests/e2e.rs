@@ -184,3 +184,84 @@ async fn listing_by_request_and_state_finds_sparse_matches() {
     );
     assert!(second["next_cursor"].is_null());
 }
+
+/// Completes after half a second.
+struct HalfSecond;
+
+impl orchestrator::worker::Handler for HalfSecond {
+    fn handle(
+        &self,
+        _task: orchestrator::worker::Task,
+    ) -> futures::future::BoxFuture<'static, orchestrator::worker::Outcome> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            orchestrator::worker::Outcome::completed(json!({"slow": true}))
+        })
+    }
+}
+
+/// `GET /v1/tasks/{id}?wait=` answers as soon as the task ends, whoever
+/// ended it (a worker's result, a cancel), and when the wait passes with
+/// the task still live; a bad wait or an unknown task is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_when_the_task_ends() {
+    let slow = card("slow", &["work"]);
+    let mut sys = System::start(vec![slow.clone(), card("idle", &["work"])], fast_bus()).await;
+    sys.worker(slow, Arc::new(HalfSecond)).await;
+    let submit = |to: &'static str| {
+        let sys = &sys;
+        async move {
+            let (status, t) = sys
+                .post("/v1/tasks", json!({"to": to, "action": "work"}))
+                .await;
+            assert_eq!(status, 201);
+            t["task_id"].as_str().unwrap().to_string()
+        }
+    };
+    // Ended by the worker: answered long before the 20 s wait.
+    let id = submit("slow").await;
+    let asked = std::time::Instant::now();
+    let (status, task) = sys.get(&format!("/v1/tasks/{id}?wait=20s")).await;
+    assert_eq!(
+        (status, task["state"].as_str()),
+        (200, Some("completed")),
+        "{task:#}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    // Ended by a cancel (no worker runs `idle`).
+    let id = submit("idle").await;
+    let waiting = {
+        let (client, url) = (
+            sys.client.clone(),
+            format!("{}/v1/tasks/{id}?wait=20s", sys.http),
+        );
+        tokio::spawn(async move { common::get_json(&client, &url).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = sys.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 200);
+    let asked = std::time::Instant::now();
+    let task = waiting.await.unwrap();
+    assert_eq!(task["state"], "canceled", "{task:#}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    // Still live when the wait passes: its current state.
+    let id = submit("idle").await;
+    let (status, task) = sys.get(&format!("/v1/tasks/{id}?wait=300ms")).await;
+    assert_eq!((status, task["state"].as_str()), (200, Some("submitted")));
+    let (status, body) = sys.get(&format!("/v1/tasks/{id}?wait=soon")).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (400, Some("wait"))
+    );
+    let unknown = orchestrator::TaskId::new();
+    let (status, _) = sys.get(&format!("/v1/tasks/{unknown}?wait=1s")).await;
+    assert_eq!(status, 404);
+}

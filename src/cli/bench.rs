@@ -355,97 +355,30 @@ async fn full_path(
     .map_err(|e| e.to_string())?;
     let worker = tokio::spawn(worker.run(stop.clone()));
 
-    let waiting: Arc<Mutex<HashMap<orchestrator::TaskId, oneshot::Sender<()>>>> = Arc::default();
-    let watcher = {
-        let mut updates = orchestrator.updates();
-        let waiting = Arc::clone(&waiting);
-        let store = orchestrator.store().clone();
-        tokio::spawn(async move {
-            loop {
-                match updates.recv().await {
-                    Ok(u) if u.state.is_terminal() => {
-                        if let Some(tx) = waiting.lock().ok().and_then(|mut w| w.remove(&u.task_id))
-                        {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        // Missed some: look the waiting tasks up instead.
-                        let ids: Vec<_> = waiting
-                            .lock()
-                            .map(|w| w.keys().copied().collect())
-                            .unwrap_or_default();
-                        for id in ids {
-                            if store
-                                .get(id)
-                                .ok()
-                                .flatten()
-                                .is_some_and(|r| r.state.is_terminal())
-                                && let Some(tx) =
-                                    waiting.lock().ok().and_then(|mut w| w.remove(&id))
-                            {
-                                let _ = tx.send(());
-                            }
-                        }
-                    }
-                    Err(_) => return,
-                }
-            }
-        })
-    };
     let one = |i: usize| {
         let orchestrator = orchestrator.clone();
-        let waiting = Arc::clone(&waiting);
         async move {
             let request: TaskRequest =
                 serde_json::from_value(json!({"to": "echo", "action": "echo", "params": {"i": i}}))
                     .map_err(|e| e.to_string())?;
-            let (tx, rx) = oneshot::channel();
             let t = Instant::now();
-            // The id is known only after submit, and the result may come
-            // first: check the store, register, then check again (the
-            // update is sent after the store has the change).
-            let envelope_id = {
-                let submitted = orchestrator
-                    .submit(request, &Caller::new("bench"))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                submitted.record().task_id()
-            };
-            let done = orchestrator
-                .store()
-                .get(envelope_id)
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.state.is_terminal());
-            if !done {
-                waiting
-                    .lock()
-                    .map_err(|e| e.to_string())?
-                    .insert(envelope_id, tx);
-                // It may have finished between the check and the insert.
-                if orchestrator
-                    .store()
-                    .get(envelope_id)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|r| r.state.is_terminal())
-                {
-                    waiting
-                        .lock()
-                        .map_err(|e| e.to_string())?
-                        .remove(&envelope_id);
-                } else {
-                    rx.await.map_err(|e| e.to_string())?;
-                }
+            let submitted = orchestrator
+                .submit(request, &Caller::new("bench"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let id = submitted.record().task_id();
+            let ended = orchestrator
+                .task_when_ended(id, Duration::from_secs(60))
+                .await
+                .map_err(|e| e.to_string())?;
+            match ended {
+                Some(r) if r.state.is_terminal() => Ok::<Duration, String>(t.elapsed()),
+                _ => Err(format!("task {id} did not end within a minute")),
             }
-            Ok::<Duration, String>(t.elapsed())
         }
     };
     let throughput = measure("full path", args.tasks, args.concurrency, one).await?;
     let low = measure("full path, low load", args.samples, 1, one).await?;
-    watcher.abort();
     stop.cancel();
     let _ = worker.await;
     let _ = server.await;

@@ -354,7 +354,9 @@ async fn submit(
     wait_for(api, args, &id, timeout).await
 }
 
-/// Polls a task until it ends, showing its state on stderr as it goes.
+/// Follows a task until it ends with long polls (half a second each, so
+/// the spinner on a terminal moves), showing its state on stderr as it
+/// goes; a pipe gets one line per state change.
 async fn wait_for(
     api: &Api,
     args: &ClientArgs,
@@ -364,16 +366,21 @@ async fn wait_for(
     let started = Instant::now();
     let spinner = ['|', '/', '-', '\\'];
     let mut last_state = String::new();
+    let spin = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     for tick in 0usize.. {
         let task = api
-            .call(reqwest::Method::GET, &format!("/v1/tasks/{id}"), None)
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/tasks/{id}?wait=500ms"),
+                None,
+            )
             .await?;
         let state = s(&task["state"]);
         if matches!(
             state.as_str(),
             "completed" | "failed" | "canceled" | "rejected"
         ) {
-            if !args.json {
+            if spin {
                 eprint!("\r\x1b[2K");
             }
             let code = if state == "completed" { 0 } else { 1 };
@@ -385,7 +392,7 @@ async fn wait_for(
                 message: format!("task {id} still {state} after {timeout:?}"),
             });
         }
-        if !args.json {
+        if spin {
             eprint!(
                 "\r\x1b[2K{} task {id}: {state} ({:.0?})",
                 spinner[tick % 4],
@@ -396,7 +403,6 @@ async fn wait_for(
             eprintln!("task {id}: {state}");
         }
         last_state = state;
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     unreachable!("the loop returns")
 }

@@ -9,11 +9,9 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::TaskUpdate;
 use super::publisher::Publisher;
 use crate::bus::{Bus, BusError, DeadLetterCopy, PullSettings, Puller, Settlement, settle};
 use crate::event::WorkerEvent;
@@ -42,7 +40,6 @@ pub(crate) struct Applier {
     pub(crate) store: Store,
     pub(crate) bus: Bus,
     pub(crate) publisher: Publisher,
-    pub(crate) updates: broadcast::Sender<TaskUpdate>,
 }
 
 /// Applies events as they arrive until `stop` fires. Events of one task go
@@ -142,7 +139,7 @@ impl Applier {
         }
     }
 
-    /// Once the change is flushed: ack, schedule a retry, tell listeners.
+    /// Once the change is flushed: ack, schedule a retry.
     async fn after_applied(&self, msg: Message, event: &WorkerEvent, applied: Applied) {
         if let Err(e) = self.store.flush().await {
             return self.failed(msg, &e.to_string()).await;
@@ -155,11 +152,6 @@ impl Applier {
                         .at(record.task_id(), record.attempt, record.retry_at, false)
                         .await;
                 }
-                // Nobody listening is fine.
-                let _ = self.updates.send(TaskUpdate {
-                    task_id: record.task_id(),
-                    state: record.state,
-                });
             }
             Applied::Ignored { reason, .. } => {
                 debug!(task_id = %event.task_id, "event ignored: {reason}");

@@ -211,15 +211,6 @@ impl Caller {
     }
 }
 
-/// A task changed state because of a worker's report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskUpdate {
-    /// The task.
-    pub task_id: TaskId,
-    /// Its new state.
-    pub state: TaskState,
-}
-
 /// Room left in a message for its headers: the largest envelope accepted
 /// is the broker's `max_payload` less this.
 pub const HEADER_ROOM: usize = 1024;
@@ -246,8 +237,6 @@ struct Inner {
     config: ServiceConfig,
     /// The largest envelope the broker carries (from its max_payload).
     max_envelope: usize,
-    /// Announces state changes applied from worker events.
-    updates: tokio::sync::broadcast::Sender<TaskUpdate>,
     /// Publishes envelopes (the loop starts with `start`).
     publisher: Publisher,
     /// Watches deadlines (the loop starts with `start`).
@@ -287,7 +276,6 @@ impl Orchestrator {
                 triggers,
                 config,
                 max_envelope,
-                updates: tokio::sync::broadcast::channel(65_536).0,
                 publisher,
                 deadlines,
                 pending: Mutex::new(Some(run::Queues {
@@ -318,12 +306,6 @@ impl Orchestrator {
         &self.inner.triggers
     }
 
-    /// State changes applied from worker events, as they happen (a slow
-    /// receiver misses some: check the store when it lags).
-    pub fn updates(&self) -> tokio::sync::broadcast::Receiver<TaskUpdate> {
-        self.inner.updates.subscribe()
-    }
-
     /// The settings in force.
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
@@ -334,6 +316,22 @@ impl Orchestrator {
         let record = self.inner.store.get(id)?;
         self.inner.store.settled().await?;
         Ok(record)
+    }
+
+    /// The task once it has ended, or as it is when `within` has passed
+    /// (whichever comes first), as flushed to disk.
+    pub async fn task_when_ended(
+        &self,
+        id: TaskId,
+        within: std::time::Duration,
+    ) -> Result<Option<TaskRecord>, ServiceError> {
+        let mut watch = self.inner.store.watch(id);
+        match self.task(id).await? {
+            Some(record) if !record.state.is_terminal() => {}
+            other => return Ok(other),
+        }
+        let _ = tokio::time::timeout(within, watch.ended()).await;
+        self.task(id).await
     }
 
     /// Up to `limit` tasks after `cursor`, filtered by request and state,

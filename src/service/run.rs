@@ -71,7 +71,6 @@ impl Orchestrator {
                 store: inner.store.clone(),
                 bus: inner.bus.clone(),
                 publisher: inner.publisher.clone(),
-                updates: inner.updates.clone(),
             },
             events,
             stop.clone(),

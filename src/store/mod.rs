@@ -19,12 +19,14 @@ mod idempotency;
 mod keys;
 mod mark;
 mod tasks;
+mod watch;
 mod writer;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
 pub use tasks::{Applied, Change, IndexReport, NewTask, Submitted};
+pub use watch::Watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,6 +105,8 @@ struct Inner {
     commit: commit::GroupCommit,
     /// Collects expired idempotency keys in the background.
     _collector: idempotency::Collector,
+    /// Waiters for tasks to end.
+    watchers: watch::Watchers,
 }
 
 impl Store {
@@ -178,6 +182,7 @@ impl Store {
                 audit,
                 retention: config.idempotency_retention,
                 retry: config.retry,
+                watchers: watch::Watchers::default(),
             }),
         })
     }

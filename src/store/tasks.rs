@@ -351,6 +351,9 @@ impl Store {
                 }
                 if change.error.is_some() {
                     record.error.clone_from(&change.error);
+                } else if state == TaskState::Completed {
+                    // An earlier attempt's error stays in the history only.
+                    record.error = None;
                 }
                 tx.tasks
                     .insert(&keys::task(task_id), keys::encode(&record))?;
@@ -376,7 +379,12 @@ impl Store {
             }))
             .await?;
         Ok(match outcome {
-            ApplyOutcome::Moved(r) => Applied::Moved(r),
+            ApplyOutcome::Moved(r) => {
+                if r.state.is_terminal() {
+                    self.inner.watchers.wake(task_id);
+                }
+                Applied::Moved(r)
+            }
             ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
             ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
         })
@@ -403,6 +411,12 @@ impl Store {
             Ok((head, ()))
         }))
         .await
+    }
+
+    /// A wait for task `id` to end, registered now: read the task after
+    /// this, and await [`super::Watch::ended`] only if it is still live.
+    pub fn watch(&self, id: TaskId) -> super::watch::Watch {
+        self.inner.watchers.watch(id)
     }
 
     /// The task with this id, if any.
