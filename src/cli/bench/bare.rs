@@ -1,0 +1,108 @@
+//! The bare JetStream round trip, the floor any durable JetStream task
+//! system stands on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::{BenchArgs, Figures, measure};
+
+/// Publish (awaiting the stream's ack), pull, ack, reply: the least any
+/// durable JetStream task system does per task.
+pub(super) async fn bare_round_trip(
+    url: &str,
+    tag: &str,
+    args: &BenchArgs,
+) -> Result<(Figures, Figures), String> {
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let js = jetstream::new(client.clone());
+    let subject = format!("bare{tag}.work");
+    let replies = format!("bare{tag}.reply");
+    let stream = js
+        .create_stream(stream::Config {
+            name: format!("BARE{tag}"),
+            subjects: vec![subject.clone()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("bare".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            max_ack_pending: -1,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let stop = CancellationToken::new();
+    let responder = {
+        let client = client.clone();
+        let replies = replies.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let Ok(mut messages) = consumer.messages().await else {
+                return;
+            };
+            loop {
+                let msg = tokio::select! {
+                    m = messages.next() => m,
+                    () = stop.cancelled() => return,
+                };
+                let Some(Ok(msg)) = msg else { continue };
+                let payload = msg.payload.clone();
+                let _ = msg.ack().await;
+                let _ = client.publish(replies.clone(), payload).await;
+            }
+        })
+    };
+    let waiting: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
+    let listener = {
+        let mut sub = client.subscribe(replies).await.map_err(|e| e.to_string())?;
+        let waiting = Arc::clone(&waiting);
+        tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                let id = std::str::from_utf8(&m.payload)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok());
+                if let Some(tx) = id.and_then(|id| waiting.lock().ok()?.remove(&id)) {
+                    let _ = tx.send(());
+                }
+            }
+        })
+    };
+    let one = |id: u64| {
+        let js = js.clone();
+        let subject = subject.clone();
+        let waiting = Arc::clone(&waiting);
+        async move {
+            let (tx, rx) = oneshot::channel();
+            waiting.lock().map_err(|e| e.to_string())?.insert(id, tx);
+            let t = Instant::now();
+            js.publish(subject, id.to_string().into())
+                .await
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())?;
+            rx.await.map_err(|e| e.to_string())?;
+            Ok::<Duration, String>(t.elapsed())
+        }
+    };
+    let throughput = measure("bare", args.tasks, args.concurrency, |i| one(i as u64)).await?;
+    let low = measure("bare, low load", args.samples, 1, |i| {
+        one((args.tasks + i) as u64)
+    })
+    .await?;
+    stop.cancel();
+    let _ = responder.await;
+    listener.abort();
+    let _ = js.delete_stream(format!("BARE{tag}")).await;
+    Ok((throughput, low))
+}

@@ -1,0 +1,257 @@
+//! `orchestrator bench`: throughput and latency of the full durable path,
+//! against a bare JetStream round trip measured in the same run.
+//!
+//! Three paths against one broker (a managed `nats-server` on a free port
+//! unless `--nats-url` is given): the bare JetStream round trip; the full
+//! path in this process (orchestrator, echo worker and clients together);
+//! and the full path as deployed, with `orchestrator run` and
+//! `orchestrator worker` as processes of their own, driven over HTTP.
+
+mod bare;
+mod inproc;
+mod preload;
+mod procs;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use orchestrator::agent::AgentCard;
+use orchestrator::broker::ManagedBroker;
+use orchestrator::bus::BusConfig;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Tasks (and bare messages) per throughput run.
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// How many are in flight at once in the throughput runs.
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+    /// Round trips, one at a time, for the low-load latency figures.
+    #[arg(long, default_value_t = 500)]
+    samples: usize,
+    /// Use this broker instead of starting one.
+    #[arg(long)]
+    nats_url: Option<String>,
+    /// Finished tasks stored before each full-path run (each path gets a
+    /// store of its own with this many), to measure a store in use.
+    #[arg(long, default_value_t = 0)]
+    preload: usize,
+    /// Print the figures as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Figures of one measured run.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Figures {
+    count: usize,
+    per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn figures(mut latencies: Vec<Duration>, elapsed: Duration) -> Figures {
+    latencies.sort();
+    let at = |p: f64| {
+        let i = ((latencies.len().max(1) - 1) as f64 * p).round() as usize;
+        latencies
+            .get(i)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0)
+    };
+    Figures {
+        count: latencies.len(),
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+    }
+}
+
+/// Whether progress goes to a terminal (a pipe or file gets only the
+/// figures).
+fn on_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// Prints one measured path: its throughput run and its low-load run.
+fn print_run(title: &str, (items, rate): (&str, &str), in_flight: usize, run: &(Figures, Figures)) {
+    let (busy, low) = run;
+    println!("{title}:");
+    println!(
+        "  {} {items}, {in_flight} in flight: {:.0} {rate}, p50 {:.2} ms, p99 {:.2} ms",
+        busy.count, busy.per_second, busy.p50_ms, busy.p99_ms
+    );
+    println!(
+        "  low load, 1 in flight, {} {items}: p50 {:.2} ms, p99 {:.2} ms",
+        low.count, low.p50_ms, low.p99_ms
+    );
+}
+
+/// Shows progress on a terminal.
+fn progress(label: &str, done: usize, total: usize) {
+    if !on_terminal() {
+        return;
+    }
+    if total >= 20 && done.is_multiple_of((total / 20).max(1)) {
+        eprint!("\r{label}: {done}/{total}   ");
+    }
+}
+
+pub async fn bench(args: BenchArgs) -> ExitCode {
+    match run(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: &BenchArgs) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let managed = match &args.nats_url {
+        Some(_) => None,
+        None => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| e.to_string())?
+                .port();
+            Some(ManagedBroker::start(dir.path(), port).await?)
+        }
+    };
+    let url = args
+        .nats_url
+        .clone()
+        .or(managed.as_ref().map(|m| m.url().to_string()))
+        .unwrap_or_default();
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let bus_config = BusConfig {
+        prefix: format!("bench{tag}"),
+        ..BusConfig::default()
+    };
+
+    let bare = bare::bare_round_trip(&url, tag, args).await?;
+    let full = inproc::full_path(&url, bus_config, dir.path(), args).await?;
+    let (deployed, orchestrator_rss) =
+        procs::full_path(&url, &format!("benchp{tag}"), dir.path(), args).await?;
+
+    let ratio = full.0.per_second / bare.0.per_second;
+    let rss = rss_mib_of(std::process::id());
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "full_path": {"throughput": full.0, "low_load": full.1, "process_rss_mib": rss},
+                "processes": {
+                    "throughput": deployed.0,
+                    "low_load": deployed.1,
+                    "orchestrator_rss_mib": orchestrator_rss,
+                },
+                "bare_jetstream": {"throughput": bare.0, "low_load": bare.1},
+                "throughput_ratio": ratio,
+                "preloaded": args.preload,
+                "concurrency": args.concurrency,
+            })
+        );
+    } else {
+        if on_terminal() {
+            eprint!("\r\x1b[2K");
+        }
+        if args.preload > 0 {
+            println!(
+                "each full path ran on a store preloaded with {} finished tasks",
+                args.preload
+            );
+        }
+        print_run(
+            "full path, in one process (submit → store → JetStream → worker → result → store)",
+            ("tasks", "tasks/s"),
+            args.concurrency,
+            &full,
+        );
+        print_run(
+            "full path, as deployed (HTTP client → `run` process → JetStream → `worker` process → `run`)",
+            ("tasks", "tasks/s"),
+            args.concurrency,
+            &deployed,
+        );
+        print_run(
+            "bare JetStream round trip (publish, pull, ack, reply)",
+            ("messages", "msgs/s"),
+            args.concurrency,
+            &bare,
+        );
+        println!(
+            "full path (one process) / bare throughput: {:.0} %",
+            ratio * 100.0
+        );
+        if let Some(rss) = orchestrator_rss {
+            println!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
+        }
+        if let Some(rss) = rss {
+            println!("bench process RSS at the end (one-process path and clients): {rss:.0} MiB");
+        }
+    }
+    if let Some(m) = managed {
+        m.stop().await;
+    }
+    Ok(())
+}
+
+/// Runs `count` operations with at most `concurrency` at once.
+async fn measure<F, Fut>(
+    label: &str,
+    count: usize,
+    concurrency: usize,
+    op: F,
+) -> Result<Figures, String>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(count);
+    for i in 0..count {
+        let permit = Arc::clone(&slots)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let fut = op(i);
+        handles.push(tokio::spawn(async move {
+            let r = fut.await;
+            drop(permit);
+            r
+        }));
+        progress(label, i + 1, count);
+    }
+    let mut latencies = Vec::with_capacity(count);
+    for h in handles {
+        latencies.push(h.await.map_err(|e| e.to_string())??);
+    }
+    Ok(figures(latencies, started.elapsed()))
+}
+
+/// The echo agent every full path runs, taking `concurrency` at once.
+fn echo_card(concurrency: usize) -> Result<AgentCard, String> {
+    serde_json::from_value(json!({
+        "name": "echo", "version": "1.0.0", "description": "bench echo",
+        "skills": [{"id": "echo", "description": "echo"}],
+        "invocation": {"type": "builtin", "handler": "echo"},
+        "delivery": {"concurrency": concurrency},
+    }))
+    .map_err(|e| e.to_string())
+}
+
+/// A process's resident memory, in MiB.
+fn rss_mib_of(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}

@@ -1,0 +1,159 @@
+//! The full path as deployed: `orchestrator run` and `orchestrator worker`
+//! as processes of their own, driven over HTTP like any client (submit,
+//! then a long poll for the task's end).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use super::{BenchArgs, Figures, echo_card, measure};
+
+/// The two processes, killed when dropped.
+struct Deployed {
+    run: Child,
+    worker: Child,
+}
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        let _ = self.run.start_kill();
+        let _ = self.worker.start_kill();
+    }
+}
+
+/// Throughput and low-load figures, and the orchestrator process's RSS
+/// (MiB) at the end.
+pub(super) async fn full_path(
+    url: &str,
+    prefix: &str,
+    dir: &Path,
+    args: &BenchArgs,
+) -> Result<((Figures, Figures), Option<f64>), String> {
+    let dir = dir.join("procs");
+    let agents = dir.join("agents");
+    let triggers = dir.join("triggers");
+    let write = |path: &Path, value: &Value| -> Result<(), String> {
+        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+            .and_then(|()| std::fs::write(path, value.to_string()))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let card = serde_json::to_value(echo_card(args.concurrency)?).map_err(|e| e.to_string())?;
+    write(&agents.join("echo/agent.json"), &card)?;
+    std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
+    let config = dir.join("config.json");
+    write(
+        &config,
+        &json!({
+            "bus": {"prefix": prefix},
+            "http_max_in_flight": (args.concurrency * 2).max(512),
+        }),
+    )?;
+    let data = dir.join("data");
+    super::preload::preload(&data, args.preload).await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let http = format!("http://127.0.0.1:{port}");
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let spawn = |args: &[&dyn AsRef<std::ffi::OsStr>], log: &str| -> Result<Child, String> {
+        let log = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
+        Command::new(&exe)
+            .args(args.iter().map(|a| a.as_ref()))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let run = spawn(
+        &[
+            &"run",
+            &"--agents",
+            &agents,
+            &"--triggers",
+            &triggers,
+            &"--config",
+            &config,
+            &"--data-dir",
+            &data,
+            &"--http-addr",
+            &addr,
+            &"--nats-url",
+            &url,
+        ],
+        "run.log",
+    )?;
+    let worker = spawn(
+        &[
+            &"worker",
+            &"--agent",
+            &agents.join("echo"),
+            &"--config",
+            &config,
+            &"--nats-url",
+            &url,
+        ],
+        "worker.log",
+    )?;
+    let deployed = Deployed { run, worker };
+    let client = reqwest::Client::new();
+    ready(&client, &http, &dir).await?;
+
+    let one = |i: usize| {
+        let (client, http) = (client.clone(), http.clone());
+        async move {
+            let body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
+            let t = Instant::now();
+            let submitted: Value =
+                call(client.post(format!("{http}/v1/tasks")).json(&body)).await?;
+            let id = submitted["task_id"].as_str().unwrap_or_default();
+            let ended = call(client.get(format!("{http}/v1/tasks/{id}?wait=20s"))).await?;
+            match ended["state"].as_str() {
+                Some("completed" | "failed" | "canceled" | "rejected") => Ok(t.elapsed()),
+                other => Err(format!("task {id} still {other:?} after 20 s")),
+            }
+        }
+    };
+    let throughput = measure("processes", args.tasks, args.concurrency, one).await?;
+    let low = measure("processes, low load", args.samples, 1, one).await?;
+    let rss = deployed.run.id().and_then(super::rss_mib_of);
+    drop(deployed);
+    Ok(((throughput, low), rss))
+}
+
+async fn call(request: reqwest::RequestBuilder) -> Result<Value, String> {
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {body}"));
+    }
+    Ok(body)
+}
+
+/// Waits until the orchestrator answers ready and a worker is registered.
+async fn ready(client: &reqwest::Client, http: &str, dir: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let up = call(client.get(format!("{http}/readyz"))).await.is_ok();
+        let agents = call(client.get(format!("{http}/v1/agents"))).await;
+        let workers = agents
+            .ok()
+            .and_then(|a| a["agents"][0]["instances"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if up && workers > 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
+            return Err(format!("the deployed processes never became ready:\n{log}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
