@@ -10,9 +10,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::transaction::ConflictableTransactionError;
 
-use super::{StoreError, keys};
+use super::{StoreError, Tx, keys};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 
 /// The `meta` key of the chain's head.
@@ -132,21 +132,20 @@ pub(crate) fn read_head(meta: &sled::Tree) -> Result<Head, StoreError> {
     }
 }
 
-/// Appends `entry` after `head` inside a transaction; returns the new head.
+/// Appends `entry` after `head` inside a transaction (with its entry in
+/// the by-task index); returns the new head.
 pub(crate) fn append(
-    audit: &TransactionalTree,
-    meta: &TransactionalTree,
+    tx: &Tx<'_>,
     head: Head,
     entry: &AuditEntry,
     at: Timestamp,
 ) -> Result<Head, ConflictableTransactionError<StoreError>> {
-    append_record(audit, meta, head, entry, at).map(|(next, _)| next)
+    append_record(tx, head, entry, at).map(|(next, _)| next)
 }
 
 /// [`append`], also returning the record as stored (with its hash).
 pub(crate) fn append_record(
-    audit: &TransactionalTree,
-    meta: &TransactionalTree,
+    tx: &Tx<'_>,
     head: Head,
     entry: &AuditEntry,
     at: Timestamp,
@@ -168,12 +167,16 @@ pub(crate) fn append_record(
     let mut value = Vec::with_capacity(32 + body.len());
     value.extend_from_slice(&hash);
     value.extend_from_slice(&body);
-    audit.insert(&keys::audit(record.seq), value)?;
+    tx.audit.insert(&keys::audit(record.seq), value)?;
+    if let Some(task) = record.task_id {
+        tx.audit_by_task
+            .insert(&keys::audit_by_task(task, record.seq), &[][..])?;
+    }
     let next = Head {
         seq: record.seq,
         hash,
     };
-    meta.insert(HEAD_KEY, &next.encode()[..])?;
+    tx.meta.insert(HEAD_KEY, &next.encode()[..])?;
     record.hash = hex::encode(hash);
     Ok((next, record))
 }
@@ -186,7 +189,10 @@ fn chain_hash(prev: &[u8; 32], body: &[u8]) -> [u8; 32] {
 }
 
 /// Splits a stored value into its hash and record, checking the hash.
-fn decode_stored(key: &[u8], value: &[u8]) -> Result<([u8; 32], AuditRecord), StoreError> {
+pub(super) fn decode_stored(
+    key: &[u8],
+    value: &[u8],
+) -> Result<([u8; 32], AuditRecord), StoreError> {
     if value.len() < 32 {
         return Err(StoreError::Decode {
             tree: "audit",
@@ -282,13 +288,48 @@ pub struct AuditFilter {
     pub correlation_id: Option<CorrelationId>,
 }
 
-/// Up to `limit` records after sequence `after`, oldest first.
+/// Up to `limit` records after sequence `after`, oldest first. With a task,
+/// a range of the by-task index, not a scan of the log.
 pub(crate) fn list(
     audit: &sled::Tree,
+    by_task: &sled::Tree,
     filter: &AuditFilter,
     after: u64,
     limit: usize,
 ) -> Result<Vec<AuditRecord>, StoreError> {
+    if let Some(task) = filter.task_id {
+        let start = keys::audit_by_task(task, after.saturating_add(1));
+        let end = keys::audit_by_task(task, u64::MAX);
+        let mut out = Vec::new();
+        for item in by_task.range(start..=end) {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, _) = item?;
+            let seq = keys::trailing_seq(&key).ok_or_else(|| StoreError::Decode {
+                tree: "audit_by_task",
+                key: keys::describe("audit_by_task", &key),
+                message: "index key is shorter than a sequence".into(),
+            })?;
+            let audit_key = keys::audit(seq);
+            let Some(value) = audit.get(audit_key)? else {
+                return Err(StoreError::Decode {
+                    tree: "audit_by_task",
+                    key: keys::describe("audit_by_task", &key),
+                    message: format!("indexes audit record {seq}, which does not exist"),
+                });
+            };
+            let (_, record) = decode_stored(&audit_key, &value)?;
+            let corr_ok = filter
+                .correlation_id
+                .as_ref()
+                .is_none_or(|c| record.correlation_id.as_ref() == Some(c));
+            if corr_ok {
+                out.push(record);
+            }
+        }
+        return Ok(out);
+    }
     let mut out = Vec::new();
     let start = keys::audit(after.saturating_add(1));
     for item in audit.range(start..) {

@@ -48,6 +48,21 @@ pub(crate) fn audit(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
 }
 
+/// The audit index's key: the task, then the record's sequence, so one
+/// task's records are one range, oldest first.
+pub(crate) fn audit_by_task(id: TaskId, seq: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(id.as_bytes());
+    key[16..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// The sequence that ends an audit index key (its last 8 bytes).
+pub(crate) fn trailing_seq(key: &[u8]) -> Option<u64> {
+    let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(tail))
+}
+
 /// The task id that ends an index key (its last 16 bytes).
 pub(crate) fn trailing_task_id(tree: &'static str, key: &[u8]) -> Result<TaskId, StoreError> {
     let start = key

@@ -13,19 +13,22 @@
 //! (sequence → chained record) and `meta` (format marker, audit head).
 
 mod audit;
+mod check;
 mod commit;
 mod error;
 mod idempotency;
 mod keys;
 mod mark;
+mod migrate;
 mod tasks;
 mod watch;
 mod writer;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
+pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
-pub use tasks::{Applied, Change, IndexReport, NewTask, Submitted};
+pub use tasks::{Applied, Change, NewTask, Submitted};
 pub use watch::Watch;
 
 use std::path::{Path, PathBuf};
@@ -35,7 +38,10 @@ use std::time::Duration;
 use crate::envelope::Timestamp;
 
 /// The format marker written in `meta` when a store is created.
-const FORMAT: &[u8] = b"orchestrator-store-v1";
+const FORMAT: &[u8] = b"orchestrator-store-v2";
+
+/// The format before the audit-by-task index: migrated on open.
+const FORMAT_V1: &[u8] = b"orchestrator-store-v1";
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +100,8 @@ struct Inner {
     by_state: sled::Tree,
     /// sequence → chained audit record.
     audit: sled::Tree,
+    /// task id / sequence → nothing: each task's audit records.
+    audit_by_task: sled::Tree,
     /// Runs every change, batching those that arrive together into one
     /// transaction. Dropped before `commit`, so its last batch is flushed.
     writer: writer::Writer,
@@ -133,11 +141,15 @@ impl Store {
         let tasks = open_tree("tasks")?;
         let meta = open_tree("meta")?;
         let audit = open_tree("audit")?;
+        let audit_by_task = open_tree("audit_by_task")?;
         let head = audit::read_head(&meta)?;
         let mark = match mark::CommitMark::open(&path)? {
             Some((mark, marked)) => {
-                check_format(&path, &meta)?;
+                let format = check_format(&path, &meta)?;
                 check_against_mark(&path, &audit, head, marked)?;
+                if format == FORMAT_V1 {
+                    migrate::v1_to_v2(&path, &audit, &audit_by_task, &meta)?;
+                }
                 mark
             }
             None if fresh => {
@@ -167,6 +179,7 @@ impl Store {
                         by_correlation: by_correlation.clone(),
                         by_state: by_state.clone(),
                         audit: audit.clone(),
+                        audit_by_task: audit_by_task.clone(),
                         meta: meta.clone(),
                     },
                     head,
@@ -180,6 +193,7 @@ impl Store {
                 by_correlation,
                 by_state,
                 audit,
+                audit_by_task,
                 retention: config.idempotency_retention,
                 retry: config.retry,
                 watchers: watch::Watchers::default(),
@@ -197,7 +211,7 @@ impl Store {
         let at = Timestamp::now();
         let record = self
             .transact(Box::new(move |tx, head| {
-                audit::append_record(tx.audit, tx.meta, head, &entry, at)
+                audit::append_record(tx, head, &entry, at)
             }))
             .await?;
         self.inner.commit.durable().await?;
@@ -212,7 +226,13 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<AuditRecord>, StoreError> {
-        audit::list(&self.inner.audit, filter, after, limit)
+        audit::list(
+            &self.inner.audit,
+            &self.inner.audit_by_task,
+            filter,
+            after,
+            limit,
+        )
     }
 
     /// Checks the whole audit chain; reports the first missing, altered or
@@ -270,6 +290,8 @@ struct Tx<'a> {
     by_state: &'a sled::transaction::TransactionalTree,
     /// sequence → chained audit record.
     audit: &'a sled::transaction::TransactionalTree,
+    /// task id / sequence → nothing: each task's audit records.
+    audit_by_task: &'a sled::transaction::TransactionalTree,
     /// format marker and audit head.
     meta: &'a sled::transaction::TransactionalTree,
 }
@@ -317,10 +339,12 @@ fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     }
 }
 
-/// Checks the format marker of a store that has a commit mark.
-fn check_format(path: &Path, meta: &sled::Tree) -> Result<(), StoreError> {
+/// Checks the format marker of a store that has a commit mark; returns
+/// it (this format, or one that is migrated on open).
+fn check_format(path: &Path, meta: &sled::Tree) -> Result<&'static [u8], StoreError> {
     match meta.get("format")? {
-        Some(found) if found.as_ref() == FORMAT => Ok(()),
+        Some(found) if found.as_ref() == FORMAT => Ok(FORMAT),
+        Some(found) if found.as_ref() == FORMAT_V1 => Ok(FORMAT_V1),
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),

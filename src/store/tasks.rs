@@ -4,7 +4,6 @@
 
 use std::ops::Bound;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sled::transaction::ConflictableTransactionError;
 
@@ -106,28 +105,6 @@ impl Applied {
     pub fn record(&self) -> &TaskRecord {
         match self {
             Applied::Moved(r) | Applied::Unchanged(r) | Applied::Ignored { record: r, .. } => r,
-        }
-    }
-}
-
-/// The result of [`Store::check_indexes`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexReport {
-    /// Tasks checked.
-    pub tasks: u64,
-    /// What disagrees (at most 100 entries).
-    pub problems: Vec<String>,
-}
-
-impl IndexReport {
-    /// Whether every index agrees with the tasks.
-    pub fn ok(&self) -> bool {
-        self.problems.is_empty()
-    }
-
-    fn problem(&mut self, text: String) {
-        if self.problems.len() < 100 {
-            self.problems.push(text);
         }
     }
 }
@@ -255,7 +232,7 @@ impl Store {
                     .insert(correlation_key.as_slice(), &[][..])?;
                 tx.by_state
                     .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
-                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                let head = audit::append(tx, head, &entry, now)?;
                 Ok((head, SubmitOutcome::Created))
             }))
             .await?;
@@ -298,7 +275,7 @@ impl Store {
                 let mut record = read_task(tx, task_id)?;
                 let ignore = |record: TaskRecord, why: String| {
                     let entry = ignored_entry(&record, &change, &why);
-                    let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                    let head = audit::append(tx, head, &entry, now)?;
                     Ok((head, ApplyOutcome::Ignored(record, why)))
                 };
                 if let Some(attempt) = change.attempt
@@ -374,7 +351,7 @@ impl Store {
                         "retry_at": record.retry_at.filter(|_| retried),
                     }),
                 };
-                let head = audit::append(tx.audit, tx.meta, head, &entry, now)?;
+                let head = audit::append(tx, head, &entry, now)?;
                 Ok((head, ApplyOutcome::Moved(record)))
             }))
             .await?;
@@ -508,67 +485,5 @@ impl Store {
             }
         }
         Ok(out)
-    }
-
-    /// Checks that every task is in both indexes under its current
-    /// correlation id and state, that every index entry names an existing
-    /// task that matches it, and that every idempotency claim names a task.
-    pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
-        let inner = &self.inner;
-        let mut report = IndexReport::default();
-        for item in inner.tasks.iter() {
-            let (key, bytes) = item?;
-            let record: TaskRecord = keys::decode_value("tasks", &key, &bytes)?;
-            report.tasks += 1;
-            let id = record.task_id();
-            if keys::task(id).as_slice() != key.as_ref() {
-                report.problem(format!("task stored under another id's key: {id}"));
-            }
-            if !inner
-                .by_correlation
-                .contains_key(keys::correlation(record.correlation_id(), id))?
-            {
-                report.problem(format!("task {id} is missing from by_correlation"));
-            }
-            if !inner.by_state.contains_key(keys::state(record.state, id))? {
-                report.problem(format!(
-                    "task {id} is missing from by_state ({})",
-                    record.state
-                ));
-            }
-        }
-        for item in inner.by_correlation.iter() {
-            let (key, _) = item?;
-            let id = keys::trailing_task_id("by_correlation", &key)?;
-            match self.get(id)? {
-                Some(r) if keys::correlation(r.correlation_id(), id) == key.as_ref() => {}
-                Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
-                None => report.problem(format!("by_correlation names missing task {id}")),
-            }
-        }
-        for item in inner.by_state.iter() {
-            let (key, _) = item?;
-            let id = keys::trailing_task_id("by_state", &key)?;
-            match self.get(id)? {
-                Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
-                Some(r) => report.problem(format!(
-                    "by_state has a stale entry for {id} (task is {})",
-                    r.state
-                )),
-                None => report.problem(format!("by_state names missing task {id}")),
-            }
-        }
-        for item in inner.idempotency.iter() {
-            let (key, bytes) = item?;
-            let claim: Claim = keys::decode_value("idempotency", &key, &bytes)?;
-            if self.get(claim.task_id)?.is_none() {
-                report.problem(format!(
-                    "idempotency key {} names missing task {}",
-                    keys::describe("idempotency", &key),
-                    claim.task_id
-                ));
-            }
-        }
-        Ok(report)
     }
 }

@@ -85,6 +85,7 @@ pub(crate) struct Trees {
     pub(crate) by_correlation: sled::Tree,
     pub(crate) by_state: sled::Tree,
     pub(crate) audit: sled::Tree,
+    pub(crate) audit_by_task: sled::Tree,
     pub(crate) meta: sled::Tree,
 }
 
@@ -178,16 +179,18 @@ fn write_loop(
             &trees.by_correlation,
             &trees.by_state,
             &trees.audit,
+            &trees.audit_by_task,
             &trees.meta,
         );
         let committed = all.transaction(
-            |(tasks, idempotency, by_correlation, by_state, audit, meta)| {
+            |(tasks, idempotency, by_correlation, by_state, audit, audit_by_task, meta)| {
                 let tx = Tx {
                     tasks,
                     idempotency,
                     by_correlation,
                     by_state,
                     audit,
+                    audit_by_task,
                     meta,
                 };
                 batch.iter().try_fold(head, |h, job| job.run(&tx, h))

@@ -1,0 +1,133 @@
+//! `store verify`'s index check: every index agrees with the tasks and
+//! the audit log, and names nothing that is gone.
+
+use serde::{Deserialize, Serialize};
+
+use super::idempotency::Claim;
+use super::{Store, StoreError, audit, keys};
+use crate::task::TaskRecord;
+
+/// The result of [`Store::check_indexes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexReport {
+    /// Tasks checked.
+    pub tasks: u64,
+    /// What disagrees (at most 100 entries).
+    pub problems: Vec<String>,
+}
+
+impl IndexReport {
+    /// Whether every index agrees with the tasks.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    fn problem(&mut self, text: String) {
+        if self.problems.len() < 100 {
+            self.problems.push(text);
+        }
+    }
+}
+
+impl Store {
+    /// Checks that every task is in both indexes under its current
+    /// correlation id and state, that every index entry names an existing
+    /// task that matches it, and that every idempotency claim names a task.
+    pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
+        let inner = &self.inner;
+        let mut report = IndexReport::default();
+        for item in inner.tasks.iter() {
+            let (key, bytes) = item?;
+            let record: TaskRecord = keys::decode_value("tasks", &key, &bytes)?;
+            report.tasks += 1;
+            let id = record.task_id();
+            if keys::task(id).as_slice() != key.as_ref() {
+                report.problem(format!("task stored under another id's key: {id}"));
+            }
+            if !inner
+                .by_correlation
+                .contains_key(keys::correlation(record.correlation_id(), id))?
+            {
+                report.problem(format!("task {id} is missing from by_correlation"));
+            }
+            if !inner.by_state.contains_key(keys::state(record.state, id))? {
+                report.problem(format!(
+                    "task {id} is missing from by_state ({})",
+                    record.state
+                ));
+            }
+        }
+        for item in inner.by_correlation.iter() {
+            let (key, _) = item?;
+            let id = keys::trailing_task_id("by_correlation", &key)?;
+            match self.get(id)? {
+                Some(r) if keys::correlation(r.correlation_id(), id) == key.as_ref() => {}
+                Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
+                None => report.problem(format!("by_correlation names missing task {id}")),
+            }
+        }
+        for item in inner.by_state.iter() {
+            let (key, _) = item?;
+            let id = keys::trailing_task_id("by_state", &key)?;
+            match self.get(id)? {
+                Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
+                Some(r) => report.problem(format!(
+                    "by_state has a stale entry for {id} (task is {})",
+                    r.state
+                )),
+                None => report.problem(format!("by_state names missing task {id}")),
+            }
+        }
+        for item in inner.idempotency.iter() {
+            let (key, bytes) = item?;
+            let claim: Claim = keys::decode_value("idempotency", &key, &bytes)?;
+            if self.get(claim.task_id)?.is_none() {
+                report.problem(format!(
+                    "idempotency key {} names missing task {}",
+                    keys::describe("idempotency", &key),
+                    claim.task_id
+                ));
+            }
+        }
+        self.check_audit_index(&mut report)?;
+        Ok(report)
+    }
+
+    /// Every audit record about a task is in the by-task index, and every
+    /// index entry names such a record.
+    fn check_audit_index(&self, report: &mut IndexReport) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        for item in inner.audit.iter() {
+            let (key, value) = item?;
+            let (_, record) = audit::decode_stored(&key, &value)?;
+            if let Some(task) = record.task_id
+                && !inner
+                    .audit_by_task
+                    .contains_key(keys::audit_by_task(task, record.seq))?
+            {
+                report.problem(format!(
+                    "audit record {} is missing from audit_by_task",
+                    record.seq
+                ));
+            }
+        }
+        for item in inner.audit_by_task.iter() {
+            let (key, _) = item?;
+            let task = keys::trailing_task_id("audit_by_task", &key[..16.min(key.len())])?;
+            let Some(seq) = keys::trailing_seq(&key) else {
+                report.problem("audit_by_task has a key shorter than its format".into());
+                continue;
+            };
+            let found = match inner.audit.get(keys::audit(seq))? {
+                Some(value) => audit::decode_stored(&keys::audit(seq), &value)?.1.task_id,
+                None => None,
+            };
+            if found != Some(task) {
+                report.problem(format!(
+                    "audit_by_task names record {seq} for task {task}, which is not about it"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
