@@ -181,6 +181,8 @@ async fn transitions_are_recorded_in_history_audit_and_indexes() {
     };
     assert_eq!(record.state, TaskState::Completed);
     assert_eq!(record.result, Some(json!({"echo": true})));
+    // The history is the audit log's transitions, read with the task.
+    let record = store.get(id).unwrap().unwrap();
     let states: Vec<_> = record.history.iter().map(|h| h.to).collect();
     assert_eq!(
         states,

@@ -199,28 +199,44 @@ async fn a_removed_tail_of_the_audit_log_is_refused() {
     assert!(err.to_string().contains("audit record 5"), "{err}");
 }
 
-/// A store of format v1 (before the audit-by-task index) is migrated on
-/// open: the index is built from the log, the marker moves to v2, and a
-/// task's audit records are found through the index.
+/// A store of format v1 (each task one record holding its envelope and
+/// history, no audit-by-task index) is migrated on open to the current
+/// format: statuses and envelopes apart, the index built from the log; the
+/// tasks read back whole, their history from the audit log.
 #[tokio::test]
 async fn a_v1_store_is_migrated_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let (path, ids) = filled_store(dir.path(), 3).await;
+    let before: Vec<_> = {
+        let store = Store::open(&StoreConfig::new(&path)).unwrap();
+        ids.iter()
+            .map(|id| store.get(*id).unwrap().unwrap())
+            .collect()
+    };
     with_raw_sled(&path, |db| {
+        let tasks = db.open_tree("tasks").unwrap();
+        for record in &before {
+            let whole = serde_json::to_vec(record).unwrap();
+            tasks.insert(record.task_id().as_bytes(), whole).unwrap();
+        }
+        db.drop_tree("envelopes").unwrap();
+        db.drop_tree("audit_by_task").unwrap();
         db.open_tree("meta")
             .unwrap()
             .insert("format", &b"orchestrator-store-v1"[..])
             .unwrap();
-        db.drop_tree("audit_by_task").unwrap();
     });
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    for record in &before {
+        let after = store.get(record.task_id()).unwrap().unwrap();
+        assert_eq!(&after, record);
+    }
     let filter = orchestrator::store::AuditFilter {
         task_id: Some(ids[1]),
         correlation_id: None,
     };
     let records = store.audit_list(&filter, 0, 10).unwrap();
     assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].task_id, Some(ids[1]));
     assert!(store.check_indexes().unwrap().ok());
     drop(store);
     with_raw_sled(&path, |db| {
@@ -230,7 +246,7 @@ async fn a_v1_store_is_migrated_on_open() {
             .get("format")
             .unwrap()
             .unwrap();
-        assert_eq!(format.as_ref(), b"orchestrator-store-v2");
+        assert_eq!(format.as_ref(), b"orchestrator-store-v3");
     });
 }
 

@@ -149,7 +149,7 @@ impl Applier {
             Applied::Moved(record) => {
                 if record.state == TaskState::Submitted && record.attempt > event.attempt.get() {
                     self.publisher
-                        .at(record.task_id(), record.attempt, record.retry_at, false)
+                        .at(record.task_id, record.attempt, record.retry_at, false)
                         .await;
                 }
             }

@@ -517,7 +517,10 @@ impl Orchestrator {
                         .into(),
             }));
         }
-        Ok(record)
+        self.inner
+            .store
+            .get(task_id)?
+            .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
     }
 
     /// Up to `limit` dead letters after DLQ sequence `after`.

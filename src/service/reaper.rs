@@ -25,7 +25,7 @@ use crate::claim::{ClaimValue, Claims};
 use crate::envelope::{TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{Applied, Change, Store};
-use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::task::{TaskEvent, TaskRecord, TaskState, TaskStatus};
 
 /// How the reaper behaves.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +131,7 @@ impl Reaper {
         for state in [TaskState::Submitted, TaskState::Working] {
             let mut after = None;
             loop {
-                let page = match self.store.list_by_state(state, after, 256) {
+                let page = match self.store.statuses_by_state(state, after, 256) {
                     Ok(page) => page,
                     Err(e) => {
                         warn!(error = %e, "reaper cannot list tasks");
@@ -139,7 +139,7 @@ impl Reaper {
                     }
                 };
                 let Some(last) = page.last() else { break };
-                after = Some(last.task_id());
+                after = Some(last.task_id);
                 for record in page {
                     if record.updated_at <= cutoff {
                         self.check(&record).await;
@@ -150,8 +150,8 @@ impl Reaper {
     }
 
     /// Resolves one quiet live task if nothing is running its attempt.
-    async fn check(&self, record: &TaskRecord) {
-        let task_id = record.task_id();
+    async fn check(&self, record: &TaskStatus) {
+        let task_id = record.task_id;
         let attempt = record.attempt;
         if record.state == TaskState::Submitted && record.published_seq.is_none() {
             // Never acknowledged by the broker (or its scheduling was lost).
@@ -195,8 +195,8 @@ impl Reaper {
 
     /// Whether anything still carries the task's current attempt: a live
     /// claim, its message in the queue, or a final report not yet applied.
-    async fn attempt_alive(&self, record: &TaskRecord) -> Result<bool, String> {
-        let task_id = record.task_id();
+    async fn attempt_alive(&self, record: &TaskStatus) -> Result<bool, String> {
+        let task_id = record.task_id;
         let attempt = record.attempt;
         let (claim, _) = self.claims.peek(task_id).await.map_err(|e| e.to_string())?;
         if matches!(claim, Some(ClaimValue::Running { attempt: a, .. }) if a >= attempt) {
@@ -213,7 +213,7 @@ impl Reaper {
         }
         let last = self
             .bus
-            .last_event(record.agent(), task_id)
+            .last_event(&record.agent, task_id)
             .await
             .map_err(|e| e.to_string())?;
         Ok(last.is_some_and(|e| e.ends_attempt(attempt)))
@@ -225,8 +225,8 @@ impl Reaper {
 /// a worker that claims later never starts, then the cancel is broadcast to
 /// the holder. A mark that cannot be written is an error the caller may
 /// report; the broadcast is best effort.
-pub(crate) async fn stop_attempt(bus: &Bus, claims: &Claims, record: &TaskRecord) -> bool {
-    let task_id = record.task_id();
+pub(crate) async fn stop_attempt(bus: &Bus, claims: &Claims, record: &TaskStatus) -> bool {
+    let task_id = record.task_id;
     let marked = match claims.mark_canceled(task_id, record.attempt).await {
         Ok(()) => true,
         Err(e) => {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::idempotency::Claim;
 use super::{Store, StoreError, audit, keys};
-use crate::task::TaskRecord;
+use crate::task::TaskStatus;
 
 /// The result of [`Store::check_indexes`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,15 +38,18 @@ impl Store {
         let mut report = IndexReport::default();
         for item in inner.tasks.iter() {
             let (key, bytes) = item?;
-            let record: TaskRecord = keys::decode_value("tasks", &key, &bytes)?;
+            let record: TaskStatus = keys::decode_value("tasks", &key, &bytes)?;
             report.tasks += 1;
-            let id = record.task_id();
+            let id = record.task_id;
             if keys::task(id).as_slice() != key.as_ref() {
                 report.problem(format!("task stored under another id's key: {id}"));
             }
+            if !inner.envelopes.contains_key(key)? {
+                report.problem(format!("task {id} has no envelope"));
+            }
             if !inner
                 .by_correlation
-                .contains_key(keys::correlation(record.correlation_id(), id))?
+                .contains_key(keys::correlation(&record.correlation_id, id))?
             {
                 report.problem(format!("task {id} is missing from by_correlation"));
             }
@@ -60,8 +63,8 @@ impl Store {
         for item in inner.by_correlation.iter() {
             let (key, _) = item?;
             let id = keys::trailing_task_id("by_correlation", &key)?;
-            match self.get(id)? {
-                Some(r) if keys::correlation(r.correlation_id(), id) == key.as_ref() => {}
+            match self.status(id)? {
+                Some(r) if keys::correlation(&r.correlation_id, id) == key.as_ref() => {}
                 Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
                 None => report.problem(format!("by_correlation names missing task {id}")),
             }
@@ -69,7 +72,7 @@ impl Store {
         for item in inner.by_state.iter() {
             let (key, _) = item?;
             let id = keys::trailing_task_id("by_state", &key)?;
-            match self.get(id)? {
+            match self.status(id)? {
                 Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
                 Some(r) => report.problem(format!(
                     "by_state has a stale entry for {id} (task is {})",
@@ -81,7 +84,7 @@ impl Store {
         for item in inner.idempotency.iter() {
             let (key, bytes) = item?;
             let claim: Claim = keys::decode_value("idempotency", &key, &bytes)?;
-            if self.get(claim.task_id)?.is_none() {
+            if self.status(claim.task_id)?.is_none() {
                 report.problem(format!(
                     "idempotency key {} names missing task {}",
                     keys::describe("idempotency", &key),

@@ -38,10 +38,12 @@ use std::time::Duration;
 use crate::envelope::Timestamp;
 
 /// The format marker written in `meta` when a store is created.
-const FORMAT: &[u8] = b"orchestrator-store-v2";
+const FORMAT: &[u8] = b"orchestrator-store-v3";
 
-/// The format before the audit-by-task index: migrated on open.
+/// Earlier formats, migrated on open: v1 had no audit-by-task index; v2
+/// kept each task's envelope and history in its record.
 const FORMAT_V1: &[u8] = b"orchestrator-store-v1";
+const FORMAT_V2: &[u8] = b"orchestrator-store-v2";
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,8 +92,10 @@ pub struct Store {
 struct Inner {
     /// Where the store lives, for error messages.
     path: PathBuf,
-    /// task id → task record.
+    /// task id → task status.
     tasks: sled::Tree,
+    /// task id → envelope (written once).
+    envelopes: sled::Tree,
     /// scope/key → idempotency claim.
     idempotency: sled::Tree,
     /// correlation id / task id → nothing.
@@ -139,6 +143,7 @@ impl Store {
             })
         };
         let tasks = open_tree("tasks")?;
+        let envelopes = open_tree("envelopes")?;
         let meta = open_tree("meta")?;
         let audit = open_tree("audit")?;
         let audit_by_task = open_tree("audit_by_task")?;
@@ -149,6 +154,9 @@ impl Store {
                 check_against_mark(&path, &audit, head, marked)?;
                 if format == FORMAT_V1 {
                     migrate::v1_to_v2(&path, &audit, &audit_by_task, &meta)?;
+                }
+                if format != FORMAT {
+                    migrate::v2_to_v3(&path, &tasks, &envelopes, &meta)?;
                 }
                 mark
             }
@@ -175,6 +183,7 @@ impl Store {
                 writer: writer::Writer::start(
                     writer::Trees {
                         tasks: tasks.clone(),
+                        envelopes: envelopes.clone(),
                         idempotency: idempotency.clone(),
                         by_correlation: by_correlation.clone(),
                         by_state: by_state.clone(),
@@ -189,6 +198,7 @@ impl Store {
                 _collector: collector,
                 path,
                 tasks,
+                envelopes,
                 idempotency,
                 by_correlation,
                 by_state,
@@ -280,8 +290,10 @@ type Abort = sled::transaction::ConflictableTransactionError<StoreError>;
 
 /// Every tree, inside one transaction.
 struct Tx<'a> {
-    /// task id → task record.
+    /// task id → task status.
     tasks: &'a sled::transaction::TransactionalTree,
+    /// task id → envelope (written once).
+    envelopes: &'a sled::transaction::TransactionalTree,
     /// scope/key → idempotency claim.
     idempotency: &'a sled::transaction::TransactionalTree,
     /// correlation id / task id → nothing.
@@ -345,6 +357,7 @@ fn check_format(path: &Path, meta: &sled::Tree) -> Result<&'static [u8], StoreEr
     match meta.get("format")? {
         Some(found) if found.as_ref() == FORMAT => Ok(FORMAT),
         Some(found) if found.as_ref() == FORMAT_V1 => Ok(FORMAT_V1),
+        Some(found) if found.as_ref() == FORMAT_V2 => Ok(FORMAT_V2),
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),

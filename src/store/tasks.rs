@@ -11,7 +11,9 @@ use super::idempotency::{Claim, Fingerprint};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{CorrelationId, Envelope, TaskId, Timestamp, check_label};
 use crate::event::ErrorInfo;
-use crate::task::{HistoryEntry, Next, TaskEvent, TaskRecord, TaskState, TransitionError, decide};
+use crate::task::{
+    HistoryEntry, Next, TaskEvent, TaskRecord, TaskState, TaskStatus, TransitionError, decide,
+};
 
 /// A task to create.
 #[derive(Debug, Clone)]
@@ -83,26 +85,27 @@ impl Change {
     }
 }
 
-/// What [`Store::apply`] did.
+/// What [`Store::apply`] did, with the task's status after it (read the
+/// whole task with [`Store::get`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Applied {
-    /// The task moved; this is its new record.
-    Moved(TaskRecord),
+    /// The task moved; this is its new status.
+    Moved(TaskStatus),
     /// The event repeated what was already so; nothing was written.
-    Unchanged(TaskRecord),
+    Unchanged(TaskStatus),
     /// The event came too late (terminal task) or is about another attempt;
     /// it was recorded in the audit log and otherwise ignored.
     Ignored {
         /// The task, unchanged.
-        record: TaskRecord,
+        record: TaskStatus,
         /// Why it was ignored.
         reason: String,
     },
 }
 
 impl Applied {
-    /// The task after the change.
-    pub fn record(&self) -> &TaskRecord {
+    /// The task's status after the change.
+    pub fn record(&self) -> &TaskStatus {
         match self {
             Applied::Moved(r) | Applied::Unchanged(r) | Applied::Ignored { record: r, .. } => r,
         }
@@ -113,7 +116,7 @@ fn abort(e: StoreError) -> Abort {
     ConflictableTransactionError::Abort(e)
 }
 
-fn read_task(tx: &Tx<'_>, id: TaskId) -> Result<TaskRecord, Abort> {
+fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> {
     let key = keys::task(id);
     let bytes = tx
         .tasks
@@ -123,12 +126,12 @@ fn read_task(tx: &Tx<'_>, id: TaskId) -> Result<TaskRecord, Abort> {
 }
 
 /// The audit entry for an event that was ignored.
-fn ignored_entry(record: &TaskRecord, change: &Change, why: &str) -> AuditEntry {
+fn ignored_entry(record: &TaskStatus, change: &Change, why: &str) -> AuditEntry {
     AuditEntry {
         actor: change.actor.clone(),
         kind: "task.ignored_event".into(),
-        task_id: Some(record.task_id()),
-        correlation_id: Some(record.correlation_id().clone()),
+        task_id: Some(record.task_id),
+        correlation_id: Some(record.correlation_id.clone()),
         trace_id: record.trace_id.clone(),
         detail: json!({
             "state": record.state,
@@ -148,9 +151,9 @@ enum SubmitOutcome {
 
 /// How an apply transaction ended.
 enum ApplyOutcome {
-    Moved(TaskRecord),
-    Unchanged(TaskRecord),
-    Ignored(TaskRecord, String),
+    Moved(TaskStatus),
+    Unchanged(TaskStatus),
+    Ignored(TaskStatus, String),
 }
 
 impl Store {
@@ -188,7 +191,8 @@ impl Store {
         let idem_key = keys::idempotency(&new.scope, key.as_str());
         let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
         let claim_bytes = keys::encode(&claim);
-        let record_bytes = keys::encode(&record);
+        let status_bytes = keys::encode(&record.status());
+        let envelope_bytes = keys::encode(&record.envelope);
         let correlation_key = keys::correlation(record.correlation_id(), task_id);
         let entry = AuditEntry {
             actor: new.actor.clone(),
@@ -225,7 +229,9 @@ impl Store {
                     return Err(abort(StoreError::DuplicateTask(task_id)));
                 }
                 tx.tasks
-                    .insert(&keys::task(task_id), record_bytes.as_slice())?;
+                    .insert(&keys::task(task_id), status_bytes.as_slice())?;
+                tx.envelopes
+                    .insert(&keys::task(task_id), envelope_bytes.as_slice())?;
                 tx.idempotency
                     .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
                 tx.by_correlation
@@ -272,8 +278,8 @@ impl Store {
         let policy = self.inner.retry;
         let outcome = self
             .transact(Box::new(move |tx, head| {
-                let mut record = read_task(tx, task_id)?;
-                let ignore = |record: TaskRecord, why: String| {
+                let mut record = read_status(tx, task_id)?;
+                let ignore = |record: TaskStatus, why: String| {
                     let entry = ignored_entry(&record, &change, &why);
                     let head = audit::append(tx, head, &entry, now)?;
                     Ok((head, ApplyOutcome::Ignored(record, why)))
@@ -290,7 +296,7 @@ impl Store {
                 let next = decide(
                     record.state,
                     record.attempt,
-                    record.max_attempts(),
+                    record.max_attempts,
                     change.event,
                 );
                 let (state, attempt) = match next {
@@ -304,15 +310,6 @@ impl Store {
                     }
                 };
                 let from = record.state;
-                record.history.push(HistoryEntry {
-                    at: now,
-                    from: Some(from),
-                    to: state,
-                    event: Some(change.event),
-                    attempt,
-                    actor: change.actor.clone(),
-                    reason: change.reason.clone(),
-                });
                 let retried = attempt != record.attempt;
                 if retried {
                     // A retry: the next attempt is published when due.
@@ -340,7 +337,7 @@ impl Store {
                     actor: change.actor.clone(),
                     kind: "task.transition".into(),
                     task_id: Some(task_id),
-                    correlation_id: Some(record.correlation_id().clone()),
+                    correlation_id: Some(record.correlation_id.clone()),
                     trace_id: record.trace_id.clone(),
                     detail: json!({
                         "from": from,
@@ -379,7 +376,7 @@ impl Store {
         seq: u64,
     ) -> Result<(), StoreError> {
         self.transact(Box::new(move |tx, head| {
-            let mut record = read_task(tx, task_id)?;
+            let mut record = read_status(tx, task_id)?;
             if record.attempt == attempt && !record.state.is_terminal() {
                 record.published_seq = Some(seq);
                 tx.tasks
@@ -396,13 +393,47 @@ impl Store {
         self.inner.watchers.watch(id)
     }
 
-    /// The task with this id, if any.
+    /// The task with this id, if any: its status, its envelope and its
+    /// history (from the audit log).
     pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        match self.status(id)? {
+            Some(status) => self.assemble(status).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The status of the task with this id, if any (one small read).
+    pub fn status(&self, id: TaskId) -> Result<Option<TaskStatus>, StoreError> {
         let key = keys::task(id);
         match self.inner.tasks.get(key)? {
             Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The whole task of a status: its envelope and history added.
+    fn assemble(&self, status: TaskStatus) -> Result<TaskRecord, StoreError> {
+        let key = keys::task(status.task_id);
+        let Some(bytes) = self.inner.envelopes.get(key)? else {
+            return Err(StoreError::Decode {
+                tree: "envelopes",
+                key: keys::describe("envelopes", &key),
+                message: format!("task {} has no envelope", status.task_id),
+            });
+        };
+        let envelope: Envelope = keys::decode_value("envelopes", &key, &bytes)?;
+        let history = self.history(status.task_id)?;
+        Ok(TaskRecord::assemble(status, envelope, history))
+    }
+
+    /// A task's transitions, oldest first, from its audit records.
+    fn history(&self, id: TaskId) -> Result<Vec<HistoryEntry>, StoreError> {
+        let filter = super::AuditFilter {
+            task_id: Some(id),
+            correlation_id: None,
+        };
+        let records = self.audit_list(&filter, 0, usize::MAX)?;
+        Ok(records.iter().filter_map(history_entry).collect())
     }
 
     /// Up to `limit` tasks after task `after` (exclusive), oldest first.
@@ -419,7 +450,7 @@ impl Store {
             .take(limit)
         {
             let (key, bytes) = item?;
-            out.push(keys::decode_value("tasks", &key, &bytes)?);
+            out.push(self.assemble(keys::decode_value("tasks", &key, &bytes)?)?);
         }
         Ok(out)
     }
@@ -454,6 +485,25 @@ impl Store {
         self.list_index(&self.inner.by_state, "by_state", &prefix, start, limit)
     }
 
+    /// [`Store::list_by_state`], statuses only (no envelope or history read).
+    pub fn statuses_by_state(
+        &self,
+        state: TaskState,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskStatus>, StoreError> {
+        let prefix = [state.code()];
+        let start = after.map(|id| keys::state(state, id).to_vec());
+        self.index_range(
+            &self.inner.by_state,
+            "by_state",
+            &prefix,
+            start,
+            limit,
+            |id| self.status(id),
+        )
+    }
+
     fn list_index(
         &self,
         index: &sled::Tree,
@@ -462,6 +512,20 @@ impl Store {
         after: Option<Vec<u8>>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>, StoreError> {
+        self.index_range(index, name, prefix, after, limit, |id| self.get(id))
+    }
+
+    /// Up to `limit` items read by `read` for the task ids of `index`
+    /// under `prefix`, after the key `after`.
+    fn index_range<T>(
+        &self,
+        index: &sled::Tree,
+        name: &'static str,
+        prefix: &[u8],
+        after: Option<Vec<u8>>,
+        limit: usize,
+        read: impl Fn(TaskId) -> Result<Option<T>, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
         let start = match after {
             Some(key) => Bound::Excluded(key),
             None => Bound::Included(prefix.to_vec()),
@@ -473,7 +537,7 @@ impl Store {
                 break;
             }
             let id = keys::trailing_task_id(name, &key)?;
-            match self.get(id)? {
+            match read(id)? {
                 Some(record) => out.push(record),
                 None => {
                     return Err(StoreError::Decode {
@@ -486,4 +550,32 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The history entry an audit record stands for: a creation or a
+/// transition (other records, such as ignored events, are not history).
+fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
+    let detail = &record.detail;
+    let attempt = detail["attempt"]
+        .as_u64()
+        .and_then(|a| u32::try_from(a).ok())?;
+    let (from, to, event, reason) = match record.kind.as_str() {
+        "task.submitted" => (None, TaskState::Submitted, None, "submitted".to_string()),
+        "task.transition" => (
+            Some(serde_json::from_value(detail["from"].clone()).ok()?),
+            serde_json::from_value(detail["to"].clone()).ok()?,
+            Some(serde_json::from_value(detail["event"].clone()).ok()?),
+            detail["reason"].as_str().unwrap_or_default().to_string(),
+        ),
+        _ => return None,
+    };
+    Some(HistoryEntry {
+        at: record.at,
+        from,
+        to,
+        event,
+        attempt,
+        actor: record.actor.clone(),
+        reason,
+    })
 }

@@ -81,6 +81,7 @@ impl<T: Send> Job for Typed<T> {
 #[derive(Clone)]
 pub(crate) struct Trees {
     pub(crate) tasks: sled::Tree,
+    pub(crate) envelopes: sled::Tree,
     pub(crate) idempotency: sled::Tree,
     pub(crate) by_correlation: sled::Tree,
     pub(crate) by_state: sled::Tree,
@@ -175,6 +176,7 @@ fn write_loop(
         }
         let all = (
             &trees.tasks,
+            &trees.envelopes,
             &trees.idempotency,
             &trees.by_correlation,
             &trees.by_state,
@@ -183,9 +185,19 @@ fn write_loop(
             &trees.meta,
         );
         let committed = all.transaction(
-            |(tasks, idempotency, by_correlation, by_state, audit, audit_by_task, meta)| {
+            |(
+                tasks,
+                envelopes,
+                idempotency,
+                by_correlation,
+                by_state,
+                audit,
+                audit_by_task,
+                meta,
+            )| {
                 let tx = Tx {
                     tasks,
+                    envelopes,
                     idempotency,
                     by_correlation,
                     by_state,

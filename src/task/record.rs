@@ -96,3 +96,79 @@ impl TaskRecord {
         env
     }
 }
+
+/// What the store rewrites on every change of a task: its state and the
+/// few facts a change needs, without the envelope (stored once, apart) or
+/// the history (read from the audit log).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its request (from the envelope; never changes).
+    pub correlation_id: CorrelationId,
+    /// The agent it is for (from the envelope; never changes).
+    pub agent: AgentName,
+    /// Its attempt budget (from the envelope; never changes).
+    pub max_attempts: u32,
+    /// The current state.
+    pub state: TaskState,
+    /// The current attempt, from 1; a retry adds one.
+    pub attempt: u32,
+    /// The result, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The last error reported (cleared by a completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The trace this task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// See [`TaskRecord::published_seq`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_seq: Option<u64>,
+    /// See [`TaskRecord::retry_at`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Timestamp>,
+    /// When the task was created.
+    pub created_at: Timestamp,
+    /// When the task last changed.
+    pub updated_at: Timestamp,
+}
+
+impl TaskRecord {
+    /// The whole task from its three stored parts.
+    pub fn assemble(status: TaskStatus, envelope: Envelope, history: Vec<HistoryEntry>) -> Self {
+        TaskRecord {
+            envelope,
+            state: status.state,
+            attempt: status.attempt,
+            result: status.result,
+            error: status.error,
+            history,
+            trace_id: status.trace_id,
+            published_seq: status.published_seq,
+            retry_at: status.retry_at,
+            created_at: status.created_at,
+            updated_at: status.updated_at,
+        }
+    }
+
+    /// The part the store rewrites on each change.
+    pub fn status(&self) -> TaskStatus {
+        TaskStatus {
+            task_id: self.task_id(),
+            correlation_id: self.correlation_id().clone(),
+            agent: self.agent().clone(),
+            max_attempts: self.max_attempts(),
+            state: self.state,
+            attempt: self.attempt,
+            result: self.result.clone(),
+            error: self.error.clone(),
+            trace_id: self.trace_id.clone(),
+            published_seq: self.published_seq,
+            retry_at: self.retry_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
