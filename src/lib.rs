@@ -3,12 +3,30 @@
 //!
 //! # Layout
 //!
+//! Layers point one way: `http` calls `service`, which calls `store`, `bus`
+//! and `claim`; `server` wires the service and the HTTP API together above
+//! both; the worker talks to the bus and the claims only.
+//!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire.
 //! - [`envelope`]: the task envelope (wire format v1) and its ids.
 //! - [`event`]: the status and result events workers publish.
-//! - [`task`]: task states, the state machine, the task record.
-//! - [`store`]: the durable sled store: tasks, idempotency, indexes, audit.
+//! - [`task`]: task states, the state machine, the retry policy, the task
+//!   record and status.
+//! - [`store`]: the durable sled store: task statuses, envelopes,
+//!   idempotency, indexes, the audit log and its by-task index, waits for a
+//!   task's end, format migrations.
+//! - [`agent`]: agent cards (`agents/<id>/agent.json`).
+//! - [`trigger`]: trigger definitions (`triggers/`).
+//! - [`bus`]: the NATS JetStream layout, publishing, pulling, settling.
+//! - [`claim`]: the delivery claims that keep two replicas from running one
+//!   attempt (a contract between processes, below worker and orchestrator).
+//! - [`broker`]: finding or starting a local `nats-server`.
+//! - [`service`]: the orchestrator: submit, cancel, reads, and its
+//!   background work (publisher, event applier, DLQ, reaper, orphan sweep).
+//! - [`http`]: the HTTP API over the service, with its bounds.
+//! - [`server`]: the orchestrator process: service and HTTP API together.
+//! - [`worker`]: the worker service: intake, claims, handlers, reports.
 
 pub mod agent;
 pub mod broker;
