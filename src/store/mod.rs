@@ -8,9 +8,13 @@
 //!   always agree with tasks and every transition has its audit record;
 //! - records that fail to decode are reported with their tree and key.
 //!
-//! Trees: `tasks` (task id → [`TaskRecord`]), `idempotency` (scope/key →
-//! claim), `by_correlation` and `by_state` (index keys → nothing), `audit`
-//! (sequence → chained record) and `meta` (format marker, audit head).
+//! Trees: `tasks` (task id → [`crate::task::TaskStatus`], rewritten on
+//! each change), `envelopes` (task id → envelope, written once),
+//! `idempotency` (scope/key → claim), `by_correlation` and `by_state`
+//! (index keys → nothing), `audit` (sequence → chained record),
+//! `audit_by_task` (task id + sequence → nothing: a task's history) and
+//! `meta` (format marker, audit head). A [`crate::task::TaskRecord`] is
+//! assembled from the first two and the task's audit records.
 
 mod audit;
 mod check;
