@@ -138,9 +138,9 @@ fn check_store(path: &std::path::Path, acked: &Acked, round: usize) {
             .unwrap()
             .unwrap_or_else(|| panic!("round {round}: acknowledged task {id} is gone"));
         assert!(
-            record.state >= *state,
+            record.status.state >= *state,
             "round {round}: task {id} was acknowledged {state}, is {}",
-            record.state
+            record.status.state
         );
     }
     let indexes = store.check_indexes().unwrap();

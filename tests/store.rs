@@ -27,7 +27,7 @@ async fn a_submitted_task_is_stored_indexed_and_audited() {
     };
     let got = store.get(env.header.task_id).unwrap().unwrap();
     assert_eq!(got, record);
-    assert_eq!(got.state, TaskState::Submitted);
+    assert_eq!(got.status.state, TaskState::Submitted);
     assert_eq!(got.history.len(), 1);
     assert_eq!(got.history[0].actor, "test-principal");
     assert!(got.envelope.header.token.is_none());
@@ -298,7 +298,10 @@ async fn retries_stop_at_max_attempts() {
         store.apply(id, change(TaskEvent::Retry)).await.unwrap();
     }
     let record = store.get(id).unwrap().unwrap();
-    assert_eq!((record.state, record.attempt), (TaskState::Failed, 2));
+    assert_eq!(
+        (record.status.state, record.status.attempt),
+        (TaskState::Failed, 2)
+    );
 }
 
 /// Listing pages through a correlation id in creation order with a cursor.
@@ -386,7 +389,7 @@ async fn a_reopened_store_has_every_acknowledged_write() {
     }
     let store = Store::open(&config).unwrap();
     assert_eq!(
-        store.get(ids[0]).unwrap().unwrap().state,
+        store.get(ids[0]).unwrap().unwrap().status.state,
         TaskState::Working
     );
     assert_eq!(store.list(None, 100).unwrap().len(), 20);

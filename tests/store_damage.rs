@@ -216,7 +216,22 @@ async fn a_v1_store_is_migrated_on_open() {
     with_raw_sled(&path, |db| {
         let tasks = db.open_tree("tasks").unwrap();
         for record in &before {
-            let whole = serde_json::to_vec(record).unwrap();
+            // The v1 shape: envelope, status and history in one value,
+            // without the facts v3 copies out of the envelope.
+            let mut whole = serde_json::to_value(&record.status).unwrap();
+            let fields = whole.as_object_mut().unwrap();
+            for copied in ["task_id", "correlation_id", "agent", "max_attempts"] {
+                fields.remove(copied);
+            }
+            fields.insert(
+                "envelope".into(),
+                serde_json::to_value(&record.envelope).unwrap(),
+            );
+            fields.insert(
+                "history".into(),
+                serde_json::to_value(&record.history).unwrap(),
+            );
+            let whole = serde_json::to_vec(&whole).unwrap();
             tasks.insert(record.task_id().as_bytes(), whole).unwrap();
         }
         db.drop_tree("envelopes").unwrap();

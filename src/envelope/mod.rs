@@ -295,6 +295,15 @@ impl Envelope {
         count.0
     }
 
+    /// This envelope for `attempt`: a retry is the same envelope with its
+    /// attempt raised (0 leaves it as it is).
+    pub fn for_attempt(mut self, attempt: u32) -> Envelope {
+        if let Some(attempt) = std::num::NonZeroU32::new(attempt) {
+            self.control.attempt = attempt;
+        }
+        self
+    }
+
     /// A copy without the token, as it is stored and handed to subprocesses.
     pub fn without_token(&self) -> Envelope {
         let mut copy = self.clone();

@@ -63,15 +63,15 @@ impl From<&TaskRecord> for TaskView {
             correlation_id: r.correlation_id().clone(),
             agent: r.agent().to_string(),
             action: r.action().to_string(),
-            state: r.state,
-            attempt: r.attempt,
-            max_attempts: r.max_attempts(),
-            result: r.result.clone(),
-            error: r.error.clone(),
+            state: r.status.state,
+            attempt: r.status.attempt,
+            max_attempts: r.status.max_attempts,
+            result: r.status.result.clone(),
+            error: r.status.error.clone(),
             history: r.history.clone(),
-            trace_id: r.trace_id.clone(),
-            created_at: r.created_at,
-            updated_at: r.updated_at,
+            trace_id: r.status.trace_id.clone(),
+            created_at: r.status.created_at,
+            updated_at: r.status.updated_at,
         }
     }
 }

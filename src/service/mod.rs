@@ -326,11 +326,13 @@ impl Orchestrator {
         within: std::time::Duration,
     ) -> Result<Option<TaskRecord>, ServiceError> {
         let mut watch = self.inner.store.watch(id);
-        match self.task(id).await? {
-            Some(record) if !record.state.is_terminal() => {}
-            other => return Ok(other),
+        match self.inner.store.status(id)? {
+            None => return Ok(None),
+            Some(status) if !status.state.is_terminal() => {
+                let _ = tokio::time::timeout(within, watch.ended()).await;
+            }
+            Some(_) => {}
         }
-        let _ = tokio::time::timeout(within, watch.ended()).await;
         self.task(id).await
     }
 
@@ -477,7 +479,7 @@ impl Orchestrator {
             })
             .await?;
         if let Submitted::Created(record) = &submitted {
-            self.inner.deadlines.watch(record).await;
+            self.inner.deadlines.watch(&record.envelope).await;
             self.inner.publisher.now(record).await;
         }
         Ok(submitted)
@@ -592,7 +594,7 @@ fn in_state(
             return Ok(out);
         };
         cursor = Some(last.task_id());
-        out.extend(batch.into_iter().filter(|r| r.state == state));
+        out.extend(batch.into_iter().filter(|r| r.status.state == state));
         if out.len() >= limit {
             out.truncate(limit);
             return Ok(out);

@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use crate::bus::{Bus, BusError, TraceContext};
 use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::store::{Change, Store};
+use crate::store::{Change, Store, StoreError};
 use crate::task::{TaskEvent, TaskRecord, TaskState};
 
 /// An attempt to publish when its time comes.
@@ -107,10 +107,13 @@ pub(crate) async fn run(
 impl Publisher {
     /// Publishes a task just stored, as soon as possible.
     pub(crate) async fn now(&self, record: &TaskRecord) {
-        let known = Some((record.envelope_for_attempt(), record.trace_id.clone()));
+        let known = Some((
+            record.envelope_for_attempt(),
+            record.status.trace_id.clone(),
+        ));
         self.send(
             record.task_id(),
-            record.attempt,
+            record.status.attempt,
             Instant::now(),
             known,
             false,
@@ -199,20 +202,30 @@ impl Loop {
         }
     }
 
+    /// The envelope and trace of an attempt still waiting to be published
+    /// (status first: the envelope is read only when it is needed).
+    fn to_publish(&self, due: &Due) -> Result<Option<(Envelope, Option<String>)>, StoreError> {
+        let Some(status) = self.store.status(due.task_id)? else {
+            return Ok(None);
+        };
+        if status.state != TaskState::Submitted
+            || status.attempt != due.attempt
+            || status.published_seq.is_some()
+        {
+            return Ok(None);
+        }
+        let envelope = self.store.envelope(due.task_id)?;
+        Ok(envelope.map(|e| (e.for_attempt(status.attempt), status.trace_id)))
+    }
+
     /// Sends one attempt; returns it when it must be tried again (then it
     /// is read from the store again, so it is skipped if the task moved on).
     async fn publish(&self, mut due: Due) -> Option<Due> {
         let (envelope, trace_id) = match due.known.take() {
             Some(known) => known,
-            None => match self.store.get(due.task_id) {
-                Ok(Some(record))
-                    if record.state == TaskState::Submitted
-                        && record.attempt == due.attempt
-                        && record.published_seq.is_none() =>
-                {
-                    (record.envelope_for_attempt(), record.trace_id)
-                }
-                Ok(_) => return None,
+            None => match self.to_publish(&due) {
+                Ok(Some(known)) => known,
+                Ok(None) => return None,
                 Err(e) => {
                     warn!(task_id = %due.task_id, error = %e, "cannot read the task to publish it");
                     return Some(due);

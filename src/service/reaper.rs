@@ -22,10 +22,10 @@ use tracing::{info, warn};
 use super::publisher::Publisher;
 use crate::bus::Bus;
 use crate::claim::{ClaimValue, Claims};
-use crate::envelope::{TaskId, Timestamp};
+use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{Applied, Change, Store};
-use crate::task::{TaskEvent, TaskRecord, TaskState, TaskStatus};
+use crate::task::{TaskEvent, TaskState, TaskStatus};
 
 /// How the reaper behaves.
 #[derive(Debug, Clone, Copy)]
@@ -44,9 +44,9 @@ pub(crate) struct Deadlines {
 
 impl Deadlines {
     /// Watches `record`'s deadline, if it has one.
-    pub(crate) async fn watch(&self, record: &TaskRecord) {
-        if let Some(deadline) = record.envelope.control.deadline {
-            let _ = self.tx.send((deadline, record.task_id())).await;
+    pub(crate) async fn watch(&self, envelope: &Envelope) {
+        if let Some(deadline) = envelope.control.deadline {
+            let _ = self.tx.send((deadline, envelope.header.task_id)).await;
         }
     }
 }
@@ -102,8 +102,8 @@ impl Reaper {
     /// its handler. Most watched tasks finished long before their deadline:
     /// those are only read, not sent through an (audited) change.
     async fn deadline_passed(&self, task_id: TaskId) {
-        match self.store.get(task_id) {
-            Ok(Some(record)) if !record.state.is_terminal() => {}
+        match self.store.status(task_id) {
+            Ok(Some(status)) if !status.state.is_terminal() => {}
             Ok(_) => return,
             Err(e) => {
                 return warn!(task_id = %task_id, error = %e, "cannot read a task past its deadline");

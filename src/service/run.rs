@@ -122,15 +122,17 @@ impl Orchestrator {
         ] {
             let mut after = None;
             loop {
-                let page = store.list_by_state(state, after, 500)?;
+                let page = store.statuses_by_state(state, after, 500)?;
                 let Some(last) = page.last() else { break };
-                after = Some(last.task_id());
-                for record in &page {
-                    self.inner.deadlines.watch(record).await;
-                    if record.state == TaskState::Submitted && record.published_seq.is_none() {
+                after = Some(last.task_id);
+                for status in &page {
+                    if let Some(envelope) = store.envelope(status.task_id)? {
+                        self.inner.deadlines.watch(&envelope).await;
+                    }
+                    if status.state == TaskState::Submitted && status.published_seq.is_none() {
                         self.inner
                             .publisher
-                            .at(record.task_id(), record.attempt, record.retry_at, true)
+                            .at(status.task_id, status.attempt, status.retry_at, true)
                             .await;
                         republished += 1;
                     }

@@ -306,11 +306,7 @@ pub(crate) fn list(
                 break;
             }
             let (key, _) = item?;
-            let seq = keys::trailing_seq(&key).ok_or_else(|| StoreError::Decode {
-                tree: "audit_by_task",
-                key: keys::describe("audit_by_task", &key),
-                message: "index key is shorter than a sequence".into(),
-            })?;
+            let (_, seq) = keys::audit_by_task_parts(&key)?;
             let audit_key = keys::audit(seq);
             let Some(value) = audit.get(audit_key)? else {
                 return Err(StoreError::Decode {

@@ -116,9 +116,8 @@ impl Store {
         }
         for item in inner.audit_by_task.iter() {
             let (key, _) = item?;
-            let task = keys::trailing_task_id("audit_by_task", &key[..16.min(key.len())])?;
-            let Some(seq) = keys::trailing_seq(&key) else {
-                report.problem("audit_by_task has a key shorter than its format".into());
+            let Ok((task, seq)) = keys::audit_by_task_parts(&key) else {
+                report.problem("audit_by_task has a key that is not task id + sequence".into());
                 continue;
             };
             let found = match inner.audit.get(keys::audit(seq))? {

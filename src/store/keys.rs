@@ -57,10 +57,17 @@ pub(crate) fn audit_by_task(id: TaskId, seq: u64) -> [u8; 24] {
     key
 }
 
-/// The sequence that ends an audit index key (its last 8 bytes).
-pub(crate) fn trailing_seq(key: &[u8]) -> Option<u64> {
-    let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
-    Some(u64::from_be_bytes(tail))
+/// The task and sequence of an audit index key, with an error naming the
+/// key when it is not 24 bytes.
+pub(crate) fn audit_by_task_parts(key: &[u8]) -> Result<(TaskId, u64), StoreError> {
+    let malformed = || StoreError::Decode {
+        tree: "audit_by_task",
+        key: describe("audit_by_task", key),
+        message: "index key is not a task id and a sequence (24 bytes)".into(),
+    };
+    let (task, seq) = key.split_first_chunk::<16>().ok_or_else(malformed)?;
+    let seq: [u8; 8] = seq.try_into().map_err(|_| malformed())?;
+    Ok((TaskId::from_bytes(*task), u64::from_be_bytes(seq)))
 }
 
 /// The task id that ends an index key (its last 16 bytes).

@@ -8,7 +8,12 @@ use std::path::Path;
 use tracing::info;
 
 use super::{FORMAT_V2, StoreError, audit, keys};
-use crate::task::{TaskRecord, TaskStatus};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::envelope::{Envelope, Timestamp};
+use crate::event::ErrorInfo;
+use crate::task::{TaskState, TaskStatus};
 
 /// v1 → v2: builds the audit-by-task index from the audit log.
 pub(super) fn v1_to_v2(
@@ -62,11 +67,12 @@ pub(super) fn v2_to_v3(
         if serde_json::from_slice::<TaskStatus>(&bytes).is_ok() {
             continue;
         }
-        let record: TaskRecord = keys::decode_value("tasks", &key, &bytes)?;
+        let whole: WholeRecord = keys::decode_value("tasks", &key, &bytes)?;
+        let (envelope, status) = whole.split();
         // The envelope first: a crash between the two writes leaves a
         // record that is still whole, and the next open splits it again.
-        envelopes.insert(&key, keys::encode(&record.envelope))?;
-        tasks.insert(&key, keys::encode(&record.status()))?;
+        envelopes.insert(&key, keys::encode(&envelope))?;
+        tasks.insert(&key, keys::encode(&status))?;
         split += 1;
     }
     envelopes.flush()?;
@@ -80,4 +86,47 @@ pub(super) fn v2_to_v3(
         "store migrated from format v2 to v3 (envelopes apart, history from the audit log)"
     );
     Ok(())
+}
+
+/// A task record of formats v1 and v2: the envelope, the status and the
+/// history in one value (the history is left out: the audit log has it).
+#[derive(Deserialize)]
+struct WholeRecord {
+    envelope: Envelope,
+    state: TaskState,
+    attempt: u32,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<ErrorInfo>,
+    #[serde(default)]
+    trace_id: Option<String>,
+    #[serde(default)]
+    published_seq: Option<u64>,
+    #[serde(default)]
+    retry_at: Option<Timestamp>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+}
+
+impl WholeRecord {
+    fn split(self) -> (Envelope, TaskStatus) {
+        let header = &self.envelope.header;
+        let status = TaskStatus {
+            task_id: header.task_id,
+            correlation_id: header.correlation_id.clone(),
+            agent: header.to.clone(),
+            max_attempts: self.envelope.control.max_attempts.get(),
+            state: self.state,
+            attempt: self.attempt,
+            result: self.result,
+            error: self.error,
+            trace_id: self.trace_id,
+            published_seq: self.published_seq,
+            retry_at: self.retry_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        };
+        (self.envelope, status)
+    }
 }

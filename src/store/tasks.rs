@@ -166,11 +166,22 @@ impl Store {
         let envelope = new.envelope.without_token();
         let task_id = envelope.header.task_id;
         let attempt = envelope.control.attempt.get();
-        let record = TaskRecord {
+        let status = TaskStatus {
+            task_id,
+            correlation_id: envelope.header.correlation_id.clone(),
+            agent: envelope.header.to.clone(),
+            max_attempts: envelope.control.max_attempts.get(),
             state: TaskState::Submitted,
             attempt,
             result: None,
             error: None,
+            trace_id: new.trace_id.clone(),
+            published_seq: None,
+            retry_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let record = TaskRecord {
             history: vec![HistoryEntry {
                 at: now,
                 from: None,
@@ -180,18 +191,14 @@ impl Store {
                 actor: new.actor.clone(),
                 reason: "submitted".into(),
             }],
-            trace_id: new.trace_id.clone(),
-            published_seq: None,
-            retry_at: None,
-            created_at: now,
-            updated_at: now,
             envelope,
+            status,
         };
         let key = record.envelope.control.idempotency_key.clone();
         let idem_key = keys::idempotency(&new.scope, key.as_str());
         let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
         let claim_bytes = keys::encode(&claim);
-        let status_bytes = keys::encode(&record.status());
+        let status_bytes = keys::encode(&record.status);
         let envelope_bytes = keys::encode(&record.envelope);
         let correlation_key = keys::correlation(record.correlation_id(), task_id);
         let entry = AuditEntry {
@@ -204,7 +211,7 @@ impl Store {
                 "agent": record.agent(),
                 "action": record.action(),
                 "attempt": attempt,
-                "max_attempts": record.max_attempts(),
+                "max_attempts": record.status.max_attempts,
                 "priority": record.envelope.control.priority,
                 "idempotency_key": key,
             }),
@@ -411,19 +418,31 @@ impl Store {
         }
     }
 
+    /// The envelope of the task with this id, if any (as submitted, attempt 1).
+    pub fn envelope(&self, id: TaskId) -> Result<Option<Envelope>, StoreError> {
+        let key = keys::task(id);
+        match self.inner.envelopes.get(key)? {
+            Some(bytes) => keys::decode_value("envelopes", &key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The whole task of a status: its envelope and history added.
     fn assemble(&self, status: TaskStatus) -> Result<TaskRecord, StoreError> {
-        let key = keys::task(status.task_id);
-        let Some(bytes) = self.inner.envelopes.get(key)? else {
+        let Some(envelope) = self.envelope(status.task_id)? else {
+            let key = keys::task(status.task_id);
             return Err(StoreError::Decode {
                 tree: "envelopes",
                 key: keys::describe("envelopes", &key),
                 message: format!("task {} has no envelope", status.task_id),
             });
         };
-        let envelope: Envelope = keys::decode_value("envelopes", &key, &bytes)?;
         let history = self.history(status.task_id)?;
-        Ok(TaskRecord::assemble(status, envelope, history))
+        Ok(TaskRecord {
+            envelope,
+            status,
+            history,
+        })
     }
 
     /// A task's transitions, oldest first, from its audit records.
@@ -464,12 +483,13 @@ impl Store {
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let prefix = keys::correlation_prefix(correlation);
         let start = after.map(|id| keys::correlation(correlation, id));
-        self.list_index(
+        self.index_range(
             &self.inner.by_correlation,
             "by_correlation",
             &prefix,
             start,
             limit,
+            |id| self.get(id),
         )
     }
 
@@ -480,9 +500,8 @@ impl Store {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        let prefix = [state.code()];
-        let start = after.map(|id| keys::state(state, id).to_vec());
-        self.list_index(&self.inner.by_state, "by_state", &prefix, start, limit)
+        let statuses = self.statuses_by_state(state, after, limit)?;
+        statuses.into_iter().map(|s| self.assemble(s)).collect()
     }
 
     /// [`Store::list_by_state`], statuses only (no envelope or history read).
@@ -502,17 +521,6 @@ impl Store {
             limit,
             |id| self.status(id),
         )
-    }
-
-    fn list_index(
-        &self,
-        index: &sled::Tree,
-        name: &'static str,
-        prefix: &[u8],
-        after: Option<Vec<u8>>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>, StoreError> {
-        self.index_range(index, name, prefix, after, limit, |id| self.get(id))
     }
 
     /// Up to `limit` items read by `read` for the task ids of `index`

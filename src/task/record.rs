@@ -7,38 +7,18 @@ use super::{TaskEvent, TaskState};
 use crate::envelope::{Action, AgentName, CorrelationId, Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 
-/// A task with its full history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A task as it is shown: its envelope, its status and its history. The
+/// store keeps the three apart (the envelope written once, the status
+/// rewritten on each change, the history in the audit log) and assembles
+/// them on read.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskRecord {
     /// The envelope as submitted, without a token: what is (re)published.
     pub envelope: Envelope,
-    /// The current state.
-    pub state: TaskState,
-    /// The current attempt, from 1; a retry adds one.
-    pub attempt: u32,
-    /// The result, once completed (or a partial result reported earlier).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// The last error reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorInfo>,
+    /// The current state and what goes with it.
+    pub status: TaskStatus,
     /// Every transition, oldest first; the first is the creation.
     pub history: Vec<HistoryEntry>,
-    /// The trace this task belongs to (W3C trace id), for the Jaeger link.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
-    /// The task stream's sequence of the current attempt's envelope, once
-    /// the broker acknowledged it; `None`: not published yet (recovery
-    /// publishes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub published_seq: Option<u64>,
-    /// When the current attempt may be published: set by a scheduled retry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_at: Option<Timestamp>,
-    /// When the task was created.
-    pub created_at: Timestamp,
-    /// When the task last changed.
-    pub updated_at: Timestamp,
 }
 
 /// One transition of a task.
@@ -64,17 +44,17 @@ pub struct HistoryEntry {
 impl TaskRecord {
     /// The task's id.
     pub fn task_id(&self) -> TaskId {
-        self.envelope.header.task_id
+        self.status.task_id
     }
 
     /// The task's correlation id.
     pub fn correlation_id(&self) -> &CorrelationId {
-        &self.envelope.header.correlation_id
+        &self.status.correlation_id
     }
 
     /// The agent the task is for.
     pub fn agent(&self) -> &AgentName {
-        &self.envelope.header.to
+        &self.status.agent
     }
 
     /// The action asked of the agent.
@@ -82,18 +62,9 @@ impl TaskRecord {
         &self.envelope.payload.action
     }
 
-    /// The task's attempt budget.
-    pub fn max_attempts(&self) -> u32 {
-        self.envelope.control.max_attempts.get()
-    }
-
     /// The envelope to publish for the current attempt (token still absent).
     pub fn envelope_for_attempt(&self) -> Envelope {
-        let mut env = self.envelope.clone();
-        if let Some(attempt) = std::num::NonZeroU32::new(self.attempt) {
-            env.control.attempt = attempt;
-        }
-        env
+        self.envelope.clone().for_attempt(self.status.attempt)
     }
 }
 
@@ -120,55 +91,19 @@ pub struct TaskStatus {
     /// The last error reported (cleared by a completion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
-    /// The trace this task belongs to.
+    /// The trace this task belongs to (W3C trace id), for the Jaeger link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
-    /// See [`TaskRecord::published_seq`].
+    /// The task stream's sequence of the current attempt's envelope, once
+    /// the broker acknowledged it; `None`: not published yet (recovery
+    /// publishes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub published_seq: Option<u64>,
-    /// See [`TaskRecord::retry_at`].
+    /// When the current attempt may be published: set by a scheduled retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Timestamp>,
     /// When the task was created.
     pub created_at: Timestamp,
     /// When the task last changed.
     pub updated_at: Timestamp,
-}
-
-impl TaskRecord {
-    /// The whole task from its three stored parts.
-    pub fn assemble(status: TaskStatus, envelope: Envelope, history: Vec<HistoryEntry>) -> Self {
-        TaskRecord {
-            envelope,
-            state: status.state,
-            attempt: status.attempt,
-            result: status.result,
-            error: status.error,
-            history,
-            trace_id: status.trace_id,
-            published_seq: status.published_seq,
-            retry_at: status.retry_at,
-            created_at: status.created_at,
-            updated_at: status.updated_at,
-        }
-    }
-
-    /// The part the store rewrites on each change.
-    pub fn status(&self) -> TaskStatus {
-        TaskStatus {
-            task_id: self.task_id(),
-            correlation_id: self.correlation_id().clone(),
-            agent: self.agent().clone(),
-            max_attempts: self.max_attempts(),
-            state: self.state,
-            attempt: self.attempt,
-            result: self.result.clone(),
-            error: self.error.clone(),
-            trace_id: self.trace_id.clone(),
-            published_seq: self.published_seq,
-            retry_at: self.retry_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
 }

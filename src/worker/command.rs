@@ -274,6 +274,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn read_tail_keeps_at_most_its_bound() {
+        let mut flood = vec![b'x'; 500_000];
+        flood.extend_from_slice(b"\nthe end\n");
+        let tail = read_tail(Some(&flood[..]), 1000).await;
+        assert_eq!(tail.len(), 1000);
+        assert!(tail.ends_with(b"\nthe end\n"));
+        let short = read_tail(Some(&b"short\n"[..]), 1000).await;
+        assert_eq!(short, b"short\n");
+    }
+
+    #[tokio::test]
     async fn exit_codes_map_to_retryable_and_permanent_failures() {
         let retry = run_sh(
             "echo warming up >&2; echo 'index busy' >&2; exit 75",

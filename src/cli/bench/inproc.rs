@@ -76,7 +76,7 @@ pub(super) async fn full_path(
                 .await
                 .map_err(|e| e.to_string())?;
             match ended {
-                Some(r) if r.state.is_terminal() => Ok::<Duration, String>(t.elapsed()),
+                Some(r) if r.status.state.is_terminal() => Ok::<Duration, String>(t.elapsed()),
                 _ => Err(format!("task {id} did not end within a minute")),
             }
         }
