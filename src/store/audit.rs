@@ -72,7 +72,7 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    fn encode(&self) -> [u8; 40] {
+    pub(super) fn encode(&self) -> [u8; 40] {
         let mut out = [0u8; 40];
         out[..8].copy_from_slice(&self.seq.to_be_bytes());
         out[8..].copy_from_slice(&self.hash);

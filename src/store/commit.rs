@@ -4,8 +4,10 @@
 //! calls [`GroupCommit::durable`] after writing. One background thread
 //! flushes sled whenever writers are waiting; every writer whose change was
 //! made before a flush began is released by that flush. Under load one
-//! `fsync` covers many changes. After each flush the thread records the
-//! audit head it covered in the commit mark (see `mark.rs`).
+//! `fsync` covers many changes. After each flush the audit head it covered
+//! is handed to a second thread that records it in the commit mark (see
+//! `mark.rs`): the mark's own `fsync` runs beside the next flush instead of
+//! in front of it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -15,7 +17,7 @@ use tokio::sync::watch;
 
 use super::StoreError;
 use super::audit;
-use super::mark::CommitMark;
+use super::mark::MarkSink;
 
 /// The flusher's progress, as writers see it.
 #[derive(Debug, Clone, Default)]
@@ -55,7 +57,7 @@ impl GroupCommit {
     pub(crate) fn start(
         db: sled::Db,
         meta: sled::Tree,
-        mut mark: CommitMark,
+        mark: impl MarkSink,
         commits: Arc<AtomicU64>,
     ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared {
@@ -66,10 +68,11 @@ impl GroupCommit {
             flushed_commits: AtomicU64::new(commits.load(Ordering::SeqCst)),
             commits,
         });
+        let marker = Marker::start(mark, shared.flushed.clone())?;
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("store-flush".into())
-            .spawn(move || flush_loop(&db, &meta, &mut mark, &for_thread))
+            .spawn(move || flush_loop(&db, &meta, &marker, &for_thread))
             .map_err(|e| StoreError::Io(format!("cannot start the flush thread: {e}")))?;
         Ok(GroupCommit {
             shared,
@@ -120,8 +123,7 @@ impl GroupCommit {
     }
 }
 
-fn flush_loop(db: &sled::Db, meta: &sled::Tree, mark: &mut CommitMark, shared: &Shared) {
-    let mut marked = audit::Head::default();
+fn flush_loop(db: &sled::Db, meta: &sled::Tree, marker: &Marker, shared: &Shared) {
     loop {
         let closing = {
             let mut wake = shared.wake.lock().unwrap_or_else(PoisonError::into_inner);
@@ -145,25 +147,87 @@ fn flush_loop(db: &sled::Db, meta: &sled::Tree, mark: &mut CommitMark, shared: &
             Ok(_) => f.upto = f.upto.max(target),
             Err(e) => f.failed = Some((target, Arc::from(e.to_string()))),
         });
-        // The mark is written after the writers are released: it only has to
-        // lag behind what is on disk, never run ahead of it.
-        if let (true, Ok(head)) = (flushed, head)
-            && head.seq > marked.seq
-        {
-            match mark.write(head) {
-                Ok(()) => marked = head,
-                Err(e) => {
-                    // A store that cannot keep its mark cannot prove what it
-                    // acknowledged: every later write fails until a restart.
-                    let message = format!("cannot write {}: {e}", mark.path().display());
-                    shared
-                        .flushed
-                        .send_modify(|f| f.failed = Some((u64::MAX, Arc::from(message))));
-                }
-            }
+        // The mark is written after the writers are released, and on its own
+        // thread: it only has to lag behind what is on disk, never run ahead.
+        if let (true, Ok(head)) = (flushed, head) {
+            marker.offer(head);
         }
         if closing {
             return;
+        }
+    }
+}
+
+/// What the flusher and the marker thread share: `(newest head not yet
+/// written, closing)`, and the marker's wake-up.
+type MarkerState = (Mutex<(Option<audit::Head>, bool)>, Condvar);
+
+/// The thread that writes the commit mark. It keeps only the newest head
+/// offered: a mark that skips heads still never runs ahead of the disk.
+struct Marker {
+    /// Shared with the marker thread.
+    state: Arc<MarkerState>,
+    /// The marker thread, joined on drop after it wrote the last head.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Marker {
+    fn start(mut sink: impl MarkSink, flushed: watch::Sender<Flushed>) -> Result<Self, StoreError> {
+        let state: Arc<MarkerState> = Arc::new((Mutex::new((None, false)), Condvar::new()));
+        let for_thread = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("store-mark".into())
+            .spawn(move || {
+                let (lock, cv) = &*for_thread;
+                let mut marked = audit::Head::default();
+                loop {
+                    let (head, closing) = {
+                        let mut s = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                        while s.0.is_none() && !s.1 {
+                            s = cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+                        }
+                        (s.0.take(), s.1)
+                    };
+                    if let Some(head) = head.filter(|h| h.seq > marked.seq) {
+                        if let Err(e) = sink.write(head) {
+                            // A store that cannot keep its mark cannot prove
+                            // what it acknowledged: every later write fails
+                            // until a restart.
+                            let message = format!("cannot write {}: {e}", sink.describe());
+                            flushed.send_modify(|f| {
+                                f.failed = Some((u64::MAX, Arc::from(message)));
+                            });
+                            return;
+                        }
+                        marked = head;
+                    }
+                    if closing {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("cannot start the mark thread: {e}")))?;
+        Ok(Marker {
+            state,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands `head` (covered by a finished flush) to the marker thread.
+    fn offer(&self, head: audit::Head) {
+        let (lock, cv) = &*self.state;
+        lock.lock().unwrap_or_else(PoisonError::into_inner).0 = Some(head);
+        cv.notify_one();
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.state;
+        lock.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
+        cv.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -182,5 +246,85 @@ impl Drop for GroupCommit {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::audit::{HEAD_KEY, Head};
+
+    /// A mark that tells when a write begins and finishes it only when let.
+    struct HeldMark {
+        began: mpsc::Sender<u64>,
+        go: mpsc::Receiver<()>,
+        written: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl MarkSink for HeldMark {
+        fn write(&mut self, head: Head) -> std::io::Result<()> {
+            let _ = self.began.send(head.seq);
+            let _ = self.go.recv();
+            self.written.lock().unwrap().push(head.seq);
+            Ok(())
+        }
+
+        fn describe(&self) -> String {
+            "held mark".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_mark_does_not_hold_up_the_next_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        let (began_tx, began) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel();
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let mark = HeldMark {
+            began: began_tx,
+            go: go_rx,
+            written: Arc::clone(&written),
+        };
+        let commit =
+            GroupCommit::start(db.clone(), meta.clone(), mark, Arc::new(AtomicU64::new(0)))
+                .unwrap();
+        // Bound after `commit`, so a failing test drops it first and the
+        // held mark lets go instead of blocking the flusher's join.
+        let go = go;
+        let set_head = |seq: u64| {
+            let head = Head {
+                seq,
+                hash: [seq as u8; 32],
+            };
+            meta.insert(HEAD_KEY, &head.encode()[..]).unwrap();
+        };
+
+        set_head(1);
+        commit.durable().await.unwrap();
+        // The mark's first write is under way and held there.
+        assert_eq!(began.recv_timeout(Duration::from_secs(10)).unwrap(), 1);
+        for seq in 2..=4 {
+            set_head(seq);
+            let flushed = tokio::time::timeout(Duration::from_secs(10), commit.durable()).await;
+            assert!(
+                matches!(flushed, Ok(Ok(()))),
+                "flush {seq} waited for the mark"
+            );
+        }
+
+        // Let the mark go: on close it ends at the newest flushed head.
+        for _ in 0..4 {
+            let _ = go.send(());
+        }
+        drop(commit);
+        let written = written.lock().unwrap().clone();
+        assert_eq!(written.first(), Some(&1));
+        assert_eq!(written.last(), Some(&4), "{written:?}");
+        assert!(written.windows(2).all(|w| w[0] < w[1]), "{written:?}");
     }
 }

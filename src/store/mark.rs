@@ -108,10 +108,24 @@ impl CommitMark {
         self.next_slot = 1 - self.next_slot;
         Ok(())
     }
+}
 
-    /// The mark's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+/// Where the flusher records the audit head each flush covered: the
+/// commit mark, or in tests a stand-in that can be held up.
+pub(crate) trait MarkSink: Send + 'static {
+    /// Records `head` durably.
+    fn write(&mut self, head: Head) -> std::io::Result<()>;
+    /// What is written, for errors (the mark's path).
+    fn describe(&self) -> String;
+}
+
+impl MarkSink for CommitMark {
+    fn write(&mut self, head: Head) -> std::io::Result<()> {
+        CommitMark::write(self, head)
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
     }
 }
 
