@@ -285,6 +285,89 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     ));
 }
 
+/// Changes to one task that arrive together are one store job: one
+/// transaction, so the status is written once, while each transition keeps
+/// its own outcome and audit record, and a refused change in the middle
+/// neither stops the ones after it nor loses the ones before.
+#[tokio::test]
+async fn changes_that_arrive_together_are_one_transaction() {
+    let (_dir, store) = temp_store();
+    let env = envelope("echo", "echo", json!({}), "k");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let mut working = change(TaskEvent::Start);
+    working.attempt = Some(1);
+    let mut stale = change(TaskEvent::Complete);
+    stale.attempt = Some(2);
+    let mut done = change(TaskEvent::Complete);
+    done.attempt = Some(1);
+    done.result = Some(json!({"ok": true}));
+    let before = store.transactions();
+    let outcomes = store
+        .apply_all_deferred(
+            id,
+            vec![
+                working,
+                stale,
+                change(TaskEvent::RequireAuth),
+                change(TaskEvent::Complete),
+                change(TaskEvent::Start),
+                done,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.transactions(), before + 1);
+    assert_eq!(outcomes.len(), 6);
+    assert!(matches!(&outcomes[0], Ok(Applied::Moved(s)) if s.state == TaskState::Working));
+    assert!(matches!(&outcomes[1], Ok(Applied::Ignored { .. })));
+    assert!(matches!(&outcomes[2], Ok(Applied::Moved(s)) if s.state == TaskState::AuthRequired));
+    let refused = outcomes[3].as_ref().unwrap_err();
+    assert_eq!(refused.code(), "invalid_transition");
+    assert!(matches!(&outcomes[4], Ok(Applied::Moved(s)) if s.state == TaskState::Working));
+    assert!(matches!(&outcomes[5], Ok(Applied::Moved(s)) if s.state == TaskState::Completed));
+    store.flush().await.unwrap();
+    let task = store.get(id).unwrap().unwrap();
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(task.status.result, Some(json!({"ok": true})));
+    let states: Vec<_> = task.history.iter().map(|h| h.to).collect();
+    assert_eq!(
+        states,
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::AuthRequired,
+            TaskState::Working,
+            TaskState::Completed
+        ]
+    );
+    assert_eq!(
+        store.list_by_state(TaskState::Completed, None, 10).unwrap(),
+        vec![task.clone()]
+    );
+    for left in [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::AuthRequired,
+    ] {
+        let listed = store.list_by_state(left, None, 10).unwrap();
+        assert!(listed.is_empty(), "still indexed as {left}");
+    }
+    assert!(
+        task.history.windows(2).all(|w| w[1].from == Some(w[0].to)),
+        "{:?}",
+        task.history
+    );
+    assert!(store.verify_audit().unwrap().ok);
+    // One alone is one transaction too, and a task nobody stored is an
+    // outcome, not a failure of the job.
+    let unknown = store
+        .apply_all_deferred(orchestrator::TaskId::new(), vec![change(TaskEvent::Start)])
+        .await
+        .unwrap();
+    assert!(matches!(unknown[..], [Err(StoreError::NotFound(_))]));
+}
+
 /// Retries run until max_attempts, then the task fails.
 #[tokio::test]
 async fn retries_stop_at_max_attempts() {

@@ -34,6 +34,10 @@ pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
 /// How many tasks' events are applied at once.
 const SHARDS: usize = 16;
 
+/// The most events of one shard taken together; a task's events among them
+/// that follow each other are applied as one store job.
+const TOGETHER: usize = 64;
+
 /// What applying events needs.
 #[derive(Clone)]
 pub(crate) struct Applier {
@@ -53,8 +57,9 @@ pub(crate) async fn apply_events(applier: Applier, events: PullConsumer, stop: C
         let applier = applier.clone();
         senders.push(tx);
         shards.push(tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                applier.apply_one(msg).await;
+            let mut waiting = Vec::new();
+            while rx.recv_many(&mut waiting, TOGETHER).await > 0 {
+                applier.apply_arrived(std::mem::take(&mut waiting)).await;
             }
         }));
     }
@@ -107,56 +112,104 @@ fn change_for(event: &WorkerEvent) -> Change {
     }
 }
 
+/// Splits events into runs of one task each, keeping their order.
+fn runs_by_task<M>(events: Vec<(M, WorkerEvent)>) -> Vec<Vec<(M, WorkerEvent)>> {
+    let mut runs: Vec<Vec<(M, WorkerEvent)>> = Vec::new();
+    for (msg, event) in events {
+        match runs.last_mut() {
+            Some(run) if run.last().is_some_and(|(_, e)| e.task_id == event.task_id) => {
+                run.push((msg, event));
+            }
+            _ => runs.push(vec![(msg, event)]),
+        }
+    }
+    runs
+}
+
 impl Applier {
-    async fn apply_one(&self, msg: Message) {
-        let Ok(event) = WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES)
-        else {
-            return self
-                .poison(
-                    msg,
-                    "undecodable_event",
-                    "the event is not a valid worker event",
-                )
-                .await;
-        };
-        // The change is made in order here; its flush and the ack run on
-        // their own, so this task's next event can be applied meanwhile.
-        match self
-            .store
-            .apply_deferred(event.task_id, change_for(&event))
-            .await
-        {
-            Ok(applied) => {
-                let this = self.clone();
-                tokio::spawn(async move { this.after_applied(msg, &event, applied).await });
+    /// Applies the events a shard had waiting, in order. Events of one task
+    /// that follow each other (a `working` report and the result, read
+    /// from a backlog) go to the store as one job, so its status is written
+    /// once for them.
+    async fn apply_arrived(&self, arrived: Vec<Message>) {
+        let mut decoded = Vec::with_capacity(arrived.len());
+        for msg in arrived {
+            match WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES) {
+                Ok(event) => decoded.push((msg, event)),
+                Err(_) => {
+                    self.poison(
+                        msg,
+                        "undecodable_event",
+                        "the event is not a valid worker event",
+                    )
+                    .await;
+                }
             }
-            Err(StoreError::NotFound(_)) => self.unknown_task(msg, &event).await,
-            Err(e @ StoreError::Transition { .. }) => {
-                warn!(task_id = %event.task_id, error = %e, "event not applied");
-                settle(&msg, Settlement::Ack).await;
-            }
-            Err(e) => self.failed(msg, &e.to_string()).await,
+        }
+        for group in runs_by_task(decoded) {
+            self.apply_group(group).await;
         }
     }
 
-    /// Once the change is flushed: ack, schedule a retry.
-    async fn after_applied(&self, msg: Message, event: &WorkerEvent, applied: Applied) {
-        if let Err(e) = self.store.flush().await {
-            return self.failed(msg, &e.to_string()).await;
-        }
-        settle(&msg, Settlement::Ack).await;
-        match applied {
-            Applied::Moved(record) => {
-                if record.state == TaskState::Submitted && record.attempt > event.attempt.get() {
-                    self.publisher
-                        .at(record.task_id, record.attempt, record.retry_at, false)
-                        .await;
+    /// Applies events of one task. The changes are made in order here; their
+    /// flush and the acks run on their own, so the next events can be
+    /// applied meanwhile.
+    async fn apply_group(&self, group: Vec<(Message, WorkerEvent)>) {
+        let Some(task_id) = group.first().map(|(_, e)| e.task_id) else {
+            return;
+        };
+        let changes = group.iter().map(|(_, e)| change_for(e)).collect();
+        let outcomes = match self.store.apply_all_deferred(task_id, changes).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                for (msg, _) in group {
+                    self.failed(msg, &e.to_string()).await;
                 }
+                return;
             }
-            Applied::Ignored { reason, .. } => {
-                debug!(task_id = %event.task_id, "event ignored: {reason}");
+        };
+        let mut applied = Vec::with_capacity(group.len());
+        for ((msg, event), outcome) in group.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(outcome) => applied.push((msg, event, outcome)),
+                Err(StoreError::NotFound(_)) => self.unknown_task(msg, &event).await,
+                Err(e @ StoreError::Transition { .. }) => {
+                    warn!(task_id = %event.task_id, error = %e, "event not applied");
+                    settle(&msg, Settlement::Ack).await;
+                }
+                Err(e) => self.failed(msg, &e.to_string()).await,
             }
-            Applied::Unchanged(_) => {}
+        }
+        if !applied.is_empty() {
+            let this = self.clone();
+            tokio::spawn(async move { this.after_applied(applied).await });
+        }
+    }
+
+    /// Once the changes are flushed: ack each event, schedule a retry.
+    async fn after_applied(&self, applied: Vec<(Message, WorkerEvent, Applied)>) {
+        if let Err(e) = self.store.flush().await {
+            for (msg, _, _) in applied {
+                self.failed(msg, &e.to_string()).await;
+            }
+            return;
+        }
+        for (msg, event, applied) in applied {
+            settle(&msg, Settlement::Ack).await;
+            match applied {
+                Applied::Moved(record) => {
+                    if record.state == TaskState::Submitted && record.attempt > event.attempt.get()
+                    {
+                        self.publisher
+                            .at(record.task_id, record.attempt, record.retry_at, false)
+                            .await;
+                    }
+                }
+                Applied::Ignored { reason, .. } => {
+                    debug!(task_id = %event.task_id, "event ignored: {reason}");
+                }
+                Applied::Unchanged(_) => {}
+            }
         }
     }
 
@@ -222,5 +275,45 @@ impl Applier {
                 settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::TaskId;
+
+    fn event(task_id: TaskId, state: &str) -> WorkerEvent {
+        serde_json::from_value(json!({
+            "v": 1,
+            "task_id": task_id,
+            "correlation_id": "c-1",
+            "agent": "echo",
+            "attempt": 1,
+            "state": state,
+            "at": crate::envelope::Timestamp::now(),
+        }))
+        .unwrap()
+    }
+
+    /// Only events of one task that follow each other go together, and
+    /// order is kept: a task's later event never joins an earlier run.
+    #[test]
+    fn events_go_together_only_in_runs_of_one_task() {
+        let (a, b) = (TaskId::new(), TaskId::new());
+        let arrived = vec![
+            (1, event(a, "working")),
+            (2, event(a, "completed")),
+            (3, event(b, "working")),
+            (4, event(a, "completed")),
+            (5, event(b, "completed")),
+            (6, event(b, "completed")),
+        ];
+        let runs: Vec<Vec<i32>> = runs_by_task(arrived)
+            .into_iter()
+            .map(|run| run.into_iter().map(|(n, _)| n).collect())
+            .collect();
+        assert_eq!(runs, vec![vec![1, 2], vec![3], vec![4], vec![5, 6]]);
+        assert!(runs_by_task::<i32>(Vec::new()).is_empty());
     }
 }

@@ -16,6 +16,7 @@
 //! `meta` (format marker, audit head). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
 
+mod apply;
 mod audit;
 mod check;
 mod commit;
@@ -28,11 +29,12 @@ mod tasks;
 mod watch;
 mod writer;
 
+pub use apply::{Applied, Change};
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
-pub use tasks::{Applied, Change, NewTask, Submitted};
+pub use tasks::{NewTask, Submitted};
 pub use watch::Watch;
 
 use std::path::{Path, PathBuf};
@@ -123,6 +125,8 @@ struct Inner {
     _collector: idempotency::Collector,
     /// Waiters for tasks to end.
     watchers: watch::Watchers,
+    /// Transactions the writer committed since the store was opened.
+    commits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Store {
@@ -198,7 +202,13 @@ impl Store {
                     head,
                     Arc::clone(&commits),
                 )?,
-                commit: commit::GroupCommit::start(db.clone(), meta.clone(), mark, commits)?,
+                commit: commit::GroupCommit::start(
+                    db.clone(),
+                    meta.clone(),
+                    mark,
+                    Arc::clone(&commits),
+                )?,
+                commits,
                 _collector: collector,
                 path,
                 tasks,
@@ -265,6 +275,13 @@ impl Store {
     /// How many idempotency keys are held (expired ones until collected).
     pub fn claimed_keys(&self) -> usize {
         self.inner.idempotency.len()
+    }
+
+    /// How many transactions the store's writer committed since it was
+    /// opened. Each holds every change that was waiting when it began, so
+    /// under load this grows far slower than the number of changes.
+    pub fn transactions(&self) -> u64 {
+        self.inner.commits.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until every change made so far is on disk.

@@ -1,19 +1,15 @@
-//! Tasks in the store: creation with an idempotency claim, state changes
-//! through the state machine, reads by id, correlation and state, and an
-//! index consistency check.
+//! Tasks in the store: creation with an idempotency claim, and reads by
+//! id, correlation and state (changes are in `apply.rs`).
 
 use std::ops::Bound;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sled::transaction::ConflictableTransactionError;
 
 use super::idempotency::{Claim, Fingerprint};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{CorrelationId, Envelope, TaskId, Timestamp, check_label};
-use crate::event::ErrorInfo;
-use crate::task::{
-    HistoryEntry, Next, TaskEvent, TaskRecord, TaskState, TaskStatus, TransitionError, decide,
-};
+use crate::task::{HistoryEntry, TaskRecord, TaskState, TaskStatus};
 
 /// A task to create.
 #[derive(Debug, Clone)]
@@ -49,74 +45,11 @@ impl Submitted {
     }
 }
 
-/// A change asked of a task.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Change {
-    /// What happened.
-    pub event: TaskEvent,
-    /// The attempt the report is about; a report about another attempt than
-    /// the task's current one is stale and ignored. `None`: not tied to one.
-    pub attempt: Option<u32>,
-    /// Who reports it.
-    pub actor: String,
-    /// Why, in words.
-    pub reason: String,
-    /// A result to record.
-    pub result: Option<Value>,
-    /// An error to record.
-    pub error: Option<ErrorInfo>,
-    /// For a retry: the delay the handler asked for before the next
-    /// attempt (the store's retry policy caps it, or chooses one).
-    pub retry_after: Option<std::time::Duration>,
-}
-
-impl Change {
-    /// A change with no result or error, not tied to an attempt.
-    pub fn new(event: TaskEvent, actor: impl Into<String>, reason: impl Into<String>) -> Self {
-        Change {
-            event,
-            attempt: None,
-            actor: actor.into(),
-            reason: reason.into(),
-            result: None,
-            error: None,
-            retry_after: None,
-        }
-    }
-}
-
-/// What [`Store::apply`] did, with the task's status after it (read the
-/// whole task with [`Store::get`]).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Applied {
-    /// The task moved; this is its new status.
-    Moved(TaskStatus),
-    /// The event repeated what was already so; nothing was written.
-    Unchanged(TaskStatus),
-    /// The event came too late (terminal task) or is about another attempt;
-    /// it was recorded in the audit log and otherwise ignored.
-    Ignored {
-        /// The task, unchanged.
-        record: TaskStatus,
-        /// Why it was ignored.
-        reason: String,
-    },
-}
-
-impl Applied {
-    /// The task's status after the change.
-    pub fn record(&self) -> &TaskStatus {
-        match self {
-            Applied::Moved(r) | Applied::Unchanged(r) | Applied::Ignored { record: r, .. } => r,
-        }
-    }
-}
-
-fn abort(e: StoreError) -> Abort {
+pub(super) fn abort(e: StoreError) -> Abort {
     ConflictableTransactionError::Abort(e)
 }
 
-fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> {
+pub(super) fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> {
     let key = keys::task(id);
     let bytes = tx
         .tasks
@@ -125,35 +58,10 @@ fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> {
     keys::decode_value("tasks", &key, &bytes).map_err(abort)
 }
 
-/// The audit entry for an event that was ignored.
-fn ignored_entry(record: &TaskStatus, change: &Change, why: &str) -> AuditEntry {
-    AuditEntry {
-        actor: change.actor.clone(),
-        kind: "task.ignored_event".into(),
-        task_id: Some(record.task_id),
-        correlation_id: Some(record.correlation_id.clone()),
-        trace_id: record.trace_id.clone(),
-        detail: json!({
-            "state": record.state,
-            "event": change.event,
-            "attempt": change.attempt,
-            "reason": change.reason,
-            "ignored_because": why,
-        }),
-    }
-}
-
 /// How a submit transaction ended.
 enum SubmitOutcome {
     Created,
     Existing(TaskId),
-}
-
-/// How an apply transaction ended.
-enum ApplyOutcome {
-    Moved(TaskStatus),
-    Unchanged(TaskStatus),
-    Ignored(TaskStatus, String),
 }
 
 impl Store {
@@ -257,141 +165,6 @@ impl Store {
                 Ok(Submitted::Existing(existing))
             }
         }
-    }
-
-    /// Applies one change to a task through the state machine, recording
-    /// the transition in its history and in the audit log.
-    ///
-    /// A change the state machine refuses in a live state is an error
-    /// ([`StoreError::Transition`]); one that comes after the task ended, or
-    /// that is about another attempt, is audited and returned as
-    /// [`Applied::Ignored`].
-    pub async fn apply(&self, task_id: TaskId, change: Change) -> Result<Applied, StoreError> {
-        let applied = self.apply_deferred(task_id, change).await?;
-        self.inner.commit.durable().await?;
-        Ok(applied)
-    }
-
-    /// [`Store::apply`] without waiting for the flush: the change is made,
-    /// in order with every other change, but may not be on disk yet. Call
-    /// [`Store::flush`] before telling anyone about it. Lets a caller apply
-    /// the next change while this one's flush is under way.
-    pub async fn apply_deferred(
-        &self,
-        task_id: TaskId,
-        change: Change,
-    ) -> Result<Applied, StoreError> {
-        let now = Timestamp::now();
-        let policy = self.inner.retry;
-        let outcome = self
-            .transact(Box::new(move |tx, head| {
-                let mut record = read_status(tx, task_id)?;
-                let ignore = |record: TaskStatus, why: String| {
-                    let entry = ignored_entry(&record, &change, &why);
-                    let head = audit::append(tx, head, &entry, now)?;
-                    Ok((head, ApplyOutcome::Ignored(record, why)))
-                };
-                if let Some(attempt) = change.attempt
-                    && attempt != record.attempt
-                {
-                    let why = format!(
-                        "report about attempt {attempt}, the task is at attempt {}",
-                        record.attempt
-                    );
-                    return ignore(record, why);
-                }
-                let next = decide(
-                    record.state,
-                    record.attempt,
-                    record.max_attempts,
-                    change.event,
-                );
-                let (state, attempt) = match next {
-                    Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
-                    Ok(Next::Move { state, attempt }) => (state, attempt),
-                    Err(error @ TransitionError::Terminal { .. }) => {
-                        return ignore(record, error.to_string());
-                    }
-                    Err(error @ TransitionError::NotAllowed { .. }) => {
-                        return Err(abort(StoreError::Transition { task_id, error }));
-                    }
-                };
-                let from = record.state;
-                let retried = attempt != record.attempt;
-                if retried {
-                    // A retry: the next attempt is published when due.
-                    let delay = policy.delay(record.attempt, change.retry_after);
-                    record.retry_at = Some(now.after(delay));
-                    record.published_seq = None;
-                }
-                record.state = state;
-                record.attempt = attempt;
-                record.updated_at = now;
-                if change.result.is_some() {
-                    record.result.clone_from(&change.result);
-                }
-                if change.error.is_some() {
-                    record.error.clone_from(&change.error);
-                } else if state == TaskState::Completed {
-                    // An earlier attempt's error stays in the history only.
-                    record.error = None;
-                }
-                tx.tasks
-                    .insert(&keys::task(task_id), keys::encode(&record))?;
-                tx.by_state.remove(&keys::state(from, task_id))?;
-                tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
-                let entry = AuditEntry {
-                    actor: change.actor.clone(),
-                    kind: "task.transition".into(),
-                    task_id: Some(task_id),
-                    correlation_id: Some(record.correlation_id.clone()),
-                    trace_id: record.trace_id.clone(),
-                    detail: json!({
-                        "from": from,
-                        "to": state,
-                        "event": change.event,
-                        "attempt": attempt,
-                        "reason": change.reason,
-                        "retry_at": record.retry_at.filter(|_| retried),
-                    }),
-                };
-                let head = audit::append(tx, head, &entry, now)?;
-                Ok((head, ApplyOutcome::Moved(record)))
-            }))
-            .await?;
-        Ok(match outcome {
-            ApplyOutcome::Moved(r) => {
-                if r.state.is_terminal() {
-                    self.inner.watchers.wake(task_id);
-                }
-                Applied::Moved(r)
-            }
-            ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
-            ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
-        })
-    }
-
-    /// Records that the broker acknowledged the envelope of `attempt` at
-    /// stream sequence `seq`, so recovery does not publish it again. Not
-    /// audited (no state changes) and not waited for: if a crash loses it,
-    /// recovery republishes the attempt, which JetStream or the worker's
-    /// record check turns away. Ignored when the task moved on meanwhile.
-    pub async fn record_published(
-        &self,
-        task_id: TaskId,
-        attempt: u32,
-        seq: u64,
-    ) -> Result<(), StoreError> {
-        self.transact(Box::new(move |tx, head| {
-            let mut record = read_status(tx, task_id)?;
-            if record.attempt == attempt && !record.state.is_terminal() {
-                record.published_seq = Some(seq);
-                tx.tasks
-                    .insert(&keys::task(task_id), keys::encode(&record))?;
-            }
-            Ok((head, ()))
-        }))
-        .await
     }
 
     /// A wait for task `id` to end, registered now: read the task after

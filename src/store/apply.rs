@@ -1,0 +1,321 @@
+//! Changes to stored tasks: a worker's report or an operator's request,
+//! taken through the state machine and recorded in the task's status, the
+//! state index and the audit log.
+//!
+//! Changes to one task that arrive together (a `working` report and the
+//! result, read from a backlog) are made as one job: the status is written
+//! once for all of them, each transition still gets its audit record.
+
+use serde_json::{Value, json};
+use sled::transaction::ConflictableTransactionError;
+
+use super::tasks::{abort, read_status};
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use crate::envelope::{TaskId, Timestamp};
+use crate::event::ErrorInfo;
+use crate::task::{Next, RetryPolicy, TaskEvent, TaskState, TaskStatus, TransitionError, decide};
+
+/// A change asked of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// What happened.
+    pub event: TaskEvent,
+    /// The attempt the report is about; a report about another attempt than
+    /// the task's current one is stale and ignored. `None`: not tied to one.
+    pub attempt: Option<u32>,
+    /// Who reports it.
+    pub actor: String,
+    /// Why, in words.
+    pub reason: String,
+    /// A result to record.
+    pub result: Option<Value>,
+    /// An error to record.
+    pub error: Option<ErrorInfo>,
+    /// For a retry: the delay the handler asked for before the next
+    /// attempt (the store's retry policy caps it, or chooses one).
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl Change {
+    /// A change with no result or error, not tied to an attempt.
+    pub fn new(event: TaskEvent, actor: impl Into<String>, reason: impl Into<String>) -> Self {
+        Change {
+            event,
+            attempt: None,
+            actor: actor.into(),
+            reason: reason.into(),
+            result: None,
+            error: None,
+            retry_after: None,
+        }
+    }
+}
+
+/// What [`Store::apply`] did, with the task's status after it (read the
+/// whole task with [`Store::get`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The task moved; this is its new status.
+    Moved(TaskStatus),
+    /// The event repeated what was already so; nothing was written.
+    Unchanged(TaskStatus),
+    /// The event came too late (terminal task) or is about another attempt;
+    /// it was recorded in the audit log and otherwise ignored.
+    Ignored {
+        /// The task, unchanged.
+        record: TaskStatus,
+        /// Why it was ignored.
+        reason: String,
+    },
+}
+
+impl Applied {
+    /// The task's status after the change.
+    pub fn record(&self) -> &TaskStatus {
+        match self {
+            Applied::Moved(r) | Applied::Unchanged(r) | Applied::Ignored { record: r, .. } => r,
+        }
+    }
+}
+
+/// The audit entry for an event that was ignored.
+fn ignored_entry(record: &TaskStatus, change: &Change, why: &str) -> AuditEntry {
+    AuditEntry {
+        actor: change.actor.clone(),
+        kind: "task.ignored_event".into(),
+        task_id: Some(record.task_id),
+        correlation_id: Some(record.correlation_id.clone()),
+        trace_id: record.trace_id.clone(),
+        detail: json!({
+            "state": record.state,
+            "event": change.event,
+            "attempt": change.attempt,
+            "reason": change.reason,
+            "ignored_because": why,
+        }),
+    }
+}
+
+/// How an apply transaction ended.
+enum ApplyOutcome {
+    Moved(TaskStatus),
+    Unchanged(TaskStatus),
+    Ignored(TaskStatus, String),
+}
+
+impl ApplyOutcome {
+    fn status(&self) -> &TaskStatus {
+        match self {
+            ApplyOutcome::Moved(r) | ApplyOutcome::Unchanged(r) | ApplyOutcome::Ignored(r, _) => r,
+        }
+    }
+}
+
+impl Store {
+    /// Applies one change to a task through the state machine, recording
+    /// the transition in its history and in the audit log.
+    ///
+    /// A change the state machine refuses in a live state is an error
+    /// ([`StoreError::Transition`]); one that comes after the task ended, or
+    /// that is about another attempt, is audited and returned as
+    /// [`Applied::Ignored`].
+    pub async fn apply(&self, task_id: TaskId, change: Change) -> Result<Applied, StoreError> {
+        let applied = self.apply_deferred(task_id, change).await?;
+        self.inner.commit.durable().await?;
+        Ok(applied)
+    }
+
+    /// [`Store::apply`] without waiting for the flush: the change is made,
+    /// in order with every other change, but may not be on disk yet. Call
+    /// [`Store::flush`] before telling anyone about it. Lets a caller apply
+    /// the next change while this one's flush is under way.
+    pub async fn apply_deferred(
+        &self,
+        task_id: TaskId,
+        change: Change,
+    ) -> Result<Applied, StoreError> {
+        let mut outcomes = self.apply_all_deferred(task_id, vec![change]).await?;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Io("a change was not run".into())))
+    }
+
+    /// Several changes to one task, in order, as one job (see
+    /// [`Store::apply_deferred`]): the task's status is written once, at
+    /// the end, whatever the number of changes. Each change has its own
+    /// outcome, as if applied alone; the outer error is the store's.
+    pub async fn apply_all_deferred(
+        &self,
+        task_id: TaskId,
+        changes: Vec<Change>,
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        let now = Timestamp::now();
+        let policy = self.inner.retry;
+        let outcomes = self
+            .transact(Box::new(move |tx, mut head| {
+                let mut outcomes = Vec::with_capacity(changes.len());
+                let mut status = None;
+                for change in &changes {
+                    let current = match status.take() {
+                        Some(status) => status,
+                        None => match read_status(tx, task_id) {
+                            Ok(status) => status,
+                            Err(ConflictableTransactionError::Abort(e)) => {
+                                outcomes.push(Err(e));
+                                continue;
+                            }
+                            Err(other) => return Err(other),
+                        },
+                    };
+                    match apply_one(tx, head, current.clone(), change, now, policy) {
+                        Ok((next, outcome)) => {
+                            head = next;
+                            status = Some(outcome.status().clone());
+                            outcomes.push(Ok(outcome));
+                        }
+                        // Refused before it wrote anything: its own error,
+                        // and the next change starts from the same status.
+                        Err(ConflictableTransactionError::Abort(e)) => {
+                            status = Some(current);
+                            outcomes.push(Err(e));
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
+                // Written once, after every change: in a batch sled keeps
+                // only the last value of a key anyway, this skips encoding
+                // the ones between.
+                if let Some(status) = status.filter(|_| {
+                    outcomes
+                        .iter()
+                        .any(|o| matches!(o, Ok(ApplyOutcome::Moved(_))))
+                }) {
+                    tx.tasks
+                        .insert(&keys::task(task_id), keys::encode(&status))?;
+                }
+                Ok((head, outcomes))
+            }))
+            .await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.map(|o| match o {
+                    ApplyOutcome::Moved(r) => {
+                        if r.state.is_terminal() {
+                            self.inner.watchers.wake(task_id);
+                        }
+                        Applied::Moved(r)
+                    }
+                    ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
+                    ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
+                })
+            })
+            .collect())
+    }
+
+    /// Records that the broker acknowledged the envelope of `attempt` at
+    /// stream sequence `seq`, so recovery does not publish it again. Not
+    /// audited (no state changes) and not waited for: if a crash loses it,
+    /// recovery republishes the attempt, which JetStream or the worker's
+    /// record check turns away. Ignored when the task moved on meanwhile.
+    pub async fn record_published(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        seq: u64,
+    ) -> Result<(), StoreError> {
+        self.transact(Box::new(move |tx, head| {
+            let mut record = read_status(tx, task_id)?;
+            if record.attempt == attempt && !record.state.is_terminal() {
+                record.published_seq = Some(seq);
+                tx.tasks
+                    .insert(&keys::task(task_id), keys::encode(&record))?;
+            }
+            Ok((head, ()))
+        }))
+        .await
+    }
+}
+
+/// Applies `change` to a task whose status is `record`: the state index and
+/// the audit log are written here, the status by the caller. Refusals come
+/// before any write.
+fn apply_one(
+    tx: &Tx<'_>,
+    head: audit::Head,
+    mut record: TaskStatus,
+    change: &Change,
+    now: Timestamp,
+    policy: RetryPolicy,
+) -> Result<(audit::Head, ApplyOutcome), Abort> {
+    let task_id = record.task_id;
+    let ignore = |record: TaskStatus, why: String| {
+        let entry = ignored_entry(&record, change, &why);
+        let head = audit::append(tx, head, &entry, now)?;
+        Ok((head, ApplyOutcome::Ignored(record, why)))
+    };
+    if let Some(attempt) = change.attempt
+        && attempt != record.attempt
+    {
+        let why = format!(
+            "report about attempt {attempt}, the task is at attempt {}",
+            record.attempt
+        );
+        return ignore(record, why);
+    }
+    let next = decide(
+        record.state,
+        record.attempt,
+        record.max_attempts,
+        change.event,
+    );
+    let (state, attempt) = match next {
+        Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
+        Ok(Next::Move { state, attempt }) => (state, attempt),
+        Err(error @ TransitionError::Terminal { .. }) => {
+            return ignore(record, error.to_string());
+        }
+        Err(error @ TransitionError::NotAllowed { .. }) => {
+            return Err(abort(StoreError::Transition { task_id, error }));
+        }
+    };
+    let from = record.state;
+    let retried = attempt != record.attempt;
+    if retried {
+        // A retry: the next attempt is published when due.
+        let delay = policy.delay(record.attempt, change.retry_after);
+        record.retry_at = Some(now.after(delay));
+        record.published_seq = None;
+    }
+    record.state = state;
+    record.attempt = attempt;
+    record.updated_at = now;
+    if change.result.is_some() {
+        record.result.clone_from(&change.result);
+    }
+    if change.error.is_some() {
+        record.error.clone_from(&change.error);
+    } else if state == TaskState::Completed {
+        // An earlier attempt's error stays in the history only.
+        record.error = None;
+    }
+    tx.by_state.remove(&keys::state(from, task_id))?;
+    tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+    let entry = AuditEntry {
+        actor: change.actor.clone(),
+        kind: "task.transition".into(),
+        task_id: Some(task_id),
+        correlation_id: Some(record.correlation_id.clone()),
+        trace_id: record.trace_id.clone(),
+        detail: json!({
+            "from": from,
+            "to": state,
+            "event": change.event,
+            "attempt": attempt,
+            "reason": change.reason,
+            "retry_at": record.retry_at.filter(|_| retried),
+        }),
+    };
+    let head = audit::append(tx, head, &entry, now)?;
+    Ok((head, ApplyOutcome::Moved(record)))
+}
