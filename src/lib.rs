@@ -4,7 +4,7 @@
 //! # Layout
 //!
 //! Layers point one way: `http` calls `service`, which calls `store`, `bus`
-//! and `claim`; `server` wires the service and the HTTP API together above
+//! `claim` and `auth`; `server` wires the service and the HTTP API together above
 //! both; the worker talks to the bus and the claims only.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
@@ -21,6 +21,8 @@
 //! - [`bus`]: the NATS JetStream layout, publishing, pulling, settling.
 //! - [`claim`]: the delivery claims that keep two replicas from running one
 //!   attempt (a contract between processes, below worker and orchestrator).
+//! - [`auth`]: task tokens: key files, the canonical envelope hash, minting
+//!   and the worker's checks (a contract between processes, like `claim`).
 //! - [`broker`]: finding or starting a local `nats-server`.
 //! - [`service`]: the orchestrator: submit, cancel, reads, and its
 //!   background work (publisher, event applier, DLQ, reaper, orphan sweep).
@@ -29,6 +31,7 @@
 //! - [`worker`]: the worker service: intake, claims, handlers, reports.
 
 pub mod agent;
+pub mod auth;
 pub mod broker;
 pub mod bus;
 pub mod claim;

@@ -70,6 +70,16 @@ enum Command {
     /// Offline tools for a store no process has open.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Keys for task tokens.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Write a new key pair: the orchestrator signs with one, workers verify
+    /// with the other.
+    Generate(cli::keys::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -110,6 +120,7 @@ fn main() -> ExitCode {
             Command::Bench(args) => cli::bench::bench(args).await,
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
+            Command::Keys(KeysCommand::Generate(args)) => cli::keys::generate(&args),
         }
     })
 }

@@ -80,7 +80,14 @@ fn every_process_of_the_design_is_a_service() {
 fn service_commands_flags_and_variables_match_the_cli() {
     let c = compose();
     // ORCH_OUTBOX is read by the outlook agent's script.
-    let known_vars = ["NATS_URL", "ORCH_HTTP_ADDR", "ORCH_DATA_DIR", "ORCH_OUTBOX"];
+    let known_vars = [
+        "NATS_URL",
+        "ORCH_HTTP_ADDR",
+        "ORCH_DATA_DIR",
+        "ORCH_OUTBOX",
+        "ORCH_SIGNING_KEY",
+        "ORCH_VERIFY_KEY",
+    ];
     for name in ["orchestrator", "knowledge-agent", "outlook-agent"] {
         let service = &c["services"][name];
         assert_eq!(
@@ -130,6 +137,37 @@ fn service_commands_flags_and_variables_match_the_cli() {
         assert!(
             run_help.contains(var),
             "`orchestrator run --help` does not mention {var}"
+        );
+    }
+}
+
+/// Security is on in the compose file too: the orchestrator signs with a
+/// key only it mounts, every worker verifies with the public key, and the
+/// variables are ones `run` and `worker` read.
+#[test]
+fn the_orchestrator_signs_and_every_worker_verifies() {
+    let c = compose();
+    let keys = c["services"]["keys"]["command"].to_string();
+    assert!(
+        keys.contains("orchestrator keys generate --dir /secret"),
+        "{keys}"
+    );
+    assert!(help("keys").contains("generate"));
+    let o = &c["services"]["orchestrator"];
+    assert_eq!(o["environment"]["ORCH_SIGNING_KEY"], "/secret/signing.pem");
+    assert!(help("run").contains("ORCH_SIGNING_KEY"));
+    assert!(help("worker").contains("ORCH_VERIFY_KEY"));
+    for name in ["knowledge-agent", "outlook-agent"] {
+        let w = &c["services"][name];
+        assert_eq!(
+            w["environment"]["ORCH_VERIFY_KEY"], "/keys/verify.pem",
+            "{name}"
+        );
+        let volumes = w["volumes"].to_string();
+        assert!(volumes.contains("verify-key:/keys:ro"), "{name}: {volumes}");
+        assert!(
+            !volumes.contains("signing-key"),
+            "{name} can read the private key"
         );
     }
 }

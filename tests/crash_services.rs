@@ -79,7 +79,13 @@ async fn a_worker_killed_after_its_side_effect_does_not_repeat_it() {
     let agent_arg = dir.to_str().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let mut first = orchestrator(
-        &["worker", "--agent", agent_arg],
+        &[
+            "worker",
+            "--agent",
+            agent_arg,
+            "--data-dir",
+            sys.data.path().to_str().unwrap(),
+        ],
         &sys.nats.url(),
         &logs.path().join("a.log"),
     );
@@ -95,7 +101,13 @@ async fn a_worker_killed_after_its_side_effect_does_not_repeat_it() {
     first.kill();
     std::fs::remove_file(dir.join("hold")).unwrap();
     let _second = orchestrator(
-        &["worker", "--agent", agent_arg],
+        &[
+            "worker",
+            "--agent",
+            agent_arg,
+            "--data-dir",
+            sys.data.path().to_str().unwrap(),
+        ],
         &sys.nats.url(),
         &logs.path().join("b.log"),
     );
@@ -156,8 +168,13 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
         .await
         .unwrap();
+    let verifier = orchestrator::auth::TokenSettings::default()
+        .verifier(data.path(), "slow")
+        .unwrap()
+        .map(Arc::new);
     let config = orchestrator::worker::WorkerConfig {
         concurrency: 2,
+        verifier,
         ..Default::default()
     };
     let worker = orchestrator::worker::Worker::start(bus, slow, ".".into(), Arc::new(Slow), config)

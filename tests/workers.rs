@@ -94,6 +94,11 @@ impl Bench {
         let child = command
             .env("NATS_URL", self.sys.nats.url())
             .env("PY_ECHO_JOURNAL", self.journal())
+            // Both workers check task tokens with the orchestrator's key.
+            .env(
+                "ORCH_VERIFY_KEY",
+                self.sys.data.path().join("keys").join("verify.pem"),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -169,12 +174,12 @@ impl Drop for Bench {
 /// Fails clearly when the Python worker's one dependency is missing.
 fn python_worker_runs() {
     let found = Command::new("python3")
-        .args(["-c", "import nats"])
+        .args(["-c", "import nats, jwt, rfc8785, cryptography"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         found,
-        "python3 with nats-py is needed: pip install -r examples/python-worker/requirements.txt \
+        "python3 with nats-py, pyjwt[crypto] and rfc8785 is needed: pip install -r examples/python-worker/requirements.txt \
          (scripts/test does it)"
     );
 }
@@ -460,4 +465,54 @@ async fn workers_killed_at_random_points_agree_with_the_store() {
         assert_eq!(ran, all, "attempts that ran for {id}: {task:#}");
     }
     assert_eq!(b.dead_letters().await, 0);
+}
+
+/// The envelope hash a token binds is the same in Rust (the orchestrator's
+/// `envelope_hash`) and in the Python worker (`tokens.wire_hash`, on the
+/// message as received), for params that stress RFC 8785: floats in every
+/// notation, escapes, non-ASCII and astral characters, nesting, key order.
+#[test]
+fn python_and_rust_agree_on_the_envelope_hash() {
+    python_worker_runs();
+    let tricky = [
+        json!({}),
+        json!({"n": 1, "big": 9007199254740991u64, "neg": -42}),
+        json!({"f": [0.1, 1e21, 1e20, 1e-7, 1e-6, 4.5e-7, 5e-324, 1.7976931348623157e308, 333333333.3333333, -0.0]}),
+        json!({"s": "quote \" backslash \\ newline \n tab \t nul \u{0} bell \u{7} del \u{7f} é € 😀 \u{2028}"}),
+        json!({"z": 1, "a": {"\u{1F600}": 1, "\u{E000}": 2, "b": [null, true, false, {"y": [], "x": {}}]}}),
+    ];
+    for params in tricky {
+        let map = params.as_object().unwrap().clone();
+        let mut env = orchestrator::Envelope::new(
+            "orchestrator".parse().unwrap(),
+            "py-echo".parse().unwrap(),
+            "echo".parse().unwrap(),
+            map,
+        );
+        env.control.required_scopes = vec!["Files.Read".parse().unwrap()];
+        env.payload.meta.system_prompt = Some("Be brief.\r\n".into());
+        let rust = orchestrator::auth::envelope_hash(&env).unwrap();
+        let out = Command::new("python3")
+            .current_dir(example_dir())
+            .args([
+                "-c",
+                "import json, sys, tokens; print(tokens.wire_hash(json.loads(sys.stdin.buffer.read())))",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(&env.to_vec())?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let python = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(python.trim(), rust, "params {params}");
+    }
 }

@@ -4,6 +4,10 @@ docs/worker-protocol.md alone. Section numbers (§) below are that page's.
 
     python3 worker.py --agent py-echo        # NATS_URL, default nats://127.0.0.1:4222
 
+Task tokens are checked with the orchestrator's public key, ORCH_VERIFY_KEY
+(a path or the PEM text); `--no-verify` runs tasks unchecked, for
+development only.
+
 The agent directory holds `agent.json` (its card) and `handler.py`, which
 exposes `async def handle(action, params, ctx)`. `ctx` has task_id, attempt,
 resumed and idempotency_key. An exception with a `code` and a `retryable`
@@ -30,10 +34,12 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError, NotFoundError
 
+from tokens import Refused, TokenCheck
+
 PREFIX = "orch"
 PRIORITIES = ("high", "normal", "low")
 WRONG_LAST_SEQUENCE = 10071
-WORKING_AFTER = 0.1  # §4.6
+WORKING_AFTER = 0.1  # §4.7
 REGISTRY_EVERY = 5.0  # §8
 SHUTDOWN_GRACE = 30.0  # §9
 
@@ -168,13 +174,14 @@ class Claims:
 
 
 class Worker:
-    def __init__(self, nc, agent_dir):
+    def __init__(self, nc, agent_dir, token_check_for):
         self.nc = nc
         self.js = nc.jetstream()
         with open(os.path.join(agent_dir, "agent.json")) as f:
             self.card = json.load(f)
         self.agent = self.card["name"]
-        self.skills = {s["id"] for s in self.card["skills"]}
+        self.skills = {s["id"]: s.get("scopes", []) for s in self.card["skills"]}
+        self.tokens = token_check_for(self.agent)  # None: unchecked
         delivery = self.card.get("delivery", {})
         self.lease = parse_duration(delivery.get("ackWait", "30s"))
         self.max_deliver = int(delivery.get("maxDeliver", 5))
@@ -351,6 +358,17 @@ class Worker:
         if action not in self.skills:
             await self.refuse(env, msg, "unknown_action", f"{self.agent} has no skill {action!r}")
             return
+        if self.tokens:
+            try:
+                self.tokens.check(env, self.skills[action])
+            except Refused as r:
+                log(f"task {task}: token refused: {r}")
+                error = {"code": r.code, "message": r.message, "retryable": False}
+                if await self.report(env, r.state, error=error):
+                    await msg.ack()
+                else:
+                    await msg.nak(delay=self.retry_delay)
+                return
         resumed = delivered > 1 or bool(msg.headers and msg.headers.get("Orch-Republished"))
         if resumed and await self.attempt_over(task, attempt):
             await msg.ack()
@@ -401,7 +419,7 @@ class Worker:
                 if now >= beat_at:
                     await msg.in_progress()
                     revision, last_write = await self.renew(task, value, revision, last_write)
-            # §4.7: fence before reporting.
+            # §4.8: fence before reporting.
             if time.monotonic() - last_write > self.lease / 2:
                 revision, last_write = await self.renew(task, value, revision, last_write)
         except Stop as stop:
@@ -460,7 +478,7 @@ class Worker:
             return "failed", fields
 
     async def attempt_over(self, task, attempt):
-        """§4.3: the attempt's final event exists (a failed lookup: no)."""
+        """§4.4: the attempt's final event exists (a failed lookup: no)."""
         try:
             last = await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.{task}")
             event = json.loads(last.data)
@@ -605,9 +623,18 @@ async def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agent", required=True, help="the agent's directory (agent.json, handler.py)")
     parser.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    parser.add_argument("--verify-key", default=os.environ.get("ORCH_VERIFY_KEY"), help="the orchestrator's public key (path or PEM)")
+    parser.add_argument("--no-verify", action="store_true", help="run tasks without checking their tokens (development only)")
     args = parser.parse_args()
+    if args.no_verify:
+        log("WARNING: task tokens are NOT checked (--no-verify); development only")
+        token_check_for = lambda agent: None  # noqa: E731
+    elif not args.verify_key:
+        sys.exit("no key to verify task tokens with: set ORCH_VERIFY_KEY (or --verify-key) to the orchestrator's public key")
+    else:
+        token_check_for = lambda agent: TokenCheck(args.verify_key, agent)  # noqa: E731
     nc = await nats.connect(args.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
-    await Worker(nc, args.agent).serve()
+    await Worker(nc, args.agent, token_check_for).serve()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod keys;
 pub mod offline;
 pub mod output;
 pub mod serve;

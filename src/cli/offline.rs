@@ -148,7 +148,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     }
 }
 
-fn fail(as_json: bool, code: &str, message: &str) -> ExitCode {
+pub fn fail(as_json: bool, code: &str, message: &str) -> ExitCode {
     if as_json {
         println!(
             "{}",

@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// is tried and a local nats-server is started if nothing answers.
     #[arg(long, env = "NATS_URL")]
     nats_url: Option<String>,
+    /// The key task tokens are signed with: a path or the PEM text
+    /// (overrides the config file). Without one, `<data_dir>/keys/` is used,
+    /// and a pair is generated there on the first start.
+    #[arg(long, env = "ORCH_SIGNING_KEY", hide_env_values = true)]
+    signing_key: Option<String>,
 }
 
 #[derive(Args)]
@@ -53,6 +58,15 @@ pub struct WorkerArgs {
     /// Tasks run at once (overrides the card).
     #[arg(long)]
     concurrency: Option<usize>,
+    /// The orchestrator's public key, to check task tokens: a path or the
+    /// PEM text (overrides the config file). Without one,
+    /// `<data_dir>/keys/verify.pem` is used when it exists.
+    #[arg(long, env = "ORCH_VERIFY_KEY", hide_env_values = true)]
+    verify_key: Option<String>,
+    /// Where an orchestrator on this machine keeps its keys (overrides the
+    /// config file).
+    #[arg(long, env = "ORCH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
@@ -101,6 +115,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     if let Some(u) = args.nats_url {
         config.nats_url = Some(u);
     }
+    if let Some(k) = args.signing_key {
+        config.tokens.signing_key = Some(k);
+    }
     let cards = if args.agents.is_dir() {
         match AgentCard::load_all(&args.agents) {
             Ok(cards) => cards.into_iter().map(|(c, _)| c).collect(),
@@ -124,6 +141,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
+    if let Some(files) = orchestrator.generated_keys() {
+        eprintln!(
+            "no signing key configured: generated one at {}; workers verify task tokens with {} (ORCH_VERIFY_KEY)",
+            files.signing.display(),
+            files.verify.display()
+        );
+    }
     let result = orchestrator::server::serve(orchestrator, listener, shutdown_signal()).await;
     if let Some(broker) = managed {
         broker.stop().await;
@@ -188,12 +212,32 @@ async fn connect_or_start_broker(
 }
 
 pub async fn worker(args: WorkerArgs) -> ExitCode {
-    let config = match load_config(args.config.as_deref()) {
+    let mut config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
+    if let Some(k) = args.verify_key {
+        config.tokens.verify_key = Some(k);
+    }
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
     let (card, dir) = match AgentCard::load(&args.agent) {
         Ok(pair) => pair,
+        Err(e) => return fail(e),
+    };
+    let verifier = match config.tokens.verifier(&config.data_dir, card.name.as_str()) {
+        Ok(Some(v)) => {
+            info!(algorithm = ?v.kind(), "task tokens are checked before anything runs");
+            Some(std::sync::Arc::new(v))
+        }
+        Ok(None) => {
+            let message = "tokens.verify is false: task tokens are NOT checked; anyone who can \
+                           publish on this agent's subject can run its tasks (development only)";
+            warn!("{message}");
+            eprintln!("warning: {message}");
+            None
+        }
         Err(e) => return fail(e),
     };
     let handler = match handler_for(&card) {
@@ -210,6 +254,7 @@ pub async fn worker(args: WorkerArgs) -> ExitCode {
     };
     let mut worker_config = WorkerConfig {
         max_envelope_bytes: config.max_envelope_bytes,
+        verifier,
         ..WorkerConfig::default()
     };
     if let Some(c) = args.concurrency {

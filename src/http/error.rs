@@ -122,6 +122,11 @@ impl From<ServiceError> for ApiError {
                 "payload_too_large",
                 e.to_string(),
             ),
+            ServiceError::Keys(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "keys_unavailable",
+                e.to_string(),
+            ),
         }
     }
 }

@@ -79,6 +79,8 @@ pub struct ServiceConfig {
     /// How long one HTTP request may take before it is answered 408.
     #[serde(with = "humantime_serde")]
     pub http_request_timeout: Duration,
+    /// Task tokens: keys, issuer, lifetime, checking.
+    pub tokens: crate::auth::TokenSettings,
 }
 
 impl Default for ServiceConfig {
@@ -98,6 +100,7 @@ impl Default for ServiceConfig {
             publish_in_flight: 1024,
             http_max_in_flight: 512,
             http_request_timeout: Duration::from_secs(30),
+            tokens: crate::auth::TokenSettings::default(),
         }
     }
 }
@@ -175,6 +178,9 @@ pub enum ServiceError {
     /// The bus failed.
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// The token keys cannot be loaded or made (at open only).
+    #[error("task token keys: {0}")]
+    Keys(String),
 }
 
 /// Who is asking, and the trace the request belongs to.
@@ -241,6 +247,10 @@ struct Inner {
     publisher: Publisher,
     /// Watches deadlines (the loop starts with `start`).
     deadlines: Deadlines,
+    /// Signs each published attempt's token.
+    minter: crate::auth::Minter,
+    /// The key files generated at open, when there were none.
+    generated_keys: Option<crate::auth::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
     pending: Mutex<Option<run::Queues>>,
 }
@@ -259,6 +269,17 @@ impl Orchestrator {
         store_config.cache_bytes = config.store_cache_bytes;
         store_config.retry = config.retry;
         let store = Store::open(&store_config)?;
+        let (minter, generated_keys) = config
+            .tokens
+            .minter(&config.data_dir)
+            .map_err(|e| ServiceError::Keys(e.to_string()))?;
+        if let Some(files) = &generated_keys {
+            tracing::info!(
+                signing = %files.signing.display(),
+                verify = %files.verify.display(),
+                "no signing key configured: generated a new Ed25519 pair"
+            );
+        }
         bus.provision().await?;
         let claims = bus.claims(bus.config().ack_wait).await?;
         let max_envelope = bus.max_payload().saturating_sub(HEADER_ROOM);
@@ -278,12 +299,20 @@ impl Orchestrator {
                 max_envelope,
                 publisher,
                 deadlines,
+                minter,
+                generated_keys,
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
                 })),
             }),
         })
+    }
+
+    /// The key files generated when the orchestrator opened with no
+    /// signing key (workers need the `verify` one).
+    pub fn generated_keys(&self) -> Option<&crate::auth::KeyFiles> {
+        self.inner.generated_keys.as_ref()
     }
 
     /// The store.
@@ -444,22 +473,40 @@ impl Orchestrator {
         causation: Option<TaskId>,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
+        let mut skill_scopes = Vec::new();
         if !self.inner.cards.is_empty() {
             let card = self
                 .inner
                 .cards
                 .get(&request.to)
                 .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
-            if card.skill(request.action.as_str()).is_none() {
+            let Some(skill) = card.skill(request.action.as_str()) else {
                 return Err(ServiceError::UnknownAction {
                     agent: request.to.clone(),
                     action: request.action.to_string(),
                 });
-            }
+            };
+            skill_scopes.clone_from(&skill.scopes);
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
         envelope.header.causation_id = causation.map(Into::into);
+        // The token grants what the action declares it needs, besides what
+        // the request or trigger asked for.
+        let scopes = &mut envelope.control.required_scopes;
+        scopes.extend(skill_scopes);
+        scopes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        scopes.dedup();
+        // A task whose token could not bind its envelope is refused now,
+        // not failed at publish time.
+        crate::auth::envelope_hash(&envelope).map_err(|e| {
+            let field = e
+                .path
+                .strip_prefix("payload.")
+                .unwrap_or(&e.path)
+                .to_string();
+            ServiceError::BadInput(crate::codec::DecodeError::invalid(field, e.message))
+        })?;
         let size = envelope.encoded_len();
         if size > self.inner.max_envelope {
             return Err(ServiceError::TooLarge {

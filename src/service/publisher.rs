@@ -8,6 +8,9 @@
 //! next attempt is due (`retry_at`), and this publishes it then. A publish
 //! the broker refuses for size fails the task at once; one that fails for
 //! any other reason is tried again after `retry_delay`.
+//!
+//! Each publish carries a fresh task token (see `auth`), minted here just
+//! before the send: a retry or a republished attempt never reuses one.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -19,6 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::auth::Minter;
 use crate::bus::{Bus, BusError, TraceContext};
 use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
@@ -36,9 +40,9 @@ struct Due {
     task_id: TaskId,
     /// The attempt to publish.
     attempt: u32,
-    /// The envelope and trace, when known (a fresh submission); otherwise
-    /// the task is read at publish time and skipped if it moved on.
-    known: Option<(Envelope, Option<String>)>,
+    /// What to publish, when known (a fresh submission); otherwise the
+    /// task is read at publish time and skipped if it moved on.
+    known: Option<Known>,
     /// Sent by recovery: the broker may hold an earlier copy.
     republished: bool,
 }
@@ -57,6 +61,27 @@ impl PartialOrd for Due {
 impl Ord for Due {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.at, self.order).cmp(&(other.at, other.order))
+    }
+}
+
+/// An attempt's envelope and what its token and trace need.
+#[derive(Debug)]
+struct Known {
+    /// The envelope of the attempt, without a token.
+    envelope: Envelope,
+    /// The trace the task belongs to.
+    trace_id: Option<String>,
+    /// Who asked for it: the token's `sub`.
+    requested_by: Option<String>,
+}
+
+impl Known {
+    fn of(envelope: Envelope, status: &crate::task::TaskStatus) -> Known {
+        Known {
+            envelope,
+            trace_id: status.trace_id.clone(),
+            requested_by: status.requested_by.clone(),
+        }
     }
 }
 
@@ -92,12 +117,14 @@ pub(crate) async fn run(
     bus: Bus,
     settings: PublishSettings,
     again: Publisher,
+    minter: Minter,
     stop: CancellationToken,
 ) {
     let run = Loop {
         store,
         bus,
         settings,
+        minter,
         slots: Arc::new(Semaphore::new(settings.in_flight.max(1))),
         again,
     };
@@ -107,10 +134,7 @@ pub(crate) async fn run(
 impl Publisher {
     /// Publishes a task just stored, as soon as possible.
     pub(crate) async fn now(&self, record: &TaskRecord) {
-        let known = Some((
-            record.envelope_for_attempt(),
-            record.status.trace_id.clone(),
-        ));
+        let known = Some(Known::of(record.envelope_for_attempt(), &record.status));
         self.send(
             record.task_id(),
             record.status.attempt,
@@ -139,7 +163,7 @@ impl Publisher {
         task_id: TaskId,
         attempt: u32,
         at: Instant,
-        known: Option<(Envelope, Option<String>)>,
+        known: Option<Known>,
         republished: bool,
     ) {
         let due = Due {
@@ -160,6 +184,8 @@ struct Loop {
     store: Store,
     bus: Bus,
     settings: PublishSettings,
+    /// Signs each attempt's token.
+    minter: Minter,
     /// Bounds publishes awaiting their ack.
     slots: Arc<Semaphore>,
     /// To schedule a failed publish again.
@@ -202,9 +228,9 @@ impl Loop {
         }
     }
 
-    /// The envelope and trace of an attempt still waiting to be published
-    /// (status first: the envelope is read only when it is needed).
-    fn to_publish(&self, due: &Due) -> Result<Option<(Envelope, Option<String>)>, StoreError> {
+    /// An attempt still waiting to be published (status first: the
+    /// envelope is read only when it is needed).
+    fn to_publish(&self, due: &Due) -> Result<Option<Known>, StoreError> {
         let Some(status) = self.store.status(due.task_id)? else {
             return Ok(None);
         };
@@ -215,13 +241,13 @@ impl Loop {
             return Ok(None);
         }
         let envelope = self.store.envelope(due.task_id)?;
-        Ok(envelope.map(|e| (e.for_attempt(status.attempt), status.trace_id)))
+        Ok(envelope.map(|e| Known::of(e.for_attempt(status.attempt), &status)))
     }
 
     /// Sends one attempt; returns it when it must be tried again (then it
     /// is read from the store again, so it is skipped if the task moved on).
     async fn publish(&self, mut due: Due) -> Option<Due> {
-        let (envelope, trace_id) = match due.known.take() {
+        let known = match due.known.take() {
             Some(known) => known,
             None => match self.to_publish(&due) {
                 Ok(Some(known)) => known,
@@ -232,7 +258,19 @@ impl Loop {
                 }
             },
         };
-        let trace = trace_id.as_deref().and_then(TraceContext::in_trace);
+        let trace = known.trace_id.as_deref().and_then(TraceContext::in_trace);
+        let mut envelope = known.envelope;
+        let principal = known.requested_by.as_deref().unwrap_or("unknown");
+        match self.minter.mint(&envelope, principal) {
+            Ok(token) => envelope.header.token = Some(token),
+            Err(e) => {
+                // Only an envelope with no canonical form (refused at submit
+                // since tokens exist) or a broken key gets here.
+                warn!(task_id = %due.task_id, error = %e, "cannot sign the task token: failing the task");
+                self.fail(&due, "token_unsignable", &e.to_string()).await;
+                return None;
+            }
+        }
         let Ok(permit) = Arc::clone(&self.slots).acquire_owned().await else {
             return None;
         };
@@ -266,18 +304,25 @@ impl Loop {
             }
             Err(e @ BusError::TooLarge { .. }) => {
                 warn!(task_id = %due.task_id, error = %e, "the broker cannot carry this envelope: failing the task");
-                let mut change = Change::new(TaskEvent::Fail, "orchestrator", e.to_string());
-                change.attempt = Some(due.attempt);
-                change.error = Some(ErrorInfo::new("payload_too_large", e.to_string(), false));
-                if let Err(e) = self.store.apply(due.task_id, change).await {
-                    warn!(task_id = %due.task_id, error = %e, "cannot fail the task");
-                }
+                self.fail(&due, "payload_too_large", &e.to_string()).await;
                 None
             }
             Err(e) => {
                 warn!(task_id = %due.task_id, error = %e, "publish failed; will retry");
                 Some(due)
             }
+        }
+    }
+}
+
+impl Loop {
+    /// Fails the task of an attempt that can never be published.
+    async fn fail(&self, due: &Due, code: &'static str, why: &str) {
+        let mut change = Change::new(TaskEvent::Fail, "orchestrator", why);
+        change.attempt = Some(due.attempt);
+        change.error = Some(ErrorInfo::new(code, why, false));
+        if let Err(e) = self.store.apply(due.task_id, change).await {
+            warn!(task_id = %due.task_id, error = %e, "cannot fail the task");
         }
     }
 }

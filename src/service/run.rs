@@ -63,6 +63,7 @@ impl Orchestrator {
                 retry_delay: inner.bus.config().retry_delay,
             },
             inner.publisher.clone(),
+            inner.minter.clone(),
             stop.clone(),
         ));
         self.recover().await?;

@@ -88,13 +88,22 @@ pub(super) fn v2_to_v3(
     Ok(())
 }
 
+/// The part of a v1/v2 history entry migration keeps.
+#[derive(Deserialize)]
+struct FirstEntry {
+    actor: String,
+}
+
 /// A task record of formats v1 and v2: the envelope, the status and the
-/// history in one value (the history is left out: the audit log has it).
+/// history in one value (of the history only who asked is kept: the audit log has the rest).
 #[derive(Deserialize)]
 struct WholeRecord {
     envelope: Envelope,
     state: TaskState,
     attempt: u32,
+    /// Only its first entry is kept: who asked for the task.
+    #[serde(default)]
+    history: Vec<FirstEntry>,
     #[serde(default)]
     result: Option<Value>,
     #[serde(default)]
@@ -121,6 +130,7 @@ impl WholeRecord {
             attempt: self.attempt,
             result: self.result,
             error: self.error,
+            requested_by: self.history.first().map(|h| h.actor.clone()),
             trace_id: self.trace_id,
             published_seq: self.published_seq,
             retry_at: self.retry_at,

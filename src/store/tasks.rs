@@ -83,6 +83,7 @@ impl Store {
             attempt,
             result: None,
             error: None,
+            requested_by: Some(new.actor.clone()),
             trace_id: new.trace_id.clone(),
             published_seq: None,
             retry_at: None,

@@ -91,6 +91,10 @@ pub struct TaskStatus {
     /// The last error reported (cleared by a completion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+    /// The principal who asked for the task: the `sub` of its tokens.
+    /// `None` only for tasks stored before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     /// The trace this task belongs to (W3C trace id), for the Jaeger link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,

@@ -46,6 +46,16 @@ pub(super) async fn handle(
         let why = format!("`{}` has no skill `{action}`", shared.card.name);
         return reject(&shared, &msg, &envelope, "unknown_action", &why, trace).await;
     }
+    if let Some(verifier) = &shared.config.verifier {
+        let needed = shared
+            .card
+            .skill(action)
+            .map(|s| s.scopes)
+            .unwrap_or_default();
+        if let Err(refusal) = verifier.verify(&msg.payload, &envelope, &needed) {
+            return refuse(&shared, &msg, &envelope, &refusal, trace).await;
+        }
+    }
     let task_id = envelope.header.task_id;
     let attempt = envelope.control.attempt.get();
     // A redelivery, or a copy published again after an orchestrator
@@ -252,6 +262,26 @@ async fn reject(
 ) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
+    let mut event = event_for(envelope, envelope.control.attempt.get(), &outcome);
+    event.agent = shared.card.name.clone();
+    report_and_ack(shared, msg, &event, trace, None).await;
+}
+
+/// Refuses a task whose token failed its checks: nothing runs, and the
+/// orchestrator is told why (`auth_required` or `rejected`).
+async fn refuse(
+    shared: &Shared,
+    msg: &Message,
+    envelope: &Envelope,
+    refusal: &crate::auth::Refusal,
+    trace: Option<&TraceContext>,
+) {
+    warn!(task_id = %envelope.header.task_id, code = refusal.code, "task token refused: {}", refusal.message);
+    let error = ErrorInfo::new(refusal.code, refusal.message.clone(), false);
+    let outcome = match refusal.verdict {
+        crate::auth::Verdict::AuthRequired => Outcome::AuthRequired(error),
+        crate::auth::Verdict::Rejected => Outcome::Rejected(error),
+    };
     let mut event = event_for(envelope, envelope.control.attempt.get(), &outcome);
     event.agent = shared.card.name.clone();
     report_and_ack(shared, msg, &event, trace, None).await;

@@ -50,7 +50,7 @@ use crate::envelope::{Priority, TaskId, Timestamp};
 use intake::Intake;
 
 /// How a worker runs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Tasks run at once (default 16; the card's `delivery.concurrency` wins).
     pub concurrency: usize,
@@ -66,6 +66,10 @@ pub struct WorkerConfig {
     /// A handler still running after this long is reported `working`
     /// (default 100 ms); quicker ones report only their result.
     pub working_after: Duration,
+    /// Checks each task's token before anything runs; `None` runs tasks
+    /// unchecked (development only; the `worker` command needs
+    /// `tokens.verify: false` for that). Its audience must be the agent.
+    pub verifier: Option<Arc<crate::auth::Verifier>>,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +81,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(30),
             idle_poll: Duration::from_secs(5),
             working_after: Duration::from_millis(100),
+            verifier: None,
         }
     }
 }
@@ -87,6 +92,14 @@ pub enum WorkerError {
     /// The bus could not be set up.
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// The token verifier is for another agent.
+    #[error("the token verifier is for agent `{verifier}`, this worker serves `{agent}`")]
+    VerifierAudience {
+        /// The verifier's audience.
+        verifier: String,
+        /// The card's agent.
+        agent: String,
+    },
 }
 
 /// A worker for one agent, ready to run.
@@ -143,6 +156,14 @@ impl Worker {
         handler: Arc<dyn Handler>,
         mut config: WorkerConfig,
     ) -> Result<Worker, WorkerError> {
+        if let Some(v) = &config.verifier
+            && v.audience() != card.name.as_str()
+        {
+            return Err(WorkerError::VerifierAudience {
+                verifier: v.audience().to_string(),
+                agent: card.name.to_string(),
+            });
+        }
         bus.provision().await?;
         let mut settings = DeliverySettings::from(bus.config());
         if let Some(d) = &card.delivery {

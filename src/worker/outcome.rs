@@ -25,6 +25,8 @@ pub enum Outcome {
     },
     /// The task was refused (bad input, unknown action, missing scope).
     Rejected(ErrorInfo),
+    /// The task needs authorization first (its token is missing or expired).
+    AuthRequired(ErrorInfo),
     /// The task was stopped by a cancel request.
     Canceled,
 }
@@ -65,6 +67,7 @@ impl Outcome {
             Outcome::Completed { .. } => ReportedState::Completed,
             Outcome::Failed { .. } => ReportedState::Failed,
             Outcome::Rejected(_) => ReportedState::Rejected,
+            Outcome::AuthRequired(_) => ReportedState::AuthRequired,
             Outcome::Canceled => ReportedState::Canceled,
         }
     }
@@ -108,7 +111,9 @@ pub fn event_for(
             event.error = Some(error.clone());
             event.retry_after_seconds = retry_after.map(|d| d.as_secs());
         }
-        Outcome::Rejected(error) => event.error = Some(error.clone()),
+        Outcome::Rejected(error) | Outcome::AuthRequired(error) => {
+            event.error = Some(error.clone());
+        }
         Outcome::Canceled => {}
     }
     event

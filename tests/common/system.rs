@@ -139,6 +139,25 @@ impl System {
         card: AgentCard,
         handler: Arc<dyn Handler>,
     ) -> (CancellationToken, usize) {
+        // Every in-process worker checks task tokens, with the key the
+        // orchestrator generated in its data directory.
+        let verifier = self
+            .service
+            .tokens
+            .verifier(self.data.path(), card.name.as_str())
+            .unwrap()
+            .map(Arc::new);
+        self.worker_checking_with(card, handler, verifier).await
+    }
+
+    /// Starts an in-process worker that checks task tokens with `verifier`
+    /// (`None`: unchecked); returns its stop token and index.
+    pub async fn worker_checking_with(
+        &mut self,
+        card: AgentCard,
+        handler: Arc<dyn Handler>,
+        verifier: Option<Arc<orchestrator::auth::Verifier>>,
+    ) -> (CancellationToken, usize) {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
             .unwrap();
@@ -146,6 +165,7 @@ impl System {
         let config = WorkerConfig {
             idle_poll: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(5),
+            verifier,
             ..WorkerConfig::default()
         };
         let worker = Worker::start(bus, card, dir, handler, config)

@@ -23,9 +23,10 @@ pub(super) async fn full_path(
     let data_dir = dir.join("inproc");
     super::preload::preload(&data_dir, args.preload).await?;
     let config = ServiceConfig {
-        data_dir,
+        data_dir: data_dir.clone(),
         ..ServiceConfig::default()
     };
+    let tokens = config.tokens.clone();
     let bus = Bus::connect_now(url, bus_config.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -44,8 +45,14 @@ pub(super) async fn full_path(
     let worker_bus = Bus::connect_now(url, bus_config)
         .await
         .map_err(|e| e.to_string())?;
+    // Tokens are minted and checked as deployed.
+    let verifier = tokens
+        .verifier(&data_dir, card.name.as_str())
+        .map_err(|e| e.to_string())?
+        .map(Arc::new);
     let worker_config = WorkerConfig {
         concurrency: args.concurrency,
+        verifier,
         ..WorkerConfig::default()
     };
     let worker = Worker::start(

@@ -1,0 +1,64 @@
+//! `keys generate`: a key pair for task tokens.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use orchestrator::auth::keys::{self, KeyKind};
+use serde_json::json;
+
+use super::offline::fail;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Where to write the files (created if missing).
+    #[arg(long, default_value = "data/keys")]
+    dir: PathBuf,
+    /// EdDSA (Ed25519, the default) or HS256 (a shared secret, for
+    /// development only: whoever can verify can also sign).
+    #[arg(long, value_enum, default_value_t = Algorithm::Eddsa)]
+    algorithm: Algorithm,
+    /// Replace existing key files (tokens signed with the old key no
+    /// longer verify).
+    #[arg(long)]
+    force: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Algorithm {
+    #[value(name = "EdDSA", alias = "eddsa")]
+    Eddsa,
+    #[value(name = "HS256", alias = "hs256")]
+    Hs256,
+}
+
+pub fn generate(args: &GenerateArgs) -> ExitCode {
+    let kind = match args.algorithm {
+        Algorithm::Eddsa => KeyKind::EdDsa,
+        Algorithm::Hs256 => KeyKind::Hs256,
+    };
+    match keys::generate(&args.dir, kind, args.force) {
+        Ok(files) => {
+            if args.json {
+                println!("{}", json!({"ok": true, "keys": files}));
+            } else {
+                println!(
+                    "signing key (orchestrator, ORCH_SIGNING_KEY): {}",
+                    files.signing.display()
+                );
+                println!(
+                    "verify key  (workers, ORCH_VERIFY_KEY):       {}",
+                    files.verify.display()
+                );
+                if kind == KeyKind::Hs256 {
+                    println!("HS256 is for development: the same secret signs and verifies.");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(args.json, "key_error", &e.to_string()),
+    }
+}

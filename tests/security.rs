@@ -1,0 +1,206 @@
+//! Task tokens through the whole system, on a real broker: a task runs only
+//! with a token the worker accepts; a refused one never reaches the handler
+//! and ends `rejected` or `auth_required` with the reason in the audit trail.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::eventually;
+use common::nats::NatsServer;
+use common::system::{System, card, fast_bus};
+use futures::future::BoxFuture;
+use orchestrator::Envelope;
+use orchestrator::auth::keys::{self, KeyKind};
+use orchestrator::auth::{Verifier, VerifyKey};
+use orchestrator::envelope::{AgentName, Priority};
+use orchestrator::worker::{Handler, Outcome, Task};
+use serde_json::{Value, json};
+
+/// Counts the tasks that reached it.
+#[derive(Clone, Default)]
+struct Counted(Arc<AtomicUsize>);
+
+impl Handler for Counted {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Outcome::completed(Value::Object(task.envelope.payload.params)) })
+    }
+}
+
+async fn submit(sys: &System, params: Value) -> String {
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "params": params}),
+        )
+        .await;
+    assert_eq!(status, 201, "{task:#}");
+    task["task_id"].as_str().unwrap().to_string()
+}
+
+/// The reasons the audit trail gives for this task's transitions.
+async fn audit_reasons(sys: &System, id: &str) -> String {
+    let (status, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
+    assert_eq!(status, 200, "{audit:#}");
+    audit.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_token_runs_and_a_worker_with_another_key_runs_nothing() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    let runs = Counted::default();
+    // Another key: the worker cannot verify the orchestrator's signature.
+    let other = tempfile::tempdir().unwrap();
+    let files = keys::generate(other.path(), KeyKind::EdDsa, false).unwrap();
+    let stranger = Verifier::new(
+        VerifyKey::load(files.verify.to_str().unwrap()).unwrap(),
+        "orchestrator",
+        "echo",
+        Duration::from_secs(5),
+    );
+    let (stop, index) = sys
+        .worker_checking_with(
+            echo.clone(),
+            Arc::new(runs.clone()),
+            Some(Arc::new(stranger)),
+        )
+        .await;
+    let id = submit(&sys, json!({"n": 1})).await;
+    let task = sys.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(task["state"], "rejected", "{task:#}");
+    assert_eq!(task["error"]["code"], "token_signature", "{task:#}");
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0, "the handler ran");
+    assert!(audit_reasons(&sys, &id).await.contains("token_signature"));
+    stop.cancel();
+    sys.join_worker(index).await;
+
+    // The orchestrator's own key: the same kind of task runs.
+    sys.worker(echo, Arc::new(runs.clone())).await;
+    let id = submit(&sys, json!({"n": 2})).await;
+    let task = sys.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    assert_eq!(runs.0.load(Ordering::SeqCst), 1);
+}
+
+/// A token that expired while the task waited in the queue: the task asks
+/// for authorization instead of running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_expired_in_the_queue_ends_auth_required() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start_with(NatsServer::start(), vec![echo.clone()], fast_bus(), |c| {
+        c.tokens.ttl = Duration::from_secs(1);
+        c.tokens.leeway = Duration::ZERO;
+    })
+    .await;
+    let id = submit(&sys, json!({"n": 1})).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let runs = Counted::default();
+    sys.worker(echo, Arc::new(runs.clone())).await;
+    eventually(
+        "the task asks for authorization",
+        Duration::from_secs(20),
+        || async {
+            let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+            task["state"] == "auth_required"
+        },
+    )
+    .await;
+    let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["error"]["code"], "token_expired", "{task:#}");
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0, "the handler ran");
+    assert!(audit_reasons(&sys, &id).await.contains("token_expired"));
+}
+
+/// An envelope changed on the bus after the orchestrator signed it (the
+/// original removed, a copy with other params published in its place) is
+/// refused as tampered; the changed params never reach the handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_changed_on_the_bus_is_rejected() {
+    let echo = card("echo", &["echo"]);
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    let id = submit(&sys, json!({"amount": 10})).await;
+    let bus = sys.bus().await;
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.names().tasks_stream())
+        .await
+        .unwrap();
+    let subject = bus
+        .names()
+        .task_subject(&"echo".parse::<AgentName>().unwrap(), Priority::Normal);
+    eventually(
+        "the envelope is published",
+        Duration::from_secs(10),
+        || async {
+            stream
+                .get_last_raw_message_by_subject(&subject)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    let original = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
+    let mut envelope = Envelope::from_wire(&original.payload, 1 << 20).unwrap();
+    assert!(envelope.header.token.is_some(), "published without a token");
+    envelope
+        .payload
+        .params
+        .insert("amount".into(), json!(1_000_000));
+    stream.delete_message(original.sequence).await.unwrap();
+    bus.jetstream()
+        .publish(subject.clone(), envelope.to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let runs = Counted::default();
+    sys.worker(echo, Arc::new(runs.clone())).await;
+    let task = sys.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(task["state"], "rejected", "{task:#}");
+    assert_eq!(task["error"]["code"], "envelope_tampered", "{task:#}");
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0, "the handler ran");
+}
+
+/// The token carries the scopes the action declares: a task for a skill
+/// that needs `Files.Read` runs although the request named no scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_grants_the_scopes_the_skill_declares() {
+    let mut reader: Value = serde_json::to_value(card("reader", &["read"])).unwrap();
+    reader["skills"][0]["scopes"] = json!(["Files.Read"]);
+    let reader: orchestrator::agent::AgentCard = serde_json::from_value(reader).unwrap();
+    let mut sys = System::start(vec![reader.clone()], fast_bus()).await;
+    sys.worker(reader, Arc::new(Counted::default())).await;
+    let (status, task) = sys
+        .post("/v1/tasks", json!({"to": "reader", "action": "read"}))
+        .await;
+    assert_eq!(status, 201, "{task:#}");
+    let id = task["task_id"].as_str().unwrap();
+    let task = sys.wait_terminal(id, Duration::from_secs(20)).await;
+    // The worker checks the card's scopes: a token without them is refused.
+    assert_eq!(task["state"], "completed", "{task:#}");
+}
+
+/// A task whose envelope has no canonical form (an integer beyond 2^53)
+/// could not be bound to its token: it is refused at submit, with the field
+/// named, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_that_cannot_be_signed_are_refused_at_submit() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let (status, body) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "params": {"ids": [1, 9007199254740993u64]}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["field"], "params.ids[1]", "{body:#}");
+    let (_, listed) = sys.get("/v1/tasks?limit=10").await;
+    assert_eq!(listed["tasks"], json!([]), "{listed:#}");
+}
