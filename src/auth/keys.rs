@@ -62,6 +62,10 @@ impl KeyKind {
 pub struct SigningKey {
     pub(crate) kind: KeyKind,
     pub(crate) key: EncodingKey,
+    /// The Ed25519 key, parsed once: jsonwebtoken parses the PKCS#8 key and
+    /// derives its public half on every signature, which doubles the cost
+    /// of minting (`cargo bench --bench tokens`).
+    pub(crate) ed25519: Option<std::sync::Arc<ed25519_dalek::SigningKey>>,
 }
 
 /// The key a worker verifies task tokens with.
@@ -136,15 +140,24 @@ impl SigningKey {
             message,
         };
         match pem_label(&text) {
-            Some("PRIVATE KEY") => EncodingKey::from_ed_pem(text.as_bytes())
-                .map(|key| SigningKey {
+            Some("PRIVATE KEY") => {
+                use ed25519_dalek::pkcs8::DecodePrivateKey;
+                let not_ed25519 =
+                    |e: String| bad(format!("not an Ed25519 private key (PKCS#8): {e}"));
+                let key = EncodingKey::from_ed_pem(text.as_bytes())
+                    .map_err(|e| not_ed25519(e.to_string()))?;
+                let parsed = ed25519_dalek::SigningKey::from_pkcs8_pem(&text)
+                    .map_err(|e| not_ed25519(e.to_string()))?;
+                Ok(SigningKey {
                     kind: KeyKind::EdDsa,
                     key,
+                    ed25519: Some(std::sync::Arc::new(parsed)),
                 })
-                .map_err(|e| bad(format!("not an Ed25519 private key (PKCS#8): {e}"))),
+            }
             Some(HS256_LABEL) => Ok(SigningKey {
                 kind: KeyKind::Hs256,
                 key: EncodingKey::from_secret(&hs256_secret(&text, &path)?),
+                ed25519: None,
             }),
             Some("PUBLIC KEY") => Err(bad(
                 "this is a public key: the orchestrator signs with the private key (signing.pem)"

@@ -53,6 +53,13 @@ pub(super) async fn full_path(
     )?;
     let data = dir.join("data");
     super::preload::preload(&data, args.preload).await?;
+    // Task tokens as deployed: the orchestrator signs, the worker verifies.
+    let keys = orchestrator::auth::keys::generate(
+        &orchestrator::auth::settings::key_dir(&data),
+        orchestrator::auth::KeyKind::EdDsa,
+        false,
+    )
+    .map_err(|e| e.to_string())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -98,6 +105,8 @@ pub(super) async fn full_path(
             &config,
             &"--nats-url",
             &url,
+            &"--verify-key",
+            &keys.verify,
         ],
         "worker.log",
     )?;
