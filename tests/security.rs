@@ -204,3 +204,42 @@ async fn params_that_cannot_be_signed_are_refused_at_submit() {
     let (_, listed) = sys.get("/v1/tasks?limit=10").await;
     assert_eq!(listed["tasks"], json!([]), "{listed:#}");
 }
+
+/// A result published by another agent than the one the task was sent to
+/// (on its own subject, as the bus's permissions will bind it) is audited
+/// and ignored: the task does not move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_from_another_agent_is_ignored() {
+    let sys = System::start(
+        vec![card("echo", &["echo"]), card("other", &["echo"])],
+        fast_bus(),
+    )
+    .await;
+    let id = submit(&sys, json!({"n": 1})).await;
+    let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+    let forged: orchestrator::WorkerEvent = serde_json::from_value(json!({
+        "v": 1,
+        "task_id": id,
+        "correlation_id": task["correlation_id"],
+        "agent": "other",
+        "attempt": 1,
+        "state": "completed",
+        "result": {"forged": true},
+        "at": orchestrator::envelope::Timestamp::now(),
+    }))
+    .unwrap();
+    sys.bus().await.publish_event(&forged, None).await.unwrap();
+    eventually(
+        "the forged result is audited",
+        Duration::from_secs(10),
+        || async {
+            audit_reasons(&sys, &id)
+                .await
+                .contains("reported by agent `other`")
+        },
+    )
+    .await;
+    let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["state"], "submitted", "{task:#}");
+    assert!(task["result"].is_null(), "{task:#}");
+}

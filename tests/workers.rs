@@ -516,3 +516,105 @@ fn python_and_rust_agree_on_the_envelope_hash() {
         assert_eq!(python.trim(), rust, "params {params}");
     }
 }
+
+/// The Python worker's token check refuses what the Rust one refuses, with
+/// the same codes: tokens minted by the orchestrator's code, envelopes
+/// spoiled in the ways tests/tokens.rs tries on the Rust verifier.
+#[test]
+fn the_python_token_check_refuses_what_the_rust_one_refuses() {
+    use orchestrator::auth::keys::{self, KeyKind};
+    use orchestrator::auth::{Minter, SigningKey};
+    python_worker_runs();
+    let dir = tempfile::tempdir().unwrap();
+    let files = keys::generate(dir.path(), KeyKind::EdDsa, false).unwrap();
+    let other = keys::generate(&dir.path().join("other"), KeyKind::EdDsa, false).unwrap();
+    let minter_with = |path: &Path, ttl: u64| {
+        Minter::new(
+            SigningKey::load(path.to_str().unwrap()).unwrap(),
+            "orchestrator",
+            Duration::from_secs(ttl),
+        )
+    };
+    let minter = minter_with(&files.signing, 300);
+    let task = |agent: &str| {
+        let mut params = serde_json::Map::new();
+        params.insert("q".into(), json!("x"));
+        let mut env = orchestrator::Envelope::new(
+            "orchestrator".parse().unwrap(),
+            agent.parse().unwrap(),
+            "echo".parse().unwrap(),
+            params,
+        );
+        env.control.required_scopes = vec!["Files.Read".parse().unwrap()];
+        env
+    };
+    let signed = |minter: &Minter, env: orchestrator::Envelope| {
+        let mut env = env;
+        env.header.token = Some(minter.mint(&env, "alice").unwrap());
+        serde_json::to_value(&env).unwrap()
+    };
+    let good = signed(&minter, task("py-echo"));
+    let mut tampered = good.clone();
+    tampered["payload"]["params"]["q"] = json!("y");
+    let mut added = good.clone();
+    added["control"]["extra"] = json!(true);
+    let mut missing = good.clone();
+    missing["header"].as_object_mut().unwrap().remove("token");
+    let mut no_scope = task("py-echo");
+    no_scope.control.required_scopes.clear();
+    let mut moved = signed(&minter, task("py-echo"));
+    moved["header"]["task_id"] = good["header"]["task_id"].clone();
+    let cases = [
+        (good.clone(), "ok"),
+        (good, "ok"),
+        (tampered, "envelope_tampered"),
+        (added, "envelope_tampered"),
+        (missing, "token_missing"),
+        (signed(&minter, task("other-agent")), "token_audience"),
+        (
+            signed(&minter_with(&other.signing, 300), task("py-echo")),
+            "token_signature",
+        ),
+        (signed(&minter, no_scope), "scope_missing"),
+        (moved, "token_task_mismatch"),
+    ];
+    let script = r#"
+import json, sys, tokens
+check = tokens.TokenCheck(sys.argv[1], "py-echo", leeway=0)
+for env in json.loads(sys.stdin.read()):
+    try:
+        check.check(env, ["Files.Read"])
+        print("ok")
+    except tokens.Refused as r:
+        print(r.code)
+"#;
+    let envelopes: Vec<&Value> = cases.iter().map(|(e, _)| e).collect();
+    let out = Command::new("python3")
+        .current_dir(example_dir())
+        .args(["-c", script, files.verify.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(&serde_json::to_vec(&envelopes).unwrap())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let want: Vec<&str> = cases.iter().map(|(_, code)| *code).collect();
+    assert_eq!(got, want);
+}

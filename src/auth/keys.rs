@@ -106,6 +106,12 @@ fn pem_label(text: &str) -> Option<&str> {
     Some(&text[start..end])
 }
 
+/// What a key file that is neither kind of key gets told.
+fn unexpected(wanted: &str, found: Option<&str>) -> String {
+    let found = found.map_or("no PEM block".to_string(), |l| format!("BEGIN {l}"));
+    format!("expected a PEM {wanted} or an HS256 secret (BEGIN {HS256_LABEL}), found {found}")
+}
+
 fn hs256_secret(text: &str, path: &str) -> Result<Vec<u8>, KeyError> {
     let body: String = text
         .lines()
@@ -163,10 +169,9 @@ impl SigningKey {
                 "this is a public key: the orchestrator signs with the private key (signing.pem)"
                     .into(),
             )),
-            other => Err(bad(format!(
-                "expected a PEM Ed25519 private key (BEGIN PRIVATE KEY) or an HS256 secret \
-                 (BEGIN {HS256_LABEL}), found {}",
-                other.map_or("no PEM block".to_string(), |l| format!("BEGIN {l}"))
+            other => Err(bad(unexpected(
+                "an Ed25519 private key (BEGIN PRIVATE KEY)",
+                other,
             ))),
         }
     }
@@ -200,10 +205,9 @@ impl VerifyKey {
             Some("PRIVATE KEY") => Err(bad(
                 "this is the private key: give workers only the public key (verify.pem)".into(),
             )),
-            other => Err(bad(format!(
-                "expected a PEM Ed25519 public key (BEGIN PUBLIC KEY) or an HS256 secret \
-                 (BEGIN {HS256_LABEL}), found {}",
-                other.map_or("no PEM block".to_string(), |l| format!("BEGIN {l}"))
+            other => Err(bad(unexpected(
+                "an Ed25519 public key (BEGIN PUBLIC KEY)",
+                other,
             ))),
         }
     }

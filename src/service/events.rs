@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 
 use super::publisher::Publisher;
 use crate::bus::{Bus, BusError, DeadLetterCopy, PullSettings, Puller, Settlement, settle};
+use crate::envelope::AgentName;
 use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
 use crate::task::TaskState;
@@ -94,8 +95,9 @@ fn shard_of(msg: &Message) -> usize {
     (hasher.finish() % SHARDS as u64) as usize
 }
 
-/// The change a worker event asks for.
-fn change_for(event: &WorkerEvent) -> Change {
+/// The change a worker event asks for; `reporter` is the agent the
+/// event's subject (`<prefix>.events.<agent>.<task>`) names.
+fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
     let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
@@ -109,6 +111,7 @@ fn change_for(event: &WorkerEvent) -> Change {
         result: event.result.clone(),
         error: event.error.clone(),
         retry_after: event.retry_after_seconds.map(Duration::from_secs),
+        reporter,
     }
 }
 
@@ -158,7 +161,10 @@ impl Applier {
         let Some(task_id) = group.first().map(|(_, e)| e.task_id) else {
             return;
         };
-        let changes = group.iter().map(|(_, e)| change_for(e)).collect();
+        let changes = group
+            .iter()
+            .map(|(msg, e)| change_for(e, self.subject_agent(&msg.subject)))
+            .collect();
         let outcomes = match self.store.apply_all_deferred(task_id, changes).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -184,6 +190,15 @@ impl Applier {
             let this = self.clone();
             tokio::spawn(async move { this.after_applied(applied).await });
         }
+    }
+
+    /// The agent an event's subject (`<prefix>.events.<agent>.<task>`)
+    /// names: the identity the bus's permissions bind, not the event's own
+    /// `agent` field.
+    fn subject_agent(&self, subject: &str) -> Option<AgentName> {
+        let all = self.bus.names().all_events();
+        let rest = subject.strip_prefix(all.trim_end_matches('>'))?;
+        rest.split('.').next()?.parse().ok()
     }
 
     /// Once the changes are flushed: ack each event, schedule a retry.
@@ -245,12 +260,9 @@ impl Applier {
     /// Copies an event to the DLQ and skips it.
     async fn poison(&self, msg: Message, code: &str, why: &str) {
         let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
-        let agent = msg
-            .subject
-            .split('.')
-            .nth(2)
-            .unwrap_or("unknown")
-            .to_string();
+        let agent = self
+            .subject_agent(&msg.subject)
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let task_id = msg
             .headers
             .as_ref()

@@ -11,7 +11,7 @@ use sled::transaction::ConflictableTransactionError;
 
 use super::tasks::{abort, read_status};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
-use crate::envelope::{TaskId, Timestamp};
+use crate::envelope::{AgentName, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::task::{Next, RetryPolicy, TaskEvent, TaskState, TaskStatus, TransitionError, decide};
 
@@ -34,6 +34,10 @@ pub struct Change {
     /// For a retry: the delay the handler asked for before the next
     /// attempt (the store's retry policy caps it, or chooses one).
     pub retry_after: Option<std::time::Duration>,
+    /// For a worker's report: the agent it came from (the one its subject
+    /// names). Only the agent the task was sent to may move it; a report
+    /// from another is audited and ignored.
+    pub reporter: Option<AgentName>,
 }
 
 impl Change {
@@ -47,6 +51,7 @@ impl Change {
             result: None,
             error: None,
             retry_after: None,
+            reporter: None,
         }
     }
 }
@@ -254,6 +259,15 @@ fn apply_one(
         let head = audit::append(tx, head, &entry, now)?;
         Ok((head, ApplyOutcome::Ignored(record, why)))
     };
+    if let Some(reporter) = &change.reporter
+        && *reporter != record.agent
+    {
+        let why = format!(
+            "reported by agent `{reporter}`; the task was sent to `{}`",
+            record.agent
+        );
+        return ignore(record, why);
+    }
     if let Some(attempt) = change.attempt
         && attempt != record.attempt
     {
