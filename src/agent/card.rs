@@ -121,6 +121,12 @@ pub enum Invocation {
         /// Killed (and failed, retryably) after this long.
         #[serde(default = "default_timeout", with = "humantime_serde")]
         timeout: Duration,
+        /// Variables of the worker's environment the process may see,
+        /// besides the few every process gets (`PATH`, `LANG`, ...): the
+        /// rest of the worker's environment (its keys, credentials) is not
+        /// passed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
     },
     /// A handler built into this binary (`echo`).
     Builtin {
@@ -330,7 +336,8 @@ mod tests {
             c.invocation,
             Some(Invocation::Command {
                 command: vec!["python3".into(), "agent.py".into()],
-                timeout: Duration::from_secs(10)
+                timeout: Duration::from_secs(10),
+                env: Vec::new(),
             })
         );
         let delivery = c.delivery.unwrap();

@@ -3,10 +3,14 @@
 //! The envelope (token removed) is written to the process's stdin; its
 //! stdout is the result JSON. Exit 0 = completed, 75 (EX_TEMPFAIL) =
 //! retryable failure, anything else = failed, with the last line of stderr
-//! as the message. The process runs in the agent's directory with
-//! `ORCH_TASK_ID`, `ORCH_ATTEMPT`, `ORCH_IDEMPOTENCY_KEY` and, when an
-//! earlier run may have partly happened, `ORCH_RESUMED=1`. It is killed on
-//! timeout (a retryable failure) and on cancel.
+//! as the message. The process runs in the agent's directory, in a process
+//! group of its own, with a scrubbed environment: `ORCH_TASK_ID`,
+//! `ORCH_ATTEMPT`, `ORCH_IDEMPOTENCY_KEY`, `ORCH_RESUMED` (`1` when an
+//! earlier run may have partly happened), the few variables every process
+//! needs ([`BASE_ENV`]) and those its card lists in `invocation.env`; none
+//! of the worker's other variables (its keys, credentials). On timeout (a
+//! retryable failure), cancel or an output limit, the whole group is
+//! killed, so a child it started does not outlive the task.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -29,6 +33,9 @@ pub const MAX_STDOUT_BYTES: usize = 1024 * 1024;
 /// chatty process keeps only its tail in memory and is not failed for it.
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 
+/// Variables of the worker's environment every command gets.
+pub const BASE_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "HOME"];
+
 /// stdout went past [`MAX_STDOUT_BYTES`].
 struct TooLarge;
 
@@ -39,31 +46,84 @@ pub struct CommandHandler {
     command: Vec<String>,
     /// Longest run before the process is killed.
     timeout: Duration,
+    /// The variables passed on from the worker's environment.
+    environment: Vec<(String, String)>,
 }
 
 impl CommandHandler {
-    /// A handler running `command` with `timeout`.
-    pub fn new(command: Vec<String>, timeout: Duration) -> Self {
-        CommandHandler { command, timeout }
+    /// A handler running `command` with `timeout`, in `environment` (see
+    /// [`CommandHandler::environment`]) plus the task's variables.
+    pub fn new(
+        command: Vec<String>,
+        timeout: Duration,
+        environment: Vec<(String, String)>,
+    ) -> Self {
+        CommandHandler {
+            command,
+            timeout,
+            environment,
+        }
+    }
+
+    /// What a command sees of `vars` (the worker's environment): the
+    /// [`BASE_ENV`] variables and those named in `allowed`.
+    pub fn environment(
+        allowed: &[String],
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Vec<(String, String)> {
+        vars.into_iter()
+            .filter(|(name, _)| {
+                BASE_ENV.contains(&name.as_str()) || allowed.iter().any(|a| a == name)
+            })
+            .collect()
     }
 }
 
 impl Handler for CommandHandler {
     fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
-        let command = self.command.clone();
-        let timeout = self.timeout;
-        Box::pin(async move { run(command, timeout, task).await })
+        let this = self.clone();
+        Box::pin(async move { this.run(task).await })
     }
 }
 
-async fn run(command: Vec<String>, timeout: Duration, task: Task) -> Outcome {
-    let Some((program, args)) = command.split_first() else {
-        return Outcome::permanent("bad_invocation", "the command is empty");
-    };
+/// Kills a command's process group when dropped: whatever ends the run
+/// (timeout, cancel, an output limit, the worker stopping), nothing the
+/// command started outlives it.
+struct Group(Option<nix::unistd::Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            // The group may be gone already: nothing to do then.
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl CommandHandler {
+    async fn run(self, task: Task) -> Outcome {
+        let (command, timeout) = (self.command, self.timeout);
+        let Some((program, args)) = command.split_first() else {
+            return Outcome::permanent("bad_invocation", "the command is empty");
+        };
+        run(program, args, timeout, &self.environment, task).await
+    }
+}
+
+async fn run(
+    program: &str,
+    args: &[String],
+    timeout: Duration,
+    environment: &[(String, String)],
+    task: Task,
+) -> Outcome {
     let env = &task.envelope;
     let mut child = match Command::new(program)
         .args(args)
         .current_dir(&task.agent_dir)
+        .env_clear()
+        .envs(environment.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
         .env("ORCH_TASK_ID", env.header.task_id.to_string())
         .env("ORCH_ATTEMPT", task.attempt.to_string())
         .env("ORCH_IDEMPOTENCY_KEY", env.control.idempotency_key.as_str())
@@ -79,6 +139,14 @@ async fn run(command: Vec<String>, timeout: Duration, task: Task) -> Outcome {
             return Outcome::permanent("spawn_failed", format!("cannot start `{program}`: {e}"));
         }
     };
+    // The child leads its own group (process_group(0)): its pid is the
+    // group's id.
+    let _group = Group(
+        child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .map(nix::unistd::Pid::from_raw),
+    );
     let input = env.without_token().to_vec();
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
@@ -206,8 +274,95 @@ mod tests {
 
     async fn run_sh(script: &str, timeout: Duration) -> Outcome {
         let dir = tempfile::tempdir().unwrap();
-        let handler = CommandHandler::new(vec!["sh".into(), "-c".into(), script.into()], timeout);
+        let handler = CommandHandler::new(
+            vec!["sh".into(), "-c".into(), script.into()],
+            timeout,
+            CommandHandler::environment(&[], std::env::vars()),
+        );
         handler.handle(task(dir.path())).await
+    }
+
+    /// Whether process `pid` still runs (a zombie counts as gone).
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    }
+
+    /// The command sees the base variables, the task's and the card's list;
+    /// not the rest of the worker's environment.
+    #[tokio::test]
+    async fn the_environment_is_the_base_the_task_and_the_cards_list() {
+        // cargo sets this for the test process: a worker's variable the
+        // command must not see.
+        assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let mut vars: Vec<(String, String)> = std::env::vars().collect();
+        vars.push(("ALLOWED_VAR".into(), "yes".into()));
+        vars.push((
+            "ORCH_SIGNING_KEY".into(),
+            "-----BEGIN PRIVATE KEY-----".into(),
+        ));
+        let script = r#"printf '{"allowed":"%s","key":"%s","cargo":"%s","task":"%s","path":"%s"}' \
+            "$ALLOWED_VAR" "$ORCH_SIGNING_KEY" "$CARGO_MANIFEST_DIR" "$ORCH_ATTEMPT" "${PATH:+set}""#;
+        let handler = CommandHandler::new(
+            vec!["sh".into(), "-c".into(), script.into()],
+            Duration::from_secs(10),
+            CommandHandler::environment(&["ALLOWED_VAR".into()], vars),
+        );
+        let outcome = handler.handle(task(dir.path())).await;
+        assert_eq!(
+            outcome,
+            Outcome::completed(serde_json::json!({
+                "allowed": "yes", "key": "", "cargo": "", "task": "2", "path": "set"
+            }))
+        );
+    }
+
+    /// A timeout or a cancel kills the command's whole process group: a
+    /// child it started in the background does not outlive the task.
+    #[tokio::test]
+    async fn what_a_command_started_dies_with_it() {
+        for cancel_it in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let pid_file = dir.path().join("child.pid");
+            let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+            let handler = CommandHandler::new(
+                vec!["sh".into(), "-c".into(), script],
+                Duration::from_millis(if cancel_it { 30_000 } else { 300 }),
+                CommandHandler::environment(&[], std::env::vars()),
+            );
+            let t = task(dir.path());
+            let cancel = t.cancel.clone();
+            let running = tokio::spawn(handler.handle(t));
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !pid_file.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the command never started"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let child = std::fs::read_to_string(&pid_file).unwrap();
+            assert!(alive(&child));
+            if cancel_it {
+                cancel.cancel();
+            }
+            let outcome = running.await.unwrap();
+            assert!(
+                matches!(&outcome, Outcome::Canceled | Outcome::Failed { .. }),
+                "{outcome:?}"
+            );
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while alive(&child) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the background child {} outlived the task (cancel: {cancel_it})",
+                    child.trim()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
 
     #[tokio::test]
@@ -324,6 +479,7 @@ mod tests {
         let handler = CommandHandler::new(
             vec!["sh".into(), "-c".into(), "sleep 5".into()],
             Duration::from_secs(30),
+            CommandHandler::environment(&[], std::env::vars()),
         );
         let t = task(dir.path());
         let cancel = t.cancel.clone();
@@ -336,8 +492,11 @@ mod tests {
     #[tokio::test]
     async fn a_missing_program_is_a_permanent_failure() {
         let dir = tempfile::tempdir().unwrap();
-        let handler =
-            CommandHandler::new(vec!["/nonexistent/agent".into()], Duration::from_secs(1));
+        let handler = CommandHandler::new(
+            vec!["/nonexistent/agent".into()],
+            Duration::from_secs(1),
+            Vec::new(),
+        );
         let outcome = handler.handle(task(dir.path())).await;
         let Outcome::Failed { error, .. } = outcome else {
             panic!("{outcome:?}")

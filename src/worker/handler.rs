@@ -51,9 +51,15 @@ impl Handler for EchoHandler {
 /// The handler a card's `invocation` names.
 pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
     match &card.invocation {
-        Some(Invocation::Command { command, timeout }) => {
-            Ok(Arc::new(CommandHandler::new(command.clone(), *timeout)))
-        }
+        Some(Invocation::Command {
+            command,
+            timeout,
+            env,
+        }) => Ok(Arc::new(CommandHandler::new(
+            command.clone(),
+            *timeout,
+            CommandHandler::environment(env, std::env::vars()),
+        ))),
         Some(Invocation::Builtin { handler }) if handler == "echo" => Ok(Arc::new(EchoHandler)),
         Some(Invocation::Builtin { handler }) => Err(format!(
             "invocation.handler: `{handler}` is not a built-in handler (known: echo)"
