@@ -243,3 +243,67 @@ async fn a_result_from_another_agent_is_ignored() {
     assert_eq!(task["state"], "submitted", "{task:#}");
     assert!(task["result"].is_null(), "{task:#}");
 }
+
+/// A skill's `inputSchema` is enforced on the params before anything is
+/// stored: a wrong type or a missing field is refused with the field named,
+/// valid params are accepted; a card whose schema does not compile stops
+/// the orchestrator at start, naming the agent and skill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_are_checked_against_the_skills_input_schema() {
+    let mut search: Value = serde_json::to_value(card("search", &["find"])).unwrap();
+    search["skills"][0]["inputSchema"] = json!({
+        "type": "object",
+        "required": ["query"],
+        "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "maximum": 50}}
+    });
+    let search: orchestrator::agent::AgentCard = serde_json::from_value(search).unwrap();
+    let sys = System::start(vec![search.clone()], fast_bus()).await;
+    let submit = |params: Value| {
+        let sys = &sys;
+        async move {
+            sys.post(
+                "/v1/tasks",
+                json!({"to": "search", "action": "find", "params": params}),
+            )
+            .await
+        }
+    };
+    let (status, body) = submit(json!({"query": 5})).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["field"], "params.query", "{body:#}");
+    let (status, body) = submit(json!({"query": "x", "limit": 500})).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["field"], "params.limit", "{body:#}");
+    let (status, body) = submit(json!({"limit": 5})).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("query"),
+        "{body:#}"
+    );
+    let (_, listed) = sys.get("/v1/tasks?limit=10").await;
+    assert_eq!(listed["tasks"], json!([]), "refused requests were stored");
+    let (status, body) = submit(json!({"query": "architecture", "limit": 5})).await;
+    assert_eq!(status, 201, "{body:#}");
+
+    let mut broken: Value = serde_json::to_value(&search).unwrap();
+    broken["skills"][0]["inputSchema"] = json!({"type": "no-such-type"});
+    let broken: orchestrator::agent::AgentCard = serde_json::from_value(broken).unwrap();
+    let bus = orchestrator::bus::Bus::connect_now(&sys.nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = orchestrator::service::ServiceConfig {
+        data_dir: data.path().to_path_buf(),
+        ..Default::default()
+    };
+    let err =
+        orchestrator::service::Orchestrator::open(config, bus, vec![broken], Default::default())
+            .await
+            .err()
+            .expect("a card whose schema does not compile must be refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("`search`") && message.contains("`find`"),
+        "{message}"
+    );
+}

@@ -127,6 +127,11 @@ impl From<ServiceError> for ApiError {
                 "keys_unavailable",
                 e.to_string(),
             ),
+            ServiceError::InvalidCard(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "invalid_card",
+                e.to_string(),
+            ),
         }
     }
 }

@@ -17,6 +17,7 @@ mod publisher;
 mod reaper;
 mod request;
 mod run;
+mod schemas;
 
 pub use dlq::DeadLetter;
 pub use request::TaskRequest;
@@ -181,6 +182,9 @@ pub enum ServiceError {
     /// The token keys cannot be loaded or made (at open only).
     #[error("task token keys: {0}")]
     Keys(String),
+    /// An agent card cannot be used (at open only).
+    #[error("{0}")]
+    InvalidCard(String),
 }
 
 /// Who is asking, and the trace the request belongs to.
@@ -249,6 +253,8 @@ struct Inner {
     deadlines: Deadlines,
     /// Signs each published attempt's token.
     minter: crate::auth::Minter,
+    /// The skills' input schemas, compiled.
+    schemas: schemas::Schemas,
     /// The key files generated at open, when there were none.
     generated_keys: Option<crate::auth::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
@@ -268,6 +274,7 @@ impl Orchestrator {
         store_config.idempotency_retention = config.idempotency_retention;
         store_config.cache_bytes = config.store_cache_bytes;
         store_config.retry = config.retry;
+        let schemas = schemas::Schemas::compile(&cards).map_err(ServiceError::InvalidCard)?;
         let store = Store::open(&store_config)?;
         let (minter, generated_keys) = config
             .tokens
@@ -300,6 +307,7 @@ impl Orchestrator {
                 publisher,
                 deadlines,
                 minter,
+                schemas,
                 generated_keys,
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
@@ -487,6 +495,10 @@ impl Orchestrator {
                 });
             };
             skill_scopes.clone_from(&skill.scopes);
+            self.inner
+                .schemas
+                .check(&request.to, request.action.as_str(), &request.params)
+                .map_err(ServiceError::BadInput)?;
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;

@@ -94,6 +94,12 @@ impl Collector {
                 let (lock, cv) = &*for_thread;
                 let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
                 loop {
+                    // Checked before each wait too: a store dropped before
+                    // this thread first took the lock has already notified,
+                    // and waiting would hold up the drop a whole interval.
+                    if *stopped {
+                        return;
+                    }
                     let (guard, _) = cv
                         .wait_timeout(stopped, interval)
                         .unwrap_or_else(PoisonError::into_inner);
@@ -130,6 +136,27 @@ impl Drop for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store closed right after it opened: the collector is stopped before
+    /// its thread first waits. Its drop must not sit out the interval.
+    #[test]
+    fn a_collector_dropped_at_once_stops_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let tree = db.open_tree("idempotency").unwrap();
+        for _ in 0..20 {
+            let (done, finished) = std::sync::mpsc::channel();
+            let tree = tree.clone();
+            std::thread::spawn(move || {
+                drop(Collector::start(tree, Duration::from_secs(3600)).unwrap());
+                let _ = done.send(());
+            });
+            assert!(
+                finished.recv_timeout(Duration::from_secs(20)).is_ok(),
+                "dropping the collector waited for its interval"
+            );
+        }
+    }
 
     #[test]
     fn fingerprints_ignore_map_key_order_but_not_values() {
