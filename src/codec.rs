@@ -85,6 +85,17 @@ impl DecodeError {
         }
     }
 
+    /// This error with every secret value scrubbed from its message.
+    pub fn scrubbed(self, secrets: &crate::redact::Secrets) -> Self {
+        match self {
+            DecodeError::InvalidField { field, message } => DecodeError::InvalidField {
+                field,
+                message: secrets.scrub(&message),
+            },
+            other => other,
+        }
+    }
+
     /// An error about one field, for checks made after deserialization.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         DecodeError::InvalidField {

@@ -26,6 +26,8 @@
 //! - [`broker`]: finding or starting a local `nats-server`.
 //! - [`service`]: the orchestrator: submit, cancel, reads, and its
 //!   background work (publisher, event applier, DLQ, reaper, orphan sweep).
+//! - [`redact`]: keeping sensitive param values out of error messages,
+//!   logs and the audit trail.
 //! - [`http`]: the HTTP API over the service, with its bounds.
 //! - [`server`]: the orchestrator process: service and HTTP API together.
 //! - [`worker`]: the worker service: intake, claims, handlers, reports.
@@ -39,6 +41,7 @@ pub mod codec;
 pub mod envelope;
 pub mod event;
 pub mod http;
+pub mod redact;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -255,6 +255,7 @@ pub async fn worker(args: WorkerArgs) -> ExitCode {
     let mut worker_config = WorkerConfig {
         max_envelope_bytes: config.max_envelope_bytes,
         verifier,
+        sensitive: config.sensitive_fields.clone(),
         ..WorkerConfig::default()
     };
     if let Some(c) = args.concurrency {

@@ -45,6 +45,8 @@ pub(crate) struct Applier {
     pub(crate) store: Store,
     pub(crate) bus: Bus,
     pub(crate) publisher: Publisher,
+    /// Params whose values are scrubbed from reported error messages.
+    pub(crate) sensitive: crate::redact::SensitiveFields,
 }
 
 /// Applies events as they arrive until `stop` fires. Events of one task go
@@ -157,10 +159,11 @@ impl Applier {
     /// Applies events of one task. The changes are made in order here; their
     /// flush and the acks run on their own, so the next events can be
     /// applied meanwhile.
-    async fn apply_group(&self, group: Vec<(Message, WorkerEvent)>) {
+    async fn apply_group(&self, mut group: Vec<(Message, WorkerEvent)>) {
         let Some(task_id) = group.first().map(|(_, e)| e.task_id) else {
             return;
         };
+        self.scrub_errors(task_id, &mut group);
         let changes = group
             .iter()
             .map(|(msg, e)| change_for(e, self.subject_agent(&msg.subject)))
@@ -189,6 +192,22 @@ impl Applier {
         if !applied.is_empty() {
             let this = self.clone();
             tokio::spawn(async move { this.after_applied(applied).await });
+        }
+    }
+
+    /// Scrubs the task's secret param values from reported error messages
+    /// before they reach the status, the audit trail or a log (a worker
+    /// should have done it; this holds for one that did not).
+    fn scrub_errors(&self, task_id: crate::envelope::TaskId, group: &mut [(Message, WorkerEvent)]) {
+        if group.iter().all(|(_, e)| e.error.is_none()) {
+            return;
+        }
+        let Ok(Some(envelope)) = self.store.envelope(task_id) else {
+            return;
+        };
+        let secrets = self.sensitive.secrets(&envelope.payload.params);
+        for error in group.iter_mut().filter_map(|(_, e)| e.error.as_mut()) {
+            error.message = secrets.scrub(&error.message);
         }
     }
 

@@ -82,6 +82,9 @@ pub struct ServiceConfig {
     pub http_request_timeout: Duration,
     /// Task tokens: keys, issuer, lifetime, checking.
     pub tokens: crate::auth::TokenSettings,
+    /// Param field names whose values are secrets: they are scrubbed from
+    /// error messages, the audit trail and logs.
+    pub sensitive_fields: crate::redact::SensitiveFields,
 }
 
 impl Default for ServiceConfig {
@@ -102,6 +105,7 @@ impl Default for ServiceConfig {
             http_max_in_flight: 512,
             http_request_timeout: Duration::from_secs(30),
             tokens: crate::auth::TokenSettings::default(),
+            sensitive_fields: crate::redact::SensitiveFields::default(),
         }
     }
 }
@@ -498,7 +502,11 @@ impl Orchestrator {
             self.inner
                 .schemas
                 .check(&request.to, request.action.as_str(), &request.params)
-                .map_err(ServiceError::BadInput)?;
+                .map_err(|e| {
+                    // The schema's message may quote the value.
+                    let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
+                    ServiceError::BadInput(e.scrubbed(&secrets))
+                })?;
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;

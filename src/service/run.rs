@@ -72,6 +72,7 @@ impl Orchestrator {
                 store: inner.store.clone(),
                 bus: inner.bus.clone(),
                 publisher: inner.publisher.clone(),
+                sensitive: inner.config.sensitive_fields.clone(),
             },
             events,
             stop.clone(),

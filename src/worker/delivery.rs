@@ -223,6 +223,8 @@ async fn run_task(
         }
         return;
     }
+    let secrets = shared.config.sensitive.secrets(&envelope.payload.params);
+    let outcome = outcome.redacted(&secrets);
     let event = event_for(&envelope, attempt, &outcome);
     info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");
     report_and_ack(shared, &msg, &event, trace, Some(held)).await;

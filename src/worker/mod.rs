@@ -70,6 +70,8 @@ pub struct WorkerConfig {
     /// unchecked (development only; the `worker` command needs
     /// `tokens.verify: false` for that). Its audience must be the agent.
     pub verifier: Option<Arc<crate::auth::Verifier>>,
+    /// Params whose values never appear in a reported error message.
+    pub sensitive: crate::redact::SensitiveFields,
 }
 
 impl Default for WorkerConfig {
@@ -82,6 +84,7 @@ impl Default for WorkerConfig {
             idle_poll: Duration::from_secs(5),
             working_after: Duration::from_millis(100),
             verifier: None,
+            sensitive: crate::redact::SensitiveFields::default(),
         }
     }
 }

@@ -32,6 +32,28 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// This outcome with every secret value scrubbed from its error message
+    /// (the message is reported, logged and audited; the result is the
+    /// task's output and is kept as it is).
+    pub fn redacted(self, secrets: &crate::redact::Secrets) -> Outcome {
+        if secrets.is_empty() {
+            return self;
+        }
+        let scrub = |mut e: ErrorInfo| {
+            e.message = secrets.scrub(&e.message);
+            e
+        };
+        match self {
+            Outcome::Failed { error, retry_after } => Outcome::Failed {
+                error: scrub(error),
+                retry_after,
+            },
+            Outcome::Rejected(e) => Outcome::Rejected(scrub(e)),
+            Outcome::AuthRequired(e) => Outcome::AuthRequired(scrub(e)),
+            other => other,
+        }
+    }
+
     /// A completed outcome with no artifacts.
     pub fn completed(result: Value) -> Self {
         Outcome::Completed {

@@ -1,0 +1,126 @@
+//! Keeping secrets out of what is written down: the values of sensitive
+//! params (by field name, at any depth) are replaced with `[redacted]` in
+//! error messages before they are reported, logged or audited.
+//!
+//! Task tokens never need this: they are not stored, their `Debug` form is
+//! redacted, and handlers never see them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What replaces a secret.
+pub const REDACTED: &str = "[redacted]";
+
+/// Param field names whose values are secrets (compared without case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SensitiveFields(pub Vec<String>);
+
+impl Default for SensitiveFields {
+    fn default() -> Self {
+        SensitiveFields(
+            [
+                "password",
+                "passwd",
+                "secret",
+                "token",
+                "api_key",
+                "apikey",
+                "authorization",
+                "private_key",
+                "client_secret",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+    }
+}
+
+impl SensitiveFields {
+    /// Whether a field of this name holds a secret.
+    pub fn is_sensitive(&self, name: &str) -> bool {
+        self.0.iter().any(|f| f.eq_ignore_ascii_case(name))
+    }
+
+    /// The secret values in `params`: every scalar under a sensitive field,
+    /// at any depth (a sensitive object's or array's leaves included).
+    pub fn secrets(&self, params: &Map<String, Value>) -> Secrets {
+        let mut found = Vec::new();
+        for (name, value) in params {
+            collect(self, value, self.is_sensitive(name), &mut found);
+        }
+        // Longest first, so a secret containing another is replaced whole.
+        found.sort_by_key(|s: &String| std::cmp::Reverse(s.len()));
+        found.dedup();
+        Secrets(found)
+    }
+}
+
+fn collect(fields: &SensitiveFields, value: &Value, secret: bool, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (name, v) in map {
+                collect(fields, v, secret || fields.is_sensitive(name), found);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                collect(fields, v, secret, found);
+            }
+        }
+        Value::String(s) if secret && !s.is_empty() => found.push(s.clone()),
+        Value::Number(n) if secret => found.push(n.to_string()),
+        _ => {}
+    }
+}
+
+/// The secret values of one task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Secrets(Vec<String>);
+
+impl Secrets {
+    /// `text` with every secret value replaced by [`REDACTED`].
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.0 {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// Whether there is nothing to hide.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn sensitive_values_at_any_depth_are_scrubbed() {
+        let fields = SensitiveFields::default();
+        let params = json!({
+            "user": "alice",
+            "Password": "hunter2",
+            "db": {"url": "pg://x", "api_key": "k-123", "nested": {"secret": ["s1", 42]}},
+            "token": {"value": "tok-999"}
+        });
+        let secrets = fields.secrets(params.as_object().unwrap());
+        let text = "login alice/hunter2 failed with k-123, s1, 42 and tok-999 at pg://x";
+        assert_eq!(
+            secrets.scrub(text),
+            "login alice/[redacted] failed with [redacted], [redacted], [redacted] and [redacted] at pg://x"
+        );
+        assert!(
+            fields
+                .secrets(json!({"q": "x"}).as_object().unwrap())
+                .is_empty()
+        );
+    }
+}
