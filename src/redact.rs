@@ -74,6 +74,30 @@ fn collect(fields: &SensitiveFields, value: &Value, secret: bool, found: &mut Ve
     }
 }
 
+/// A secret setting (a password, a token): read from configuration, never
+/// shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, to hand to what needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
 /// The secret values of one task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Secrets(Vec<String>);

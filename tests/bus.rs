@@ -57,3 +57,52 @@ async fn connecting_to_nothing_fails_clearly() {
         .unwrap();
     assert!(err.to_string().contains("nats://127.0.0.1:1"), "{err}");
 }
+
+/// A broker that requires a login refuses an unauthenticated client; the
+/// credentials in `bus.auth` (here a user and password, and separately a
+/// token) are passed through and the bus works.
+#[tokio::test]
+async fn credentials_from_the_settings_are_passed_through() {
+    use orchestrator::bus::NatsAuth;
+    use orchestrator::redact::Secret;
+    for (server, auth) in [
+        (
+            "authorization { user: orch, password: \"s3cret-pw\" }",
+            NatsAuth {
+                user: Some("orch".into()),
+                password: Some(Secret::new("s3cret-pw")),
+                ..NatsAuth::default()
+            },
+        ),
+        (
+            "authorization { token: \"t0ken-xyz\" }",
+            NatsAuth {
+                token: Some(Secret::new("t0ken-xyz")),
+                ..NatsAuth::default()
+            },
+        ),
+    ] {
+        let nats = NatsServer::start_with(server);
+        let anonymous = Bus::connect_now(&nats.url(), BusConfig::default()).await;
+        let err = anonymous
+            .err()
+            .expect("an unauthenticated client was let in");
+        assert!(err.to_string().to_lowercase().contains("auth"), "{err}");
+        let wrong = BusConfig {
+            auth: NatsAuth {
+                token: Some(Secret::new("wrong")),
+                ..NatsAuth::default()
+            },
+            ..BusConfig::default()
+        };
+        assert!(Bus::connect_now(&nats.url(), wrong).await.is_err());
+        let config = BusConfig {
+            auth,
+            ..BusConfig::default()
+        };
+        let bus = Bus::connect_now(&nats.url(), config).await.unwrap();
+        bus.provision().await.unwrap();
+        let env = envelope("echo", "echo", json!({}), "k");
+        bus.publish_envelope(&env, None, false).await.unwrap();
+    }
+}

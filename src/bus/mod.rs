@@ -8,11 +8,13 @@
 //! delivery claims), and per agent and priority the durable pull consumers
 //! `agent_<agent>_<priority>`.
 
+mod auth;
 mod names;
 mod pull;
 mod settle;
 mod trace;
 
+pub use auth::NatsAuth;
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
 pub use settle::{Settlement, settle, settle_confirmed};
@@ -86,6 +88,8 @@ pub struct BusConfig {
     /// Delay before a message is tried again after a dependency failed.
     #[serde(with = "humantime_serde")]
     pub retry_delay: Duration,
+    /// How to log in to NATS and secure the connection.
+    pub auth: NatsAuth,
 }
 
 impl Default for BusConfig {
@@ -103,6 +107,7 @@ impl Default for BusConfig {
             events_max_deliver: 10,
             events_max_ack_pending: 4096,
             retry_delay: Duration::from_secs(1),
+            auth: NatsAuth::default(),
         }
     }
 }
@@ -187,31 +192,35 @@ struct Inner {
 impl Bus {
     /// Connects to `url` (reconnecting by itself if the server restarts).
     pub async fn connect(url: &str, config: BusConfig) -> Result<Bus, BusError> {
-        let client = async_nats::ConnectOptions::new()
-            .name("orchestrator")
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .connect(url)
-            .await
-            .map_err(|e| BusError::Connect {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
-        Ok(Bus::from_client(client, config))
+        Bus::connect_with(url, config, true).await
     }
 
     /// Connects to `url`, failing at once when nothing answers there.
     pub async fn connect_now(url: &str, config: BusConfig) -> Result<Bus, BusError> {
-        let client = async_nats::ConnectOptions::new()
+        Bus::connect_with(url, config, false).await
+    }
+
+    async fn connect_with(url: &str, config: BusConfig, wait: bool) -> Result<Bus, BusError> {
+        let failed = |message: String| BusError::Connect {
+            url: url.to_string(),
+            message,
+        };
+        let options = config
+            .auth
+            .options()
+            .await
+            .map_err(failed)?
             .name("orchestrator")
-            .max_reconnects(None)
-            .connection_timeout(Duration::from_secs(2))
+            .max_reconnects(None);
+        let options = if wait {
+            options.retry_on_initial_connect()
+        } else {
+            options.connection_timeout(Duration::from_secs(2))
+        };
+        let client = options
             .connect(url)
             .await
-            .map_err(|e| BusError::Connect {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| failed(e.to_string()))?;
         Ok(Bus::from_client(client, config))
     }
 

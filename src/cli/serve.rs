@@ -69,13 +69,20 @@ pub struct WorkerArgs {
     data_dir: Option<PathBuf>,
 }
 
+/// The settings file (or the defaults), with the `NATS_*` credentials from
+/// the environment over its `bus.auth`.
 fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
-    let Some(path) = path else {
-        return Ok(ServiceConfig::default());
+    let mut config: ServiceConfig = match path {
+        None => ServiceConfig::default(),
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
     };
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    config.bus.auth = config.bus.auth.with_env(|k| std::env::var(k).ok());
+    config.bus.auth.check().map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 /// Fires on Ctrl-C or SIGTERM.

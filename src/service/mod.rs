@@ -123,6 +123,7 @@ impl crate::codec::Validate for ServiceConfig {
                 "must be positive",
             ));
         }
+        self.bus.auth.check()?;
         if self.http_request_timeout.is_zero() {
             return Err(crate::codec::DecodeError::invalid(
                 "http_request_timeout",
