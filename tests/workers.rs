@@ -184,6 +184,32 @@ fn python_worker_runs() {
     );
 }
 
+/// Runs `script` with python3 in the example's directory (so it can import
+/// `tokens`), `stdin` on its standard input; returns its standard output.
+fn python_with_stdin(script: &str, args: &[&str], stdin: &[u8]) -> String {
+    use std::io::Write;
+    let out = Command::new("python3")
+        .current_dir(example_dir())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(stdin)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn attempts(runs: &[Value]) -> Vec<u64> {
     runs.iter()
         .map(|r| r["attempt"].as_u64().unwrap())
@@ -492,27 +518,11 @@ fn python_and_rust_agree_on_the_envelope_hash() {
         env.control.required_scopes = vec!["Files.Read".parse().unwrap()];
         env.payload.meta.system_prompt = Some("Be brief.\r\n".into());
         let rust = orchestrator::auth::envelope_hash(&env).unwrap();
-        let out = Command::new("python3")
-            .current_dir(example_dir())
-            .args([
-                "-c",
-                "import json, sys, tokens; print(tokens.wire_hash(json.loads(sys.stdin.buffer.read())))",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write;
-                child.stdin.take().unwrap().write_all(&env.to_vec())?;
-                child.wait_with_output()
-            })
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let python = python_with_stdin(
+            "import json, sys, tokens; print(tokens.wire_hash(json.loads(sys.stdin.buffer.read())))",
+            &[],
+            &env.to_vec(),
         );
-        let python = String::from_utf8(out.stdout).unwrap();
         assert_eq!(python.trim(), rust, "params {params}");
     }
 }
@@ -589,32 +599,12 @@ for env in json.loads(sys.stdin.read()):
         print(r.code)
 "#;
     let envelopes: Vec<&Value> = cases.iter().map(|(e, _)| e).collect();
-    let out = Command::new("python3")
-        .current_dir(example_dir())
-        .args(["-c", script, files.verify.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(&serde_json::to_vec(&envelopes).unwrap())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = python_with_stdin(
+        script,
+        &[files.verify.to_str().unwrap()],
+        &serde_json::to_vec(&envelopes).unwrap(),
     );
-    let got: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let got: Vec<String> = out.lines().map(str::to_string).collect();
     let want: Vec<&str> = cases.iter().map(|(_, code)| *code).collect();
     assert_eq!(got, want);
 }
