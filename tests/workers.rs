@@ -272,6 +272,34 @@ async fn a_permanent_failure_is_not_retried(kind: Kind) {
     assert_eq!(attempts(&b.runs(&id, "start")), [1]);
 }
 
+/// A failure whose message quotes a sensitive param: the worker itself
+/// reports it scrubbed (the event on the bus, before the orchestrator's own
+/// scrubbing), and the task's error says so.
+async fn a_failure_never_reports_a_secret(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let params = json!({
+        "retryable": false,
+        "message": "login refused for password hunter2-xyz",
+        "password": "hunter2-xyz"
+    });
+    let id = b.submit("fail", params, 3).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "failed", "{task:#}");
+    let bus = b.sys.bus().await;
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.names().events_stream())
+        .await
+        .unwrap();
+    let subject = bus.names().event_subject(&"py-echo".parse().unwrap(), id.parse().unwrap());
+    let event = stream.get_last_raw_message_by_subject(&subject).await.unwrap();
+    let event: Value = serde_json::from_slice(&event.payload).unwrap();
+    let message = event["error"]["message"].as_str().unwrap();
+    assert!(!message.contains("hunter2-xyz"), "the worker reported: {message}");
+    assert!(message.contains("[redacted]"), "{message}");
+}
+
 /// SIGKILLed while its handler runs: another worker of the same kind runs
 /// the same attempt again, told that the first run may have partly happened.
 async fn killed_mid_task_runs_again_resumed(kind: Kind) {
@@ -401,6 +429,7 @@ macro_rules! for_both_workers {
 
 for_both_workers!(
     completes,
+    a_failure_never_reports_a_secret,
     retries_then_succeeds,
     always_failing_fails_after_max_attempts,
     a_permanent_failure_is_not_retried,
@@ -607,4 +636,30 @@ for env in json.loads(sys.stdin.read()):
     let got: Vec<String> = out.lines().map(str::to_string).collect();
     let want: Vec<&str> = cases.iter().map(|(_, code)| *code).collect();
     assert_eq!(got, want);
+}
+
+/// The Python worker scrubs the same secret values from a failure's message
+/// as the Rust one (`orchestrator::redact`), for params that nest secrets
+/// in objects, arrays and numbers.
+#[test]
+fn python_and_rust_scrub_the_same_secrets() {
+    python_worker_runs();
+    let params = json!({
+        "user": "alice",
+        "Password": "hunter2",
+        "db": {"url": "pg://x", "api_key": "k-123", "nested": {"secret": ["s1", 42]}},
+        "token": {"value": "tok-999"},
+        "count": 7
+    });
+    let message = "login alice/hunter2 failed: k-123 s1 42 tok-999 pg://x count 7";
+    let rust = orchestrator::redact::SensitiveFields::default()
+        .secrets(params.as_object().unwrap())
+        .scrub(message);
+    let python = python_with_stdin(
+        "import json, sys, redact; p, m = json.loads(sys.stdin.read()); print(redact.scrub(m, redact.secrets(p)))",
+        &[],
+        &serde_json::to_vec(&json!([params, message])).unwrap(),
+    );
+    assert_eq!(python.trim_end(), rust);
+    assert!(!rust.contains("hunter2") && rust.contains("count 7"), "{rust}");
 }

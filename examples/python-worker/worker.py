@@ -34,6 +34,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError, NotFoundError
 
+import redact
 from tokens import Refused, TokenCheck
 
 PREFIX = "orch"
@@ -467,9 +468,11 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            message = getattr(e, "message", None) or str(e) or type(e).__name__
             error = {
                 "code": getattr(e, "code", "handler_error"),
-                "message": getattr(e, "message", None) or str(e) or type(e).__name__,
+                # Sensitive param values never leave in a message.
+                "message": redact.scrub(message, redact.secrets(payload.get("params", {}))),
                 "retryable": bool(getattr(e, "retryable", False)),
             }
             fields = {"error": error}
