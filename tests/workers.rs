@@ -292,11 +292,19 @@ async fn a_failure_never_reports_a_secret(kind: Kind) {
         .get_stream(bus.names().events_stream())
         .await
         .unwrap();
-    let subject = bus.names().event_subject(&"py-echo".parse().unwrap(), id.parse().unwrap());
-    let event = stream.get_last_raw_message_by_subject(&subject).await.unwrap();
+    let subject = bus
+        .names()
+        .event_subject(&"py-echo".parse().unwrap(), id.parse().unwrap());
+    let event = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
     let event: Value = serde_json::from_slice(&event.payload).unwrap();
     let message = event["error"]["message"].as_str().unwrap();
-    assert!(!message.contains("hunter2-xyz"), "the worker reported: {message}");
+    assert!(
+        !message.contains("hunter2-xyz"),
+        "the worker reported: {message}"
+    );
     assert!(message.contains("[redacted]"), "{message}");
 }
 
@@ -661,5 +669,8 @@ fn python_and_rust_scrub_the_same_secrets() {
         &serde_json::to_vec(&json!([params, message])).unwrap(),
     );
     assert_eq!(python.trim_end(), rust);
-    assert!(!rust.contains("hunter2") && rust.contains("count 7"), "{rust}");
+    assert!(
+        !rust.contains("hunter2") && rust.contains("count 7"),
+        "{rust}"
+    );
 }
