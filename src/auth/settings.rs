@@ -53,6 +53,15 @@ pub fn key_dir(data_dir: &Path) -> std::path::PathBuf {
     data_dir.join("keys")
 }
 
+/// The first key file of `dir` that exists, of either kind (`pick` chooses
+/// the signing or the verify file).
+fn existing(dir: &Path, pick: fn(&KeyFiles) -> &std::path::PathBuf) -> Option<std::path::PathBuf> {
+    [KeyKind::EdDsa, KeyKind::Hs256]
+        .into_iter()
+        .map(|kind| pick(&KeyFiles::in_dir(dir, kind)).clone())
+        .find(|path| path.exists())
+}
+
 impl TokenSettings {
     /// The minter for an orchestrator with this data directory, and the
     /// files it generated if it had to make a key.
@@ -61,12 +70,8 @@ impl TokenSettings {
             Some(source) => (SigningKey::load(source)?, None),
             None => {
                 let dir = key_dir(data_dir);
-                let existing = [KeyKind::EdDsa, KeyKind::Hs256]
-                    .into_iter()
-                    .map(|kind| KeyFiles::in_dir(&dir, kind))
-                    .find(|files| files.signing.exists());
-                match existing {
-                    Some(files) => (SigningKey::load(&files.signing.to_string_lossy())?, None),
+                match existing(&dir, |files| &files.signing) {
+                    Some(path) => (SigningKey::load(&path.to_string_lossy())?, None),
                     None => {
                         let files = keys::generate(&dir, KeyKind::EdDsa, false)?;
                         let key = SigningKey::load(&files.signing.to_string_lossy())?;
@@ -88,11 +93,7 @@ impl TokenSettings {
             Some(source) => source.clone(),
             None => {
                 let dir = key_dir(data_dir);
-                let found = [KeyKind::EdDsa, KeyKind::Hs256]
-                    .into_iter()
-                    .map(|kind| KeyFiles::in_dir(&dir, kind).verify)
-                    .find(|path| path.exists());
-                match found {
+                match existing(&dir, |files| &files.verify) {
                     Some(path) => path.to_string_lossy().into_owned(),
                     None => {
                         return Err(KeyError {

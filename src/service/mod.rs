@@ -519,15 +519,16 @@ impl Orchestrator {
         scopes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         scopes.dedup();
         // A task whose token could not bind its envelope is refused now,
-        // not failed at publish time.
-        crate::auth::envelope_hash(&envelope).map_err(|e| {
-            let field = e
-                .path
-                .strip_prefix("payload.")
-                .unwrap_or(&e.path)
-                .to_string();
-            ServiceError::BadInput(crate::codec::DecodeError::invalid(field, e.message))
-        })?;
+        // not failed at publish time; only params can hold such a number.
+        let mut path = String::from("params");
+        for (name, value) in &envelope.payload.params {
+            path.truncate("params".len());
+            path.push('.');
+            path.push_str(name);
+            crate::auth::canonical::check(value, &mut path).map_err(|e| {
+                ServiceError::BadInput(crate::codec::DecodeError::invalid(e.path, e.message))
+            })?;
+        }
         let size = envelope.encoded_len();
         if size > self.inner.max_envelope {
             return Err(ServiceError::TooLarge {

@@ -42,19 +42,20 @@ pub(super) async fn handle(
         return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;
     }
     let action = envelope.payload.action.as_str();
-    if shared.card.skill(action).is_none() {
+    let Some(skill) = shared.card.skill(action) else {
         let why = format!("`{}` has no skill `{action}`", shared.card.name);
         return reject(&shared, &msg, &envelope, "unknown_action", &why, trace).await;
-    }
-    if let Some(verifier) = &shared.config.verifier {
-        let needed = shared
-            .card
-            .skill(action)
-            .map(|s| s.scopes)
-            .unwrap_or_default();
-        if let Err(refusal) = verifier.verify(&msg.payload, &envelope, &needed) {
-            return refuse(&shared, &msg, &envelope, &refusal, trace).await;
-        }
+    };
+    if let Some(verifier) = &shared.config.verifier
+        && let Err(refusal) = verifier.verify(&msg.payload, &envelope, &skill.scopes)
+    {
+        warn!(task_id = %envelope.header.task_id, code = refusal.code, "task token refused: {}", refusal.message);
+        let error = ErrorInfo::new(refusal.code, refusal.message, false);
+        let outcome = match refusal.verdict {
+            crate::auth::Verdict::AuthRequired => Outcome::AuthRequired(error),
+            crate::auth::Verdict::Rejected => Outcome::Rejected(error),
+        };
+        return refuse(&shared, &msg, &envelope, &outcome, trace).await;
     }
     let task_id = envelope.header.task_id;
     let attempt = envelope.control.attempt.get();
@@ -223,8 +224,7 @@ async fn run_task(
         }
         return;
     }
-    let secrets = shared.config.sensitive.secrets(&envelope.payload.params);
-    let outcome = outcome.redacted(&secrets);
+    let outcome = outcome.redacted(&shared.config.sensitive, &envelope.payload.params);
     let event = event_for(&envelope, attempt, &outcome);
     info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");
     report_and_ack(shared, &msg, &event, trace, Some(held)).await;
@@ -264,27 +264,19 @@ async fn reject(
 ) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
-    let mut event = event_for(envelope, envelope.control.attempt.get(), &outcome);
-    event.agent = shared.card.name.clone();
-    report_and_ack(shared, msg, &event, trace, None).await;
+    refuse(shared, msg, envelope, &outcome, trace).await;
 }
 
-/// Refuses a task whose token failed its checks: nothing runs, and the
-/// orchestrator is told why (`auth_required` or `rejected`).
+/// Ends an attempt that never ran with `outcome` (a rejection, or a token
+/// that asks for authorization): its final event, then the ack.
 async fn refuse(
     shared: &Shared,
     msg: &Message,
     envelope: &Envelope,
-    refusal: &crate::auth::Refusal,
+    outcome: &Outcome,
     trace: Option<&TraceContext>,
 ) {
-    warn!(task_id = %envelope.header.task_id, code = refusal.code, "task token refused: {}", refusal.message);
-    let error = ErrorInfo::new(refusal.code, refusal.message.clone(), false);
-    let outcome = match refusal.verdict {
-        crate::auth::Verdict::AuthRequired => Outcome::AuthRequired(error),
-        crate::auth::Verdict::Rejected => Outcome::Rejected(error),
-    };
-    let mut event = event_for(envelope, envelope.control.attempt.get(), &outcome);
+    let mut event = event_for(envelope, envelope.control.attempt.get(), outcome);
     event.agent = shared.card.name.clone();
     report_and_ack(shared, msg, &event, trace, None).await;
 }

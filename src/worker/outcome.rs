@@ -32,10 +32,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// This outcome with every secret value scrubbed from its error message
-    /// (the message is reported, logged and audited; the result is the
-    /// task's output and is kept as it is).
-    pub fn redacted(self, secrets: &crate::redact::Secrets) -> Outcome {
+    /// This outcome with the values of `params`' sensitive fields scrubbed
+    /// from its error message (the message is reported, logged and audited;
+    /// the result is the task's output and is kept as it is). Params are
+    /// only looked through when there is a message.
+    pub fn redacted(
+        self,
+        fields: &crate::redact::SensitiveFields,
+        params: &serde_json::Map<String, Value>,
+    ) -> Outcome {
+        if matches!(self, Outcome::Completed { .. } | Outcome::Canceled) {
+            return self;
+        }
+        let secrets = fields.secrets(params);
         if secrets.is_empty() {
             return self;
         }
