@@ -23,6 +23,8 @@
 //!   attempt (a contract between processes, below worker and orchestrator).
 //! - [`auth`]: task tokens: key files, the canonical envelope hash, minting
 //!   and the worker's checks (a contract between processes, like `claim`).
+//! - [`access`]: who may call the HTTP API: API keys, bearer JWTs from an
+//!   issuer, scopes (below `service`, which checks them, and `http`).
 //! - [`broker`]: finding or starting a local `nats-server`.
 //! - [`service`]: the orchestrator: submit, cancel, reads, and its
 //!   background work (publisher, event applier, DLQ, reaper, orphan sweep).
@@ -32,6 +34,7 @@
 //! - [`server`]: the orchestrator process: service and HTTP API together.
 //! - [`worker`]: the worker service: intake, claims, handlers, reports.
 
+pub mod access;
 pub mod agent;
 pub mod auth;
 pub mod broker;

@@ -70,7 +70,7 @@ enum Command {
     /// Offline tools for a store no process has open.
     #[command(subcommand)]
     Store(StoreCommand),
-    /// Keys for task tokens.
+    /// Keys for task tokens and the API.
     #[command(subcommand)]
     Keys(KeysCommand),
 }
@@ -80,6 +80,9 @@ enum KeysCommand {
     /// Write a new key pair: the orchestrator signs with one, workers verify
     /// with the other.
     Generate(cli::keys::GenerateArgs),
+    /// Make an API key for a principal: prints the key (once) and the
+    /// `api_auth.api_keys` entry that holds only its hash.
+    ApiKey(cli::keys::ApiKeyArgs),
 }
 
 #[derive(Subcommand)]
@@ -121,6 +124,7 @@ fn main() -> ExitCode {
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
             Command::Keys(KeysCommand::Generate(args)) => cli::keys::generate(&args),
+            Command::Keys(KeysCommand::ApiKey(args)) => cli::keys::api_key(&args),
         }
     })
 }

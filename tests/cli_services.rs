@@ -10,12 +10,19 @@ use common::system::{System, card, fast_bus};
 use orchestrator::worker::EchoHandler;
 use serde_json::Value;
 
-fn cli(server: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+/// The orchestrator's URL and the API key to call it with.
+type Server = (String, Option<String>);
+
+fn cli(server: &Server, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    command
         .args(args)
-        .env("ORCH_SERVER", server)
-        .output()
-        .unwrap()
+        .env("ORCH_SERVER", &server.0)
+        .env_remove("ORCH_API_KEY");
+    if let Some(key) = &server.1 {
+        command.env("ORCH_API_KEY", key);
+    }
+    command.output().unwrap()
 }
 
 fn json_out(out: &Output) -> Value {
@@ -47,7 +54,7 @@ async fn client_commands_work_against_a_running_orchestrator() {
     sys.triggers = triggers;
     sys.start_orchestrator(vec![echo.clone()]).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
-    let server = sys.http.clone();
+    let server: Server = (sys.http.clone(), sys.admin_key.clone());
 
     let run = tokio::task::spawn_blocking({
         let server = server.clone();
@@ -99,13 +106,24 @@ async fn client_commands_work_against_a_running_orchestrator() {
                     "tasks", "submit", "--to", "echo", "--action", "echo", "--params", "not json",
                 ],
             ),
-            cli("http://127.0.0.1:1", &["tasks", "list"]),
+            cli(&("http://127.0.0.1:1".into(), None), &["tasks", "list"]),
+            cli(&(server2.0.clone(), None), &["tasks", "list"]),
         )
     })
     .await
     .unwrap();
-    let (get, list, verify, agents, tasks_table, audit_table, bad_input, bad_params, unreachable) =
-        outs;
+    let (
+        get,
+        list,
+        verify,
+        agents,
+        tasks_table,
+        audit_table,
+        bad_input,
+        bad_params,
+        unreachable,
+        no_key,
+    ) = outs;
     assert_eq!(get.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&get.stdout).contains("completed"));
     assert_eq!(json_out(&list)["tasks"].as_array().unwrap().len(), 1);
@@ -131,6 +149,12 @@ async fn client_commands_work_against_a_running_orchestrator() {
     );
     assert_eq!(bad_params.status.code(), Some(2));
     assert_eq!(unreachable.status.code(), Some(3));
+    assert_eq!(no_key.status.code(), Some(2));
+    let no_key = String::from_utf8_lossy(&no_key.stderr);
+    assert!(
+        no_key.contains("unauthenticated") && no_key.contains("ORCH_API_KEY"),
+        "{no_key}"
+    );
 }
 
 /// `run` with an explicit broker URL that does not answer fails at once

@@ -183,7 +183,7 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let stop = tokio_util::sync::CancellationToken::new();
     let worker = tokio::spawn(worker.run(stop.clone()));
 
-    let http = reqwest::Client::new();
+    let http = common::process::admin_client(data.path());
     let mut ids = Vec::new();
     for n in 0..40 {
         let body = json!({"to": "slow", "action": "work", "params": {"n": n}});

@@ -78,7 +78,7 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
         &nats.url(),
         &logs.path().join("worker.log"),
     );
-    let http = reqwest::Client::new();
+    let http = common::process::admin_client(data.path());
     let mut answers = Vec::new();
 
     let refused = http
@@ -124,6 +124,16 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
             .await
             .unwrap(),
     );
+    // A refused credential is logged, never the credential itself.
+    let wrong_key = format!("orch_{}", "W".repeat(43));
+    let refused = reqwest::Client::new()
+        .get(format!("{base}/v1/tasks"))
+        .bearer_auth(&wrong_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let admin_key = std::fs::read_to_string(data.path().join("keys/admin.api-key")).unwrap();
     run.kill();
     worker.kill();
     for answer in &answers {
@@ -132,6 +142,11 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
             "an API answer holds the secret: {answer}"
         );
     }
+    let run_log = std::fs::read_to_string(logs.path().join("run.log")).unwrap();
+    assert!(
+        run_log.contains("API call refused"),
+        "the refusal must be logged for the check below to mean anything"
+    );
     for log in ["run.log", "worker.log"] {
         let text = std::fs::read_to_string(logs.path().join(log)).unwrap();
         assert!(
@@ -140,6 +155,14 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
         );
         for line in text.lines() {
             assert!(!line.contains(PLANTED), "{log} holds the secret: {line}");
+            assert!(
+                !line.contains(admin_key.trim()),
+                "{log} holds the API key: {line}"
+            );
+            assert!(
+                !line.contains(&wrong_key),
+                "{log} holds a presented key: {line}"
+            );
         }
     }
 }

@@ -24,6 +24,19 @@ pub struct ClientArgs {
         global = true
     )]
     server: String,
+    /// The API key to call with (`orch_…`; `orchestrator run` writes one to
+    /// <data_dir>/keys/admin.api-key when none is configured).
+    #[arg(long, env = "ORCH_API_KEY", hide_env_values = true, global = true)]
+    api_key: Option<String>,
+    /// A bearer JWT from the configured issuer, instead of an API key.
+    #[arg(
+        long,
+        env = "ORCH_BEARER_TOKEN",
+        hide_env_values = true,
+        global = true,
+        conflicts_with = "api_key"
+    )]
+    bearer_token: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -155,6 +168,8 @@ struct Failure {
 struct Api {
     base: String,
     http: reqwest::Client,
+    credential: Option<String>,
+    warned: std::sync::atomic::AtomicBool,
 }
 
 impl Api {
@@ -162,6 +177,8 @@ impl Api {
         Api {
             base: args.server.trim_end_matches('/').to_string(),
             http: reqwest::Client::new(),
+            credential: args.api_key.clone().or(args.bearer_token.clone()),
+            warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -179,6 +196,9 @@ impl Api {
         body: Option<Value>,
     ) -> Result<Value, Failure> {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(credential) = &self.credential {
+            req = req.bearer_auth(credential);
+        }
         if let Some(body) = body {
             req = req.json(&body);
         }
@@ -186,6 +206,15 @@ impl Api {
             code: 3,
             message: format!("cannot reach the orchestrator at {}: {e}", self.base),
         })?;
+        let open = resp.headers().get(orchestrator::http::AUTH_HEADER);
+        if open.is_some_and(|v| v == "none")
+            && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!(
+                "warning: {} runs without authentication (api_auth.mode = none)",
+                self.base
+            );
+        }
         let status = resp.status();
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if status.is_success() {
@@ -199,6 +228,10 @@ impl Api {
         );
         if let Some(field) = err["field"].as_str() {
             message.push_str(&format!(" (field `{field}`)"));
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            message
+                .push_str("; pass --api-key (ORCH_API_KEY) or --bearer-token (ORCH_BEARER_TOKEN)");
         }
         Err(Failure {
             code: if status.is_client_error() { 2 } else { 3 },

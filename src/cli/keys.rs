@@ -1,4 +1,5 @@
-//! `keys generate`: a key pair for task tokens.
+//! `keys generate`: a key pair for task tokens; `keys api-key`: a key for
+//! a caller of the API.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,4 +62,45 @@ pub fn generate(args: &GenerateArgs) -> ExitCode {
         }
         Err(e) => fail(args.json, "key_error", &e.to_string()),
     }
+}
+
+#[derive(Args)]
+pub struct ApiKeyArgs {
+    /// Who the key's holder is (the `sub` of its tasks, the actor in the
+    /// audit trail).
+    #[arg(long)]
+    principal: String,
+    /// A scope it may use (repeat; `Files.*` grants every `Files.` scope,
+    /// `*` every scope). See docs/security.md for the API's own scopes.
+    #[arg(long = "scope")]
+    scopes: Vec<String>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn api_key(args: &ApiKeyArgs) -> ExitCode {
+    use orchestrator::access::{ApiKeyEntry, ApiKeys, Grants, api_keys};
+    let key = api_keys::generate();
+    let entry = ApiKeyEntry {
+        principal: args.principal.clone(),
+        scopes: Grants::new(args.scopes.iter().cloned()),
+        sha256: api_keys::hash(&key),
+    };
+    // The entry must be one the orchestrator accepts.
+    if let Err(e) = ApiKeys::new(std::slice::from_ref(&entry)) {
+        return fail(
+            args.json,
+            "invalid_field",
+            &e.replace("api_auth.api_keys[0]: ", ""),
+        );
+    }
+    if args.json {
+        println!("{}", json!({"ok": true, "api_key": key, "entry": entry}));
+    } else {
+        println!("API key (give it to the caller; it is not stored anywhere):\n  {key}\n");
+        println!("add this to `api_auth.api_keys` in the settings file:");
+        println!("  {}", json!(entry));
+    }
+    ExitCode::SUCCESS
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use orchestrator::access::Authenticator;
 use orchestrator::agent::AgentCard;
 use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::Bus;
@@ -135,6 +136,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Vec::new()
     };
     let triggers = load_triggers(&args.triggers, &cards);
+    let access = match open_access(&config) {
+        Ok(a) => std::sync::Arc::new(a),
+        Err(e) => return fail(e),
+    };
     let (bus, managed) = match connect_or_start_broker(&config).await {
         Ok(pair) => pair,
         Err(e) => return fail(e),
@@ -155,7 +160,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
             files.verify.display()
         );
     }
-    let result = orchestrator::server::serve(orchestrator, listener, shutdown_signal()).await;
+    let result =
+        orchestrator::server::serve(orchestrator, access, listener, shutdown_signal()).await;
     if let Some(broker) = managed {
         broker.stop().await;
     }
@@ -163,6 +169,35 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
+}
+
+/// Who may call the API. Says where a generated administrator key is, and
+/// says loudly when nobody has to authenticate.
+fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
+    let access = Authenticator::open(
+        &config.api_auth,
+        &orchestrator::auth::settings::key_dir(&config.data_dir),
+    )?;
+    if let Some(path) = access.generated_admin_key() {
+        let message = format!(
+            "no API credentials configured: generated an administrator API key (every scope) at {}; \
+             clients send it as ORCH_API_KEY (docs/security.md shows how to configure your own)",
+            path.display()
+        );
+        info!("{message}");
+        eprintln!("{message}");
+    }
+    if access.is_off() {
+        let message = format!(
+            "API AUTHENTICATION IS OFF (api_auth.mode = none): anyone who can reach {} \
+             can submit, read and cancel every task as `anonymous` with every scope. \
+             For local development only.",
+            config.http_addr
+        );
+        warn!("{message}");
+        eprintln!("warning: {message}");
+    }
+    Ok(access)
 }
 
 /// Loads the triggers; a broken one is reported and skipped.

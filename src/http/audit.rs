@@ -5,7 +5,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::ApiError;
+use super::{ApiError, Requester};
 use crate::service::Orchestrator;
 use crate::store::{AuditFilter, AuditRecord, AuditReport};
 
@@ -34,6 +34,7 @@ pub struct AuditPage {
 
 async fn list(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
     let filter = AuditFilter {
@@ -55,7 +56,9 @@ async fn list(
             .transpose()?,
     };
     let limit = super::page_size(q.limit, 100);
-    let fetched = o.audit(&filter, q.cursor.unwrap_or(0), limit + 1).await?;
+    let fetched = o
+        .audit(&filter, q.cursor.unwrap_or(0), limit + 1, &caller)
+        .await?;
     let (records, next_cursor) = super::page(fetched, limit, |r| r.seq);
     Ok(Json(AuditPage {
         records,
@@ -63,6 +66,9 @@ async fn list(
     }))
 }
 
-async fn verify(State(o): State<Orchestrator>) -> Result<Json<AuditReport>, ApiError> {
-    Ok(Json(o.verify_audit()?))
+async fn verify(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+) -> Result<Json<AuditReport>, ApiError> {
+    Ok(Json(o.verify_audit(&caller)?))
 }

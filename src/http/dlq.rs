@@ -25,10 +25,13 @@ struct DlqQuery {
 
 async fn list(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Query(q): Query<DlqQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = super::page_size(q.limit, 100);
-    let fetched = o.dead_letters(q.cursor.unwrap_or(0), limit + 1).await?;
+    let fetched = o
+        .dead_letters(q.cursor.unwrap_or(0), limit + 1, &caller)
+        .await?;
     let (letters, next_cursor) = super::page(fetched, limit, |d| d.seq);
     Ok(Json(
         json!({"dead_letters": letters, "next_cursor": next_cursor}),

@@ -101,6 +101,9 @@ impl From<ServiceError> for ApiError {
                     e.to_string(),
                 )
             },
+            ServiceError::Forbidden { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "insufficient_scope", e.to_string())
+            }
             ServiceError::NotCancelable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "not_cancelable", e.to_string())
             }

@@ -3,6 +3,7 @@
 
 mod agents;
 mod audit;
+mod auth;
 mod dlq;
 mod error;
 mod health;
@@ -10,34 +11,43 @@ mod limits;
 mod tasks;
 mod triggers;
 
+pub use auth::AUTH_HEADER;
 pub use error::ApiError;
 pub use tasks::{TaskPage, TaskView};
 
+use std::sync::Arc;
+
 use axum::Router;
 
+use crate::access::Authenticator;
 use crate::service::{Caller, Orchestrator};
 
-/// Who is asking. Authentication is not built yet: every caller is the
-/// anonymous principal, recorded as such in the audit trail.
-pub const ANONYMOUS: &str = "anonymous";
-
-/// The caller of a request: the anonymous principal, in the trace its
-/// `traceparent` header names (or a new one).
+/// The caller of a request: the principal the authentication layer found,
+/// in the trace its `traceparent` header names (or a new one).
 pub struct Requester(pub Caller);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
-    type Rejection = std::convert::Infallible;
+    type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
+        let principal = auth::principal(parts).cloned().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "this call needs credentials",
+            )
+        })?;
         let trace = parts
             .headers
             .get(crate::bus::TRACEPARENT)
             .and_then(|v| v.to_str().ok())
             .and_then(crate::bus::TraceContext::parse);
-        Ok(Requester(Caller::new(ANONYMOUS).with_trace(trace)))
+        Ok(Requester(
+            Caller::new(principal.name, principal.grants).with_trace(trace),
+        ))
     }
 }
 
@@ -55,17 +65,30 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
     (items, next)
 }
 
-/// The whole API, bounded by the configured concurrency and timeout.
-pub fn router(orchestrator: Orchestrator) -> Router {
+/// The whole API, bounded by the configured concurrency and timeout; every
+/// route but the health checks needs the credentials `access` accepts.
+pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router {
     let config = orchestrator.config();
     let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
-    let api = Router::new()
+    let open = access.is_off();
+    let guarded = Router::new()
         .merge(tasks::router())
         .merge(triggers::router())
         .merge(audit::router())
         .merge(agents::router())
         .merge(dlq::router())
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            auth::authenticate,
+        ));
+    let api = Router::new()
+        .merge(guarded)
         .merge(health::router())
         .with_state(orchestrator);
-    limits::limit(api, max_in_flight, timeout)
+    let bounded = limits::limit(api, max_in_flight, timeout);
+    if open {
+        bounded.layer(axum::middleware::map_response(auth::mark_unauthenticated))
+    } else {
+        bounded
+    }
 }

@@ -105,12 +105,13 @@ struct GetQuery {
 
 async fn get_task(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Path(id): Path<String>,
     Query(q): Query<GetQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     let id = parse_id(&id)?;
     let record = match q.wait {
-        None => o.task(id).await?,
+        None => o.task(id, &caller).await?,
         Some(wait) => {
             let wait = humantime::parse_duration(&wait).map_err(|e| {
                 ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
@@ -119,7 +120,7 @@ async fn get_task(
                 .config()
                 .http_request_timeout
                 .saturating_sub(Duration::from_secs(1));
-            o.task_when_ended(id, wait.min(most)).await?
+            o.task_when_ended(id, wait.min(most), &caller).await?
         }
     };
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
@@ -154,6 +155,7 @@ pub struct TaskPage {
 
 async fn list(
     State(o): State<Orchestrator>,
+    Requester(caller): Requester,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
     let limit = super::page_size(q.limit, 50);
@@ -183,7 +185,7 @@ async fn list(
         .transpose()?;
     // One item more than asked tells whether there is a next page.
     let fetched = o
-        .tasks(correlation.as_ref(), state, cursor, limit + 1)
+        .tasks(correlation.as_ref(), state, cursor, limit + 1, &caller)
         .await?;
     let (records, next_cursor) = super::page(fetched, limit, TaskRecord::task_id);
     Ok(Json(TaskPage {

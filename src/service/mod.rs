@@ -10,15 +10,18 @@
 //! results published while the orchestrator is down are applied when it is
 //! back. The store alone owns the attempt number and decides retries.
 
+mod caller;
 mod dlq;
 mod events;
 mod orphans;
 mod publisher;
+mod reads;
 mod reaper;
 mod request;
 mod run;
 mod schemas;
 
+pub use caller::Caller;
 pub use dlq::DeadLetter;
 pub use request::TaskRequest;
 pub use run::Background;
@@ -32,12 +35,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusConfig, BusError, TraceContext};
+use crate::bus::{Bus, BusConfig, BusError};
 use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
-use crate::store::{
-    Applied, AuditFilter, AuditRecord, Change, NewTask, Store, StoreConfig, StoreError, Submitted,
-};
+use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
 use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
 use crate::trigger::Trigger;
 use publisher::Publisher;
@@ -85,6 +86,8 @@ pub struct ServiceConfig {
     /// Param field names whose values are secrets: they are scrubbed from
     /// error messages, the audit trail and logs.
     pub sensitive_fields: crate::redact::SensitiveFields,
+    /// Who may call the HTTP API: API keys, a JWT issuer, or `mode: none`.
+    pub api_auth: crate::access::ApiAuthSettings,
 }
 
 impl Default for ServiceConfig {
@@ -106,6 +109,7 @@ impl Default for ServiceConfig {
             http_request_timeout: Duration::from_secs(30),
             tokens: crate::auth::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
+            api_auth: crate::access::ApiAuthSettings::default(),
         }
     }
 }
@@ -165,6 +169,14 @@ pub enum ServiceError {
     /// The trigger's input is not what it expects.
     #[error("{0}")]
     BadInput(crate::codec::DecodeError),
+    /// The caller lacks scopes the request needs.
+    #[error("{what} needs scopes the caller does not hold: {}", missing.join(", "))]
+    Forbidden {
+        /// What was asked.
+        what: String,
+        /// The scopes missing.
+        missing: Vec<String>,
+    },
     /// No dead letter holds this task.
     #[error("no dead letter for task {0}")]
     NoDeadLetter(TaskId),
@@ -190,40 +202,6 @@ pub enum ServiceError {
     /// An agent card cannot be used (at open only).
     #[error("{0}")]
     InvalidCard(String),
-}
-
-/// Who is asking, and the trace the request belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The principal: recorded as the actor in history and audit, and the
-    /// scope of its idempotency keys.
-    pub principal: String,
-    /// The caller's trace (a `traceparent` it sent); `None` starts one.
-    trace: Option<TraceContext>,
-    /// The trace used when the caller sent none, fixed at creation.
-    root: TraceContext,
-}
-
-impl Caller {
-    /// A caller named `principal`, in a new trace.
-    pub fn new(principal: impl Into<String>) -> Self {
-        Caller {
-            principal: principal.into(),
-            trace: None,
-            root: TraceContext::root(),
-        }
-    }
-
-    /// The same caller inside the trace it sent.
-    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
-        self.trace = trace;
-        self
-    }
-
-    /// The trace its tasks join.
-    pub fn trace(&self) -> TraceContext {
-        self.trace.unwrap_or(self.root)
-    }
 }
 
 /// Room left in a message for its headers: the largest envelope accepted
@@ -353,73 +331,11 @@ impl Orchestrator {
         &self.inner.config
     }
 
-    /// The task with this id, as flushed to disk.
-    pub async fn task(&self, id: TaskId) -> Result<Option<TaskRecord>, ServiceError> {
-        let record = self.inner.store.get(id)?;
-        self.inner.store.settled().await?;
-        Ok(record)
-    }
-
-    /// The task once it has ended, or as it is when `within` has passed
-    /// (whichever comes first), as flushed to disk.
-    pub async fn task_when_ended(
-        &self,
-        id: TaskId,
-        within: std::time::Duration,
-    ) -> Result<Option<TaskRecord>, ServiceError> {
-        let mut watch = self.inner.store.watch(id);
-        match self.inner.store.status(id)? {
-            None => return Ok(None),
-            Some(status) if !status.state.is_terminal() => {
-                let _ = tokio::time::timeout(within, watch.ended()).await;
-            }
-            Some(_) => {}
-        }
-        self.task(id).await
-    }
-
-    /// Up to `limit` tasks after `cursor`, filtered by request and state,
-    /// as flushed to disk.
-    pub async fn tasks(
-        &self,
-        correlation: Option<&crate::envelope::CorrelationId>,
-        state: Option<TaskState>,
-        cursor: Option<TaskId>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>, ServiceError> {
-        let store = &self.inner.store;
-        let records = match (correlation, state) {
-            (Some(c), Some(s)) => in_state(store, c, s, cursor, limit)?,
-            (Some(c), None) => store.list_by_correlation(c, cursor, limit)?,
-            (None, Some(s)) => store.list_by_state(s, cursor, limit)?,
-            (None, None) => store.list(cursor, limit)?,
-        };
-        store.settled().await?;
-        Ok(records)
-    }
-
-    /// Up to `limit` audit records after sequence `after`, as flushed.
-    pub async fn audit(
-        &self,
-        filter: &AuditFilter,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<AuditRecord>, ServiceError> {
-        let records = self.inner.store.audit_list(filter, after, limit)?;
-        self.inner.store.settled().await?;
-        Ok(records)
-    }
-
     /// Whether the broker is connected and the store can flush.
     pub async fn readiness(&self) -> (bool, bool) {
         let nats = self.inner.bus.is_connected();
         let store = self.inner.store.flush().await.is_ok();
         (nats, store)
-    }
-
-    /// Checks the audit chain.
-    pub fn verify_audit(&self) -> Result<crate::store::AuditReport, ServiceError> {
-        Ok(self.inner.store.verify_audit()?)
     }
 
     /// Stores a task and publishes it. The same idempotency key with the same
@@ -518,6 +434,12 @@ impl Orchestrator {
         scopes.extend(skill_scopes);
         scopes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         scopes.dedup();
+        // The token's scopes are only ever narrowed from the caller's: a
+        // caller lacking one is refused before anything is stored.
+        caller.require(
+            &format!("`{}` on `{}`", request.action, request.to),
+            envelope.control.required_scopes.iter().map(|s| s.as_str()),
+        )?;
         // A task whose token could not bind its envelope is refused now,
         // not failed at publish time; only params can hold such a number.
         let mut path = String::from("params");
@@ -559,12 +481,24 @@ impl Orchestrator {
     /// is marked canceled (a worker that claims it later never starts it,
     /// a running holder's next renewal fails), then the cancel is broadcast
     /// to the holder. If the mark cannot be written the call fails and can
-    /// be repeated.
+    /// be repeated. Only the task's principal, or a caller with
+    /// `orch:tasks:cancel_all`, may cancel it; a task the caller may not see
+    /// is not found.
     pub async fn cancel(
         &self,
         task_id: TaskId,
         caller: &Caller,
     ) -> Result<TaskRecord, ServiceError> {
+        match self.inner.store.status(task_id)? {
+            Some(status) if caller.may_cancel(&status) => {}
+            Some(status) if caller.may_see(&status) => {
+                return Err(ServiceError::Forbidden {
+                    what: "canceling another principal's task".into(),
+                    missing: vec![crate::access::grants::CANCEL_ALL.into()],
+                });
+            }
+            _ => return Err(ServiceError::Store(StoreError::NotFound(task_id))),
+        }
         let change = Change::new(
             TaskEvent::Cancel,
             caller.principal.as_str(),
@@ -594,15 +528,6 @@ impl Orchestrator {
             .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
     }
 
-    /// Up to `limit` dead letters after DLQ sequence `after`.
-    pub async fn dead_letters(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<DeadLetter>, ServiceError> {
-        Ok(dlq::list(&self.inner.bus, after, limit).await?)
-    }
-
     /// Runs a dead-lettered task again, as a new task: same agent, action and
     /// params, the old task as its cause, a derived idempotency key. The old
     /// task stays failed (terminal states are final); the dead letter is
@@ -612,6 +537,10 @@ impl Orchestrator {
         task_id: TaskId,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
+        caller.require(
+            "replaying a dead letter",
+            [crate::access::grants::DLQ_MANAGE],
+        )?;
         let (seq, old) = dlq::find(&self.inner.bus, task_id)
             .await?
             .ok_or(ServiceError::NoDeadLetter(task_id))?;
@@ -644,31 +573,6 @@ impl Orchestrator {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Up to `limit` tasks of one request in `state`, after `cursor`: walks the
-/// request's tasks until enough match (a filtered page must not end early
-/// just because one batch held few matches).
-fn in_state(
-    store: &Store,
-    correlation: &crate::envelope::CorrelationId,
-    state: TaskState,
-    mut cursor: Option<TaskId>,
-    limit: usize,
-) -> Result<Vec<TaskRecord>, StoreError> {
-    let mut out = Vec::new();
-    loop {
-        let batch = store.list_by_correlation(correlation, cursor, 256)?;
-        let Some(last) = batch.last() else {
-            return Ok(out);
-        };
-        cursor = Some(last.task_id());
-        out.extend(batch.into_iter().filter(|r| r.status.state == state));
-        if out.len() >= limit {
-            out.truncate(limit);
-            return Ok(out);
-        }
-    }
 }
 
 #[cfg(test)]

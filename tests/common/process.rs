@@ -57,3 +57,11 @@ pub async fn wait_ready(url: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A client sending the administrator API key an `orchestrator run` with
+/// no credentials configured generated in `data_dir`.
+pub fn admin_client(data_dir: &Path) -> reqwest::Client {
+    let path = data_dir.join("keys/admin.api-key");
+    let key = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    super::system::client_with(Some(key.trim()))
+}

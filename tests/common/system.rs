@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use orchestrator::access::{ApiKeyEntry, Authenticator, Grants, Mode, api_keys};
 use orchestrator::agent::AgentCard;
+use orchestrator::auth::settings::key_dir;
 use orchestrator::bus::{Bus, BusConfig};
 use orchestrator::service::{Orchestrator, ServiceConfig};
 use orchestrator::task::RetryPolicy;
@@ -27,6 +29,9 @@ pub struct System {
     pub client: reqwest::Client,
     /// Settings the orchestrator starts with (paths and broker filled in).
     pub service: ServiceConfig,
+    /// The administrator's API key (every scope), which `client` sends;
+    /// `None` when the test turned authentication off.
+    pub admin_key: Option<String>,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
     workers: Vec<(CancellationToken, tokio::task::JoinHandle<()>)>,
@@ -43,6 +48,21 @@ pub fn card(name: &str, skills: &[&str]) -> AgentCard {
         "skills": skills, "invocation": {"type": "builtin", "handler": "echo"}
     }))
     .unwrap()
+}
+
+/// An HTTP client that sends `api_key` (when given) on every request.
+pub fn client_with(api_key: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {key}").parse().unwrap(),
+        );
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 /// Bus settings that make redelivery quick in tests.
@@ -79,14 +99,25 @@ impl System {
             ..ServiceConfig::default()
         };
         tweak(&mut service);
+        // Authentication as deployed: the test's client is an administrator.
+        let admin_key = (service.api_auth.mode == Mode::Required).then(|| {
+            let key = api_keys::generate();
+            service.api_auth.api_keys.push(ApiKeyEntry {
+                principal: "test-admin".into(),
+                scopes: Grants::all(),
+                sha256: api_keys::hash(&key),
+            });
+            key
+        });
         let mut sys = System {
             nats,
             http: String::new(),
             data,
             bus_config,
             triggers: BTreeMap::new(),
-            client: reqwest::Client::new(),
+            client: client_with(admin_key.as_deref()),
             service,
+            admin_key,
             stop: CancellationToken::new(),
             server: None,
             workers: Vec::new(),
@@ -106,6 +137,7 @@ impl System {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
             .unwrap();
+        let access = Authenticator::open(&config.api_auth, &key_dir(self.data.path())).unwrap();
         let orchestrator = Orchestrator::open(config, bus, cards, self.triggers.clone())
             .await
             .unwrap();
@@ -114,7 +146,7 @@ impl System {
         self.stop = CancellationToken::new();
         let stop = self.stop.clone();
         self.server = Some(tokio::spawn(async move {
-            orchestrator::server::serve(orchestrator, listener, stop)
+            orchestrator::server::serve(orchestrator, Arc::new(access), listener, stop)
                 .await
                 .unwrap();
         }));
@@ -194,6 +226,27 @@ impl System {
             .unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Calls `path` with `key` as the bearer credential (`None`: none),
+    /// returning status, body and headers.
+    pub async fn call_as(
+        &self,
+        key: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.http));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let resp = request.send().await.unwrap();
+        let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+        (status, resp.json().await.unwrap_or(Value::Null), headers)
     }
 
     /// GETs `path`, returning status and body.

@@ -27,6 +27,10 @@ pub(super) async fn full_path(
         ..ServiceConfig::default()
     };
     let tokens = config.tokens.clone();
+    let access = orchestrator::access::Authenticator::open(
+        &config.api_auth,
+        &orchestrator::auth::settings::key_dir(&data_dir),
+    )?;
     let bus = Bus::connect_now(url, bus_config.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -39,6 +43,7 @@ pub(super) async fn full_path(
     let stop = CancellationToken::new();
     let server = tokio::spawn(orchestrator::server::serve(
         orchestrator.clone(),
+        std::sync::Arc::new(access),
         listener,
         stop.clone(),
     ));
@@ -66,20 +71,22 @@ pub(super) async fn full_path(
     .map_err(|e| e.to_string())?;
     let worker = tokio::spawn(worker.run(stop.clone()));
 
+    let caller = Caller::new("bench", orchestrator::access::Grants::all());
     let one = |i: usize| {
         let orchestrator = orchestrator.clone();
+        let caller = caller.clone();
         async move {
             let request: TaskRequest =
                 serde_json::from_value(json!({"to": "echo", "action": "echo", "params": {"i": i}}))
                     .map_err(|e| e.to_string())?;
             let t = Instant::now();
             let submitted = orchestrator
-                .submit(request, &Caller::new("bench"))
+                .submit(request, &caller)
                 .await
                 .map_err(|e| e.to_string())?;
             let id = submitted.record().task_id();
             let ended = orchestrator
-                .task_when_ended(id, Duration::from_secs(60))
+                .task_when_ended(id, Duration::from_secs(60), &caller)
                 .await
                 .map_err(|e| e.to_string())?;
             match ended {

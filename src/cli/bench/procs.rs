@@ -44,11 +44,17 @@ pub(super) async fn full_path(
     write(&agents.join("echo/agent.json"), &card)?;
     std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
     let config = dir.join("config.json");
+    // The API as deployed: every call authenticated with an API key.
+    let api_key = orchestrator::access::api_keys::generate();
     write(
         &config,
         &json!({
             "bus": {"prefix": prefix},
             "http_max_in_flight": (args.concurrency * 2).max(512),
+            "api_auth": {"api_keys": [{
+                "principal": "bench", "scopes": ["*"],
+                "sha256": orchestrator::access::api_keys::hash(&api_key),
+            }]},
         }),
     )?;
     let data = dir.join("data");
@@ -111,7 +117,15 @@ pub(super) async fn full_path(
         "worker.log",
     )?;
     let deployed = Deployed { run, worker };
-    let client = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = format!("Bearer {api_key}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .map_err(|e| e.to_string())?;
     ready(&client, &http, &dir).await?;
 
     let one = |i: usize| {

@@ -1,0 +1,190 @@
+//! API keys: random secrets a caller sends as `Authorization: Bearer
+//! orch_…`. The settings keep only each key's SHA-256, with the principal
+//! and scopes it stands for; `orchestrator keys api-key` makes one.
+//!
+//! A key is 32 random bytes, so a plain SHA-256 is enough to store it (no
+//! password hashing: there is nothing to guess), and looking its hash up
+//! leaks nothing a caller could use.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rand_core::{OsRng, RngCore};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::Principal;
+use super::grants::Grants;
+
+/// What every API key starts with (a JWT never does).
+pub const PREFIX: &str = "orch_";
+
+/// The generated administrator key's file in the key directory.
+pub const ADMIN_FILE: &str = "admin.api-key";
+
+/// The generated administrator key's principal.
+pub const ADMIN_PRINCIPAL: &str = "admin";
+
+/// One configured API key (`api_auth.api_keys[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyEntry {
+    /// Who the key's holder is: the `sub` of every task it causes, the
+    /// actor of every audit record.
+    pub principal: String,
+    /// What it may do.
+    #[serde(default)]
+    pub scopes: Grants,
+    /// The key's SHA-256, in hex.
+    pub sha256: String,
+}
+
+/// A new random key.
+pub fn generate() -> String {
+    let mut bytes = [0u8; 32];
+    OsRng.fill_bytes(&mut bytes);
+    format!(
+        "{PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// A key's SHA-256, in hex (what the settings keep).
+pub fn hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// The configured keys, by hash.
+#[derive(Debug, Default)]
+pub struct ApiKeys(HashMap<String, Principal>);
+
+impl ApiKeys {
+    /// The keys of `entries`; a malformed hash or principal is an error
+    /// naming the entry.
+    pub fn new(entries: &[ApiKeyEntry]) -> Result<ApiKeys, String> {
+        let mut keys = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            let at = |m: String| format!("api_auth.api_keys[{i}]: {m}");
+            let hash = e.sha256.to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(at(
+                    "`sha256` must be 64 hex digits (what `orchestrator keys api-key` prints)"
+                        .into(),
+                ));
+            }
+            let principal = Principal::checked(e.principal.clone(), e.scopes.clone(), "api key")
+                .map_err(|d| at(d.message))?;
+            if keys.insert(hash, principal).is_some() {
+                return Err(at("the same key is listed twice".into()));
+            }
+        }
+        Ok(ApiKeys(keys))
+    }
+
+    /// Whether no key is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The principal a presented key stands for.
+    pub fn find(&self, key: &str) -> Option<&Principal> {
+        self.0.get(&hash(key))
+    }
+}
+
+/// The administrator key an orchestrator with no credentials configured
+/// uses: read from `<key_dir>/admin.api-key`, or generated there (mode
+/// 0600) on the first start. Returns its entry, and the file when it was
+/// just written.
+pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), String> {
+    let path = key_dir.join(ADMIN_FILE);
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let (key, generated) = match std::fs::read_to_string(&path) {
+        Ok(text) => (text.trim().to_string(), None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(key_dir).map_err(io)?;
+            let key = generate();
+            write_private(&path, &key).map_err(io)?;
+            (key, Some(path.clone()))
+        }
+        Err(e) => return Err(io(e)),
+    };
+    if !key.starts_with(PREFIX) {
+        return Err(format!(
+            "{}: not an API key (it should start with `{PREFIX}`)",
+            path.display()
+        ));
+    }
+    let entry = ApiKeyEntry {
+        principal: ADMIN_PRINCIPAL.to_string(),
+        scopes: Grants::all(),
+        sha256: hash(&key),
+    };
+    Ok((entry, generated))
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_found_by_its_hash_only() {
+        let key = generate();
+        assert!(key.starts_with(PREFIX) && key.len() == PREFIX.len() + 43);
+        let keys = ApiKeys::new(&[ApiKeyEntry {
+            principal: "alice".into(),
+            scopes: Grants::new(["Files.Read"]),
+            sha256: hash(&key).to_uppercase(),
+        }])
+        .unwrap();
+        assert_eq!(keys.find(&key).unwrap().name, "alice");
+        assert!(keys.find(&generate()).is_none());
+        assert!(keys.find(&key[..key.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let entry = |principal: &str, sha256: &str| ApiKeyEntry {
+            principal: principal.into(),
+            scopes: Grants::default(),
+            sha256: sha256.into(),
+        };
+        let e = ApiKeys::new(&[entry("alice", "abc")]).unwrap_err();
+        assert!(e.contains("api_keys[0]") && e.contains("64 hex"), "{e}");
+        let h = hash("x");
+        let e = ApiKeys::new(&[entry("alice", &h), entry("", &h)]).unwrap_err();
+        assert!(e.contains("api_keys[1]") && e.contains("principal"), "{e}");
+        let e = ApiKeys::new(&[entry("alice", &h), entry("bob", &h)]).unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn the_admin_key_is_made_once_and_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, made) = admin_key(dir.path()).unwrap();
+        let path = made.expect("generated on the first call");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let (second, made) = admin_key(dir.path()).unwrap();
+        assert!(made.is_none());
+        assert_eq!(first, second);
+        let key = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(hash(key.trim()), first.sha256);
+    }
+}
