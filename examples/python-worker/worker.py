@@ -94,14 +94,16 @@ class Claims:
     BUCKET = "ORCH_DELIVERIES"
     STREAM = "KV_ORCH_DELIVERIES"
 
-    def __init__(self, js, lease, instance):
+    def __init__(self, js, lease, instance, agent):
         self.js = js
         self.lease = lease
         self.ttl = str(max(1, math.ceil(lease)))
         self.instance = instance
+        self.agent = agent
 
     def subject(self, task):
-        return f"$KV.{self.BUCKET}.{task}"
+        """The claim's key is `<agent>.<task id>`."""
+        return f"$KV.{self.BUCKET}.{self.agent}.{task}"
 
     async def write(self, task, value, expected, timeout=5.0):
         """Publishes `value` if the key's last revision is `expected`; the new
@@ -119,7 +121,7 @@ class Claims:
     async def read(self, task):
         """(revision, value); value None when nobody holds the claim."""
         try:
-            msg = await self.js.get_last_msg(self.STREAM, self.subject(task))
+            msg = await self.js.get_last_msg(self.STREAM, self.subject(task), direct=True)
         except NotFoundError:
             return 0, None
         headers = msg.headers or {}
@@ -190,7 +192,7 @@ class Worker:
         self.concurrency = int(delivery.get("concurrency", 16))
         self.retry_delay = parse_duration(os.environ.get("ORCH_RETRY_DELAY", "1s"))
         self.instance = f"py-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.claims = Claims(self.js, self.lease, self.instance)
+        self.claims = Claims(self.js, self.lease, self.instance, self.agent)
         self.handler = load_handler(agent_dir)
         self.running = {}  # task id -> Halt, to stop its handler
         self.tasks = set()
@@ -213,6 +215,7 @@ class Worker:
                 "retention": "limits",
                 "max_age": days7,
                 "duplicate_window": two_min,
+                "allow_direct": True,
             },
             "ORCH_DLQ": {"subjects": [f"{PREFIX}.dlq.>"], "retention": "limits"},
             "ORCH_ADVISORIES": {
@@ -256,6 +259,7 @@ class Worker:
             await self.js.add_consumer(
                 "ORCH_TASKS",
                 ConsumerConfig(
+                    name=durable,  # CONSUMER.CREATE.<stream>.<name>.<filter>: what §12 allows
                     durable_name=durable,
                     filter_subject=f"{PREFIX}.tasks.{self.agent}.{priority}",
                     ack_policy=AckPolicy.EXPLICIT,
@@ -483,7 +487,7 @@ class Worker:
     async def attempt_over(self, task, attempt):
         """§4.4: the attempt's final event exists (a failed lookup: no)."""
         try:
-            last = await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.{task}")
+            last = await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.{task}", direct=True)
             event = json.loads(last.data)
         except Exception:
             return False
@@ -615,6 +619,21 @@ async def wait_any(*waitables, timeout=None):
             f.cancel()
 
 
+def nats_credentials():
+    """§12: NATS_NKEY (a seed file; needs the `nkeys` package), NATS_CREDS,
+    NATS_USER + NATS_PASSWORD or NATS_TOKEN, as the Rust worker reads them."""
+    env = os.environ
+    if env.get("NATS_NKEY"):
+        return {"nkeys_seed": env["NATS_NKEY"]}
+    if env.get("NATS_CREDS"):
+        return {"user_credentials": env["NATS_CREDS"]}
+    if env.get("NATS_USER"):
+        return {"user": env["NATS_USER"], "password": env.get("NATS_PASSWORD", "")}
+    if env.get("NATS_TOKEN"):
+        return {"token": env["NATS_TOKEN"]}
+    return {}
+
+
 def load_handler(agent_dir):
     spec = importlib.util.spec_from_file_location("agent_handler", os.path.join(agent_dir, "handler.py"))
     module = importlib.util.module_from_spec(spec)
@@ -636,7 +655,17 @@ async def main():
         sys.exit("no key to verify task tokens with: set ORCH_VERIFY_KEY (or --verify-key) to the orchestrator's public key")
     else:
         token_check_for = lambda agent: TokenCheck(args.verify_key, agent)  # noqa: E731
-    nc = await nats.connect(args.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+    with open(os.path.join(args.agent, "agent.json")) as f:
+        agent = json.load(f)["name"]
+    # §12: replies come under the agent's own inbox prefix, the only one a
+    # least-privilege bus lets this agent subscribe to.
+    nc = await nats.connect(
+        args.nats_url,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        inbox_prefix=f"_INBOX.agents.{agent}".encode(),
+        **nats_credentials(),
+    )
     await Worker(nc, args.agent, token_check_for).serve()
 
 

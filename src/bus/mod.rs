@@ -10,6 +10,7 @@
 
 mod auth;
 mod names;
+pub mod permissions;
 mod pull;
 mod settle;
 mod trace;
@@ -90,6 +91,17 @@ pub struct BusConfig {
     pub retry_delay: Duration,
     /// How to log in to NATS and secure the connection.
     pub auth: NatsAuth,
+    /// The prefix of this client's reply subjects (`None`: `_INBOX`). A
+    /// worker uses [`agent_inbox_prefix`], the only replies a
+    /// least-privilege bus lets it receive.
+    #[serde(skip)]
+    pub inbox_prefix: Option<String>,
+}
+
+/// The reply-subject prefix of agent `agent`'s workers:
+/// `_INBOX.agents.<agent>`.
+pub fn agent_inbox_prefix(agent: &AgentName) -> String {
+    format!("_INBOX.agents.{agent}")
 }
 
 impl Default for BusConfig {
@@ -108,6 +120,7 @@ impl Default for BusConfig {
             events_max_ack_pending: 4096,
             retry_delay: Duration::from_secs(1),
             auth: NatsAuth::default(),
+            inbox_prefix: None,
         }
     }
 }
@@ -212,6 +225,10 @@ impl Bus {
             .map_err(failed)?
             .name("orchestrator")
             .max_reconnects(None);
+        let options = match &config.inbox_prefix {
+            Some(prefix) => options.custom_inbox_prefix(prefix),
+            None => options,
+        };
         let options = if wait {
             options.retry_on_initial_connect()
         } else {
@@ -277,13 +294,17 @@ impl Bus {
                 Duration::ZERO,
                 c,
             ),
-            file_stream(
-                n.events_stream(),
-                n.all_events(),
-                stream::RetentionPolicy::Limits,
-                c.events_max_age,
-                c,
-            ),
+            stream::Config {
+                // Workers read their own last events by direct get.
+                allow_direct: true,
+                ..file_stream(
+                    n.events_stream(),
+                    n.all_events(),
+                    stream::RetentionPolicy::Limits,
+                    c.events_max_age,
+                    c,
+                )
+            },
             file_stream(
                 n.advisories_stream(),
                 n.max_deliveries_advisory(),
@@ -301,9 +322,19 @@ impl Bus {
         ];
         for config in streams {
             let name = config.name.clone();
-            js.get_or_create_stream(config)
+            let failed = |e: &dyn std::fmt::Display| {
+                provision_error(format!("stream {name}"))(e.to_string())
+            };
+            let stream = js
+                .get_or_create_stream(config.clone())
                 .await
-                .map_err(|e| provision_error(format!("stream {name}"))(e.to_string()))?;
+                .map_err(|e| failed(&e))?;
+            // A stream made by an older version lacks direct gets: bring it
+            // to this layout (the orchestrator may; a least-privilege worker
+            // may not, and says so).
+            if stream.cached_info().config.allow_direct != config.allow_direct {
+                js.update_stream(config).await.map_err(|e| failed(&e))?;
+            }
         }
         self.agents().await?;
         self.deliveries().await?;
@@ -349,6 +380,13 @@ impl Bus {
             .deliveries
             .get_or_try_init(|| async {
                 let name = self.inner.names.deliveries_bucket();
+                // A bucket already in this layout is used as it is: a worker
+                // on a least-privilege bus may read it but not change it.
+                if let Ok(store) = self.inner.js.get_key_value(&name).await
+                    && store.stream.cached_info().config.allow_message_ttl
+                {
+                    return Ok(store);
+                }
                 self.inner
                     .js
                     .create_or_update_key_value(kv::Config {
@@ -475,13 +513,25 @@ impl Bus {
     ) -> Result<Option<WorkerEvent>, BusError> {
         let n = &self.inner.names;
         let subject = n.event_subject(agent, task);
-        let found = self
-            .read_message(
-                n.events_stream(),
-                || format!("the last event of task {task}"),
-                |m| m.last_by_subject(subject),
-            )
-            .await?;
+        // A direct get names the subject in the request's own subject, so a
+        // least-privilege bus can let an agent read only its own events.
+        let read = async {
+            let stream = self
+                .inner
+                .js
+                .get_stream_no_info(n.events_stream())
+                .await
+                .map_err(|e| e.to_string())?;
+            match stream.direct_get_last_for_subject(subject).await {
+                Ok(msg) => Ok(Some(msg)),
+                Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let found = read.await.map_err(|message| BusError::Read {
+            what: format!("the last event of task {task}"),
+            message,
+        })?;
         Ok(found.and_then(|msg| WorkerEvent::from_wire(&msg.payload, usize::MAX).ok()))
     }
 

@@ -87,6 +87,11 @@ impl Names {
         format!("{}.control.cancel.{}", self.prefix, task)
     }
 
+    /// Every event subject of one agent.
+    pub fn agent_events(&self, agent: &AgentName) -> String {
+        format!("{}.events.{}.>", self.prefix, agent)
+    }
+
     /// Every cancel subject.
     pub fn all_cancels(&self) -> String {
         format!("{}.control.cancel.*", self.prefix)

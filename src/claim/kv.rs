@@ -1,7 +1,7 @@
 //! Claim operations on the `ORCH_DELIVERIES` bucket: acquire, renew (which
 //! is also the fence before a result is published), release, cancel marks.
 //!
-//! Every write is a publish to `$KV.<bucket>.<task id>` carrying
+//! Every write is a publish to `$KV.<bucket>.<agent>.<task id>` carrying
 //! `Nats-Expected-Last-Subject-Sequence` (the revision it replaces, 0 for
 //! "no entry"), which makes it a compare-and-swap, and `Nats-TTL` (the
 //! lease), which makes the broker, not a host clock, end a lease nobody
@@ -15,7 +15,7 @@ use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, kv};
 
 use super::{ClaimValue, Decision, Delivery, decide, key};
-use crate::envelope::TaskId;
+use crate::envelope::{AgentName, TaskId};
 
 /// Why a claim operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,8 @@ pub struct ClaimError {
 pub struct Held {
     /// The task.
     task_id: TaskId,
+    /// Its claim's key.
+    key: String,
     /// The revision this holder last wrote.
     revision: u64,
     /// The value it wrote (renewals write it again).
@@ -132,11 +134,12 @@ impl Claims {
     async fn write(
         &self,
         task_id: TaskId,
+        key: &str,
         value: bytes::Bytes,
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<Option<u64>, ClaimError> {
-        let subject = format!("$KV.{}.{}", self.kv.name, key(task_id));
+        let subject = format!("$KV.{}.{key}", self.kv.name);
         let mut headers = HeaderMap::new();
         if let Some(revision) = expected {
             headers.insert(
@@ -167,11 +170,20 @@ impl Claims {
     /// revision of the marker left behind, if any.
     pub async fn peek(
         &self,
+        agent: &AgentName,
         task_id: TaskId,
+    ) -> Result<(Option<ClaimValue>, Option<u64>), ClaimError> {
+        self.peek_key(task_id, &key(agent, task_id)).await
+    }
+
+    async fn peek_key(
+        &self,
+        task_id: TaskId,
+        key: &str,
     ) -> Result<(Option<ClaimValue>, Option<u64>), ClaimError> {
         let entry = self
             .kv
-            .entry(key(task_id))
+            .entry(key)
             .await
             .map_err(|e| Self::error(task_id, ClaimErrorKind::Unavailable, e))?;
         match entry {
@@ -189,10 +201,12 @@ impl Claims {
     /// it for `instance` under a fresh lease.
     pub async fn acquire(
         &self,
+        agent: &AgentName,
         task_id: TaskId,
         delivery: Delivery,
         instance: &str,
     ) -> Result<Acquired, ClaimError> {
+        let key = key(agent, task_id);
         let value = ClaimValue::Running {
             attempt: delivery.attempt,
             stream_seq: delivery.stream_seq,
@@ -203,17 +217,24 @@ impl Claims {
         let mut expected = 0;
         for _ in 0..ACQUIRE_TRIES {
             if let Some(revision) = self
-                .write(task_id, value.clone(), Some(expected), Some(self.lease))
+                .write(
+                    task_id,
+                    &key,
+                    value.clone(),
+                    Some(expected),
+                    Some(self.lease),
+                )
                 .await?
             {
                 return Ok(Acquired::Run(Held {
                     task_id,
+                    key,
                     revision,
                     value,
                     renewed: Instant::now(),
                 }));
             }
-            let (found, revision) = self.peek(task_id).await?;
+            let (found, revision) = self.peek_key(task_id, &key).await?;
             match decide(found.as_ref(), delivery) {
                 Decision::Create | Decision::TakeOver => expected = revision.unwrap_or(0),
                 skip => return Ok(Acquired::Skip(skip)),
@@ -236,6 +257,7 @@ impl Claims {
         let left = self.lease.saturating_sub(held.renewed.elapsed());
         let write = self.write(
             held.task_id,
+            &held.key,
             held.value.clone(),
             Some(held.revision),
             Some(self.lease),
@@ -254,13 +276,13 @@ impl Claims {
                 held.renewed = Instant::now();
                 Ok(())
             }
-            None => Err(self.why_lost(held.task_id).await),
+            None => Err(self.why_lost(held.task_id, &held.key).await),
         }
     }
 
     /// What replaced a claim this holder lost.
-    async fn why_lost(&self, task_id: TaskId) -> ClaimError {
-        match self.peek(task_id).await {
+    async fn why_lost(&self, task_id: TaskId, key: &str) -> ClaimError {
+        match self.peek_key(task_id, key).await {
             Ok((Some(ClaimValue::Canceled { .. }), _)) => Self::error(
                 task_id,
                 ClaimErrorKind::Canceled,
@@ -280,7 +302,7 @@ impl Claims {
     /// removes the claim if this holder still has it.
     pub async fn release(&self, held: Held) -> Result<(), ClaimError> {
         self.kv
-            .purge_expect_revision(key(held.task_id), Some(held.revision))
+            .purge_expect_revision(&held.key, Some(held.revision))
             .await
             .map_err(|e| Self::error(held.task_id, ClaimErrorKind::Unavailable, e))
     }
@@ -289,9 +311,17 @@ impl Claims {
     /// replaces whatever is there, so a running holder's next renewal fails
     /// and no later delivery starts. The mark lives as long as the bucket
     /// keeps entries.
-    pub async fn mark_canceled(&self, task_id: TaskId, attempt: u32) -> Result<(), ClaimError> {
+    pub async fn mark_canceled(
+        &self,
+        agent: &AgentName,
+        task_id: TaskId,
+        attempt: u32,
+    ) -> Result<(), ClaimError> {
         let value = ClaimValue::Canceled { attempt }.to_bytes();
-        self.write(task_id, value, None, None).await.map(|_| ())
+        let key = key(agent, task_id);
+        self.write(task_id, &key, value, None, None)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -5,7 +5,8 @@
 //! any language in `docs/worker-protocol.md`.
 //!
 //! - Bucket `ORCH_DELIVERIES` (a JetStream KV bucket with per-key TTL,
-//!   nats-server ≥ 2.11), key = the task id.
+//!   nats-server ≥ 2.11), key = `<agent>.<task id>`: the agent first, so a
+//!   least-privilege bus can let each agent write only its own claims.
 //! - Value `{"state":"running","attempt":N,"stream_seq":S,"instance":"…"}`
 //!   while a worker runs attempt N from stream message S, written with a
 //!   per-key TTL (the lease, measured by the broker, never by comparing
@@ -24,7 +25,7 @@ pub use kv::{Acquired, ClaimError, ClaimErrorKind, Claims, Held};
 
 use serde::{Deserialize, Serialize};
 
-use crate::envelope::TaskId;
+use crate::envelope::{AgentName, TaskId};
 
 /// What the claim bucket holds under a task's key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,9 +55,9 @@ impl ClaimValue {
     }
 }
 
-/// The bucket key of a task's claim: its id.
-pub fn key(task_id: TaskId) -> String {
-    task_id.to_string()
+/// The bucket key of a task's claim: `<agent>.<task id>`.
+pub fn key(agent: &AgentName, task_id: TaskId) -> String {
+    format!("{agent}.{task_id}")
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use clap::Args;
 use orchestrator::access::Authenticator;
 use orchestrator::agent::AgentCard;
 use orchestrator::broker::ManagedBroker;
-use orchestrator::bus::Bus;
+use orchestrator::bus::{Bus, permissions};
 use orchestrator::codec::{self, Strictness};
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
 use orchestrator::trigger::Trigger;
@@ -25,7 +25,9 @@ pub struct RunArgs {
     /// Agent cards: every `*/agent.json` under this directory.
     #[arg(long, default_value = "agents")]
     agents: PathBuf,
-    /// Settings file (JSON; see docs/operations.md).
+    /// Settings file (JSON; see docs/operations.md). NATS_USER,
+    /// NATS_PASSWORD, NATS_TOKEN, NATS_CREDS and NATS_NKEY (a seed file)
+    /// override its `bus.auth`.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Where the store lives (overrides the config file).
@@ -51,6 +53,8 @@ pub struct WorkerArgs {
     #[arg(long)]
     agent: PathBuf,
     /// Settings file (the same JSON as `run`'s; its bus settings apply).
+    /// NATS_USER, NATS_PASSWORD, NATS_TOKEN, NATS_CREDS and NATS_NKEY (a
+    /// seed file) override its `bus.auth`.
     #[arg(long)]
     config: Option<PathBuf>,
     /// The broker (overrides the config file).
@@ -140,7 +144,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => return fail(e),
     };
-    let (bus, managed) = match connect_or_start_broker(&config).await {
+    let (bus, managed) = match connect_or_start_broker(&config, &cards).await {
         Ok(pair) => pair,
         Err(e) => return fail(e),
     };
@@ -230,6 +234,7 @@ fn load_triggers(dir: &Path, cards: &[AgentCard]) -> BTreeMap<String, Trigger> {
 /// URL, starting a managed `nats-server` there when nothing answers.
 async fn connect_or_start_broker(
     config: &ServiceConfig,
+    cards: &[AgentCard],
 ) -> Result<(Bus, Option<ManagedBroker>), String> {
     if let Some(url) = &config.nats_url {
         let bus = Bus::connect_now(url, config.bus.clone())
@@ -240,14 +245,24 @@ async fn connect_or_start_broker(
     if let Ok(bus) = Bus::connect_now(DEFAULT_NATS_URL, config.bus.clone()).await {
         return Ok((bus, None));
     }
-    let broker = ManagedBroker::start(&config.data_dir, 4222).await?;
+    let names = orchestrator::bus::Names::new(&config.bus.prefix);
+    let agents: Vec<_> = cards.iter().map(|c| c.name.clone()).collect();
+    let broker = ManagedBroker::start(&config.data_dir, 4222, Some((&names, &agents))).await?;
     let message = format!(
-        "no NATS at {DEFAULT_NATS_URL}: started a managed nats-server (data in {})",
-        config.data_dir.join("nats").display()
+        "no NATS at {DEFAULT_NATS_URL}: started a managed nats-server with a user per process \
+         (data in {}); workers on this machine find their seed in {} with --data-dir",
+        config.data_dir.join("nats").display(),
+        orchestrator::broker::users_dir(&config.data_dir).display()
     );
     info!("{message}");
     eprintln!("{message}");
-    let bus = Bus::connect(broker.url(), config.bus.clone())
+    let mut bus_config = config.bus.clone();
+    if bus_config.auth == Default::default() {
+        bus_config.auth.nkey_seed_file = Some(permissions::orchestrator_seed(
+            &orchestrator::broker::users_dir(&config.data_dir),
+        ));
+    }
+    let bus = Bus::connect(broker.url(), bus_config)
         .await
         .map_err(|e| e.to_string())?;
     Ok((bus, Some(broker)))
@@ -290,7 +305,19 @@ pub async fn worker(args: WorkerArgs) -> ExitCode {
         .nats_url
         .or(config.nats_url.clone())
         .unwrap_or_else(|| DEFAULT_NATS_URL.to_string());
-    let bus = match Bus::connect_now(&url, config.bus.clone()).await {
+    let mut bus_config = config.bus.clone();
+    bus_config.inbox_prefix = Some(orchestrator::bus::agent_inbox_prefix(&card.name));
+    // Beside a managed broker, the agent's own user is found in the data
+    // directory (as its verify key is).
+    let seed = permissions::agent_seed(
+        &orchestrator::broker::users_dir(&config.data_dir),
+        &card.name,
+    );
+    if bus_config.auth == Default::default() && seed.exists() {
+        info!(seed = %seed.display(), "logging in to NATS as this agent's user");
+        bus_config.auth.nkey_seed_file = Some(seed);
+    }
+    let bus = match Bus::connect_now(&url, bus_config).await {
         Ok(b) => b,
         Err(e) => return fail(e),
     };

@@ -107,7 +107,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
         // A live claim on this attempt: a worker runs it (the deliveries
         // that ran out were copies, or redeliveries while it ran). It will
         // ack the message itself; if it dies, the next look moves it.
-        match claims.peek(env.header.task_id).await {
+        match claims.peek(&env.header.to, env.header.task_id).await {
             Ok((Some(ClaimValue::Running { attempt, .. }), _))
                 if attempt == env.control.attempt.get() =>
             {

@@ -198,7 +198,11 @@ impl Reaper {
     async fn attempt_alive(&self, record: &TaskStatus) -> Result<bool, String> {
         let task_id = record.task_id;
         let attempt = record.attempt;
-        let (claim, _) = self.claims.peek(task_id).await.map_err(|e| e.to_string())?;
+        let (claim, _) = self
+            .claims
+            .peek(&record.agent, task_id)
+            .await
+            .map_err(|e| e.to_string())?;
         if matches!(claim, Some(ClaimValue::Running { attempt: a, .. }) if a >= attempt) {
             return Ok(true);
         }
@@ -227,7 +231,10 @@ impl Reaper {
 /// report; the broadcast is best effort.
 pub(crate) async fn stop_attempt(bus: &Bus, claims: &Claims, record: &TaskStatus) -> bool {
     let task_id = record.task_id;
-    let marked = match claims.mark_canceled(task_id, record.attempt).await {
+    let marked = match claims
+        .mark_canceled(&record.agent, task_id, record.attempt)
+        .await
+    {
         Ok(()) => true,
         Err(e) => {
             warn!(task_id = %task_id, error = %e, "cannot mark the claim canceled");

@@ -76,7 +76,7 @@ pub(super) async fn handle(
     };
     match shared
         .claims
-        .acquire(task_id, delivery, &shared.instance)
+        .acquire(&envelope.header.to, task_id, delivery, &shared.instance)
         .await
     {
         Ok(Acquired::Run(held)) => {
