@@ -1,6 +1,9 @@
 //! A managed local broker: when `orchestrator run` finds no NATS at the
 //! default URL, it starts `nats-server -js` itself, with its data under the
-//! orchestrator's data directory, and stops it on exit.
+//! orchestrator's data directory, and stops it on exit. It starts with
+//! authentication: the users `orchestrator nats config` would write, in
+//! `<data_dir>/nats-auth/` (the orchestrator's seed, and one per agent for
+//! the workers on this machine).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,20 +24,52 @@ pub struct ManagedBroker {
     child: Child,
     /// Its client URL.
     url: String,
+    /// Its users' files (`None`: it runs without authentication).
+    users: Option<crate::bus::permissions::BusFiles>,
+}
+
+/// Where a managed broker's users' files are, in a data directory.
+pub fn users_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("nats-auth")
 }
 
 impl ManagedBroker {
     /// Starts `nats-server -js` on `127.0.0.1:port` with its store in
-    /// `data_dir/nats`, and waits until it accepts connections.
-    pub async fn start(data_dir: &Path, port: u16) -> Result<ManagedBroker, String> {
+    /// `data_dir/nats`, and waits until it accepts connections. With
+    /// `users` (the subject names and the agents), it has a user for the
+    /// orchestrator and one for each agent; without, anyone may connect
+    /// (`orchestrator bench`'s private broker).
+    pub async fn start(
+        data_dir: &Path,
+        port: u16,
+        users: Option<(&crate::bus::Names, &[crate::envelope::AgentName])>,
+    ) -> Result<ManagedBroker, String> {
         let store = data_dir.join("nats");
         std::fs::create_dir_all(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        let users = users
+            .map(|(names, agents)| {
+                crate::bus::permissions::write(&users_dir(data_dir), names, agents)
+            })
+            .transpose()?;
+        let conf = data_dir.join("nats-server.conf");
+        let quoted = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap_or_default();
+        let text = format!(
+            "# Written by `orchestrator run` for its managed broker.\nlisten: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {} }}\n{}",
+            quoted(&store),
+            if users.is_some() {
+                // Relative to this file.
+                "include \"nats-auth/auth.conf\"\n"
+            } else {
+                ""
+            },
+        );
+        std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
         let bin = server_bin();
         let log = std::fs::File::create(data_dir.join("nats-server.log"))
             .map_err(|e| format!("{}: {e}", data_dir.display()))?;
         let child = Command::new(&bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
+            .arg("-c")
+            .arg(&conf)
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
@@ -61,7 +96,14 @@ impl ManagedBroker {
         Ok(ManagedBroker {
             child,
             url: format!("nats://127.0.0.1:{port}"),
+            users,
         })
+    }
+
+    /// Its users' files: the seed the orchestrator logs in with, and the
+    /// agents'.
+    pub fn users(&self) -> Option<&crate::bus::permissions::BusFiles> {
+        self.users.as_ref()
     }
 
     /// The client URL.

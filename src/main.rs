@@ -73,6 +73,17 @@ enum Command {
     /// Keys for task tokens and the API.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// The broker's side of a deployment.
+    #[command(subcommand)]
+    Nats(NatsCommand),
+}
+
+#[derive(Subcommand)]
+enum NatsCommand {
+    /// Write the NATS users of a deployment: `auth.conf` (one user per
+    /// process kind, each allowed only its own subjects) and a seed file per
+    /// user.
+    Config(cli::nats::ConfigArgs),
 }
 
 #[derive(Subcommand)]
@@ -125,6 +136,7 @@ fn main() -> ExitCode {
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
             Command::Keys(KeysCommand::Generate(args)) => cli::keys::generate(&args),
             Command::Keys(KeysCommand::ApiKey(args)) => cli::keys::api_key(&args),
+            Command::Nats(NatsCommand::Config(args)) => cli::nats::config(&args),
         }
     })
 }

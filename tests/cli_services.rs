@@ -182,17 +182,32 @@ fn run_with_an_unreachable_explicit_broker_fails_clearly() {
     );
 }
 
-/// The managed broker starts a JetStream server the bus can provision.
+/// The managed broker starts a JetStream server with authentication: the
+/// orchestrator's user can provision it, a client without credentials is
+/// refused.
 #[tokio::test]
-async fn a_managed_broker_serves_jetstream() {
+async fn a_managed_broker_serves_jetstream_to_its_users_only() {
+    use orchestrator::bus::{Bus, BusConfig, Names};
     let dir = tempfile::tempdir().unwrap();
     let port = common::process::free_port();
-    let broker = orchestrator::broker::ManagedBroker::start(dir.path(), port)
-        .await
-        .unwrap();
-    let bus = orchestrator::bus::Bus::connect_now(broker.url(), Default::default())
-        .await
-        .unwrap();
+    let agents = vec!["echo".parse().unwrap()];
+    let broker = orchestrator::broker::ManagedBroker::start(
+        dir.path(),
+        port,
+        Some((&Names::new("orch"), &agents)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        Bus::connect_now(broker.url(), BusConfig::default())
+            .await
+            .is_err()
+    );
+    let users = broker.users().unwrap();
+    assert_eq!(users.users.len(), 2);
+    let mut config = BusConfig::default();
+    config.auth.nkey_seed_file = Some(users.users[0].seed_file.clone());
+    let bus = Bus::connect_now(broker.url(), config).await.unwrap();
     bus.provision().await.unwrap();
     assert!(dir.path().join("nats").is_dir());
     broker.stop().await;

@@ -87,6 +87,7 @@ fn service_commands_flags_and_variables_match_the_cli() {
         "ORCH_OUTBOX",
         "ORCH_SIGNING_KEY",
         "ORCH_VERIFY_KEY",
+        "NATS_NKEY",
     ];
     for name in ["orchestrator", "knowledge-agent", "outlook-agent"] {
         let service = &c["services"][name];
@@ -170,6 +171,46 @@ fn the_orchestrator_signs_and_every_worker_verifies() {
             "{name} can read the private key"
         );
     }
+}
+
+/// The bus is least-privilege in the compose file too: the broker reads
+/// the users `nats config` writes, and each process logs in with a seed
+/// only it mounts.
+#[test]
+fn every_process_logs_in_to_the_bus_as_its_own_user() {
+    let c = compose();
+    let keys = c["services"]["keys"]["command"].to_string();
+    assert!(
+        keys.contains("orchestrator nats config --agents agents"),
+        "{keys}"
+    );
+    assert!(help("nats").contains("config"));
+    let nats = command(&c["services"]["nats"]);
+    assert!(
+        nats.join(" ").contains("-c /natsauth/server.conf"),
+        "{nats:?}"
+    );
+    let seeds = [
+        ("orchestrator", "orchestrator"),
+        ("knowledge-agent", "agent-knowledge-agent"),
+        ("outlook-agent", "agent-outlook-agent"),
+    ];
+    for (service, user) in seeds {
+        let s = &c["services"][service];
+        let seed = format!("/nats/{user}.nk");
+        assert_eq!(s["environment"]["NATS_NKEY"], seed.as_str(), "{service}");
+        assert!(
+            keys.contains(&format!("{user}.nk")),
+            "{service}: no seed copied"
+        );
+        let volumes = s["volumes"].to_string();
+        assert!(
+            !volumes.contains("nats-seeds"),
+            "{service} can read every seed"
+        );
+    }
+    assert!(help("run").contains("NATS_NKEY"));
+    assert!(help("worker").contains("NATS_NKEY"));
 }
 
 /// The published port is the one the orchestrator listens on.

@@ -105,7 +105,7 @@ pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), Strin
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(key_dir).map_err(io)?;
             let key = generate();
-            write_private(&path, &key).map_err(io)?;
+            crate::auth::keys::write_private(&path, format!("{key}\n").as_bytes()).map_err(io)?;
             (key, Some(path.clone()))
         }
         Err(e) => return Err(io(e)),
@@ -122,20 +122,6 @@ pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), Strin
         sha256: hash(&key),
     };
     Ok((entry, generated))
-}
-
-/// Writes `text` to a new file only its owner can read.
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(text.as_bytes())?;
-    file.write_all(b"\n")?;
-    file.sync_all()
 }
 
 #[cfg(test)]

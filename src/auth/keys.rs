@@ -297,8 +297,8 @@ pub fn generate(dir: &Path, kind: KeyKind, replace: bool) -> Result<KeyFiles, Ke
     Ok(files)
 }
 
-/// Writes a file only its owner can read.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a file only its owner can read (replacing one that exists).
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

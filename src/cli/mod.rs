@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod client;
 pub mod keys;
+pub mod nats;
 pub mod offline;
 pub mod output;
 pub mod serve;

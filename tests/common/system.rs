@@ -193,6 +193,18 @@ impl System {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
             .unwrap();
+        self.worker_on(bus, card, handler, verifier).await
+    }
+
+    /// Starts an in-process worker on `bus` (connected as the test wants);
+    /// returns its stop token and index.
+    pub async fn worker_on(
+        &mut self,
+        bus: Bus,
+        card: AgentCard,
+        handler: Arc<dyn Handler>,
+        verifier: Option<Arc<orchestrator::auth::Verifier>>,
+    ) -> (CancellationToken, usize) {
         let dir = PathBuf::from(".");
         let config = WorkerConfig {
             idle_poll: Duration::from_millis(500),

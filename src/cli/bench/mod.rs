@@ -121,7 +121,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 .and_then(|l| l.local_addr())
                 .map_err(|e| e.to_string())?
                 .port();
-            Some(ManagedBroker::start(dir.path(), port).await?)
+            Some(ManagedBroker::start(dir.path(), port, None).await?)
         }
     };
     let url = args
