@@ -172,6 +172,15 @@ async fn callers_are_authenticated_scoped_and_see_only_their_own_tasks() {
         let (status, body, _) = sys.call_as(alice, Method::GET, path, None).await;
         assert_eq!(status, 403, "{path}: {body:#}");
     }
+    let replay = format!("/v1/dlq/{id}/replay");
+    let (status, body, _) = sys.call_as(alice, Method::POST, &replay, None).await;
+    assert_eq!(status, 403, "{body:#}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("orch:dlq:manage")
+    );
     let task_path = format!("/v1/tasks/{id}");
     let cancel_path = format!("/v1/tasks/{id}/cancel");
 

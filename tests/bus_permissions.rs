@@ -216,3 +216,62 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
     let sniffed = tokio::time::timeout(Duration::from_millis(500), replies.next()).await;
     assert!(sniffed.is_err(), "the agent read others' replies");
 }
+
+/// A worker started before the orchestrator, on a bus where it may not
+/// create streams, waits until the orchestrator has provisioned them, then
+/// runs tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_first_waits_for_the_orchestrator() {
+    let (seeds, nats) = broker();
+    let url = nats.url();
+    let echo: AgentName = "echo".parse().unwrap();
+    let agent_config = as_user(
+        permissions::agent_seed(seeds.path(), &echo),
+        Some(agent_inbox_prefix(&echo)),
+    );
+    let bus = Bus::connect_now(&url, agent_config).await.unwrap();
+    let config = orchestrator::worker::WorkerConfig {
+        idle_poll: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let starting = tokio::spawn(orchestrator::worker::Worker::start(
+        bus,
+        card("echo", &["echo"]),
+        ".".into(),
+        Arc::new(EchoHandler),
+        config,
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !starting.is_finished(),
+        "the worker did not wait for the bus"
+    );
+    let orchestrator_bus = as_user(permissions::orchestrator_seed(seeds.path()), None);
+    let sys = System::start_with(
+        nats,
+        vec![card("echo", &["echo"])],
+        orchestrator_bus,
+        |_| {},
+    )
+    .await;
+    let worker = tokio::time::timeout(Duration::from_secs(20), starting)
+        .await
+        .expect("the worker never started once the bus was there")
+        .unwrap()
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let (status, task) = sys
+        .post(
+            "/v1/tasks",
+            json!({"to": "echo", "action": "echo", "params": {}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{task:#}");
+    let done = sys
+        .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(done["state"], "completed", "{done:#}");
+    stop.cancel();
+    running.await.unwrap();
+}

@@ -16,6 +16,7 @@ use common::nats::NatsServer;
 use common::process::Proc;
 use common::system::{System, fast_bus};
 use orchestrator::agent::AgentCard;
+use orchestrator::bus::{Names, permissions};
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,24 +43,42 @@ fn agent_dir() -> PathBuf {
     example_dir().join("py-echo")
 }
 
-/// A system with the py-echo card and a journal for its handler runs.
+/// A system with the py-echo card and a journal for its handler runs, on a
+/// least-privilege bus: the orchestrator and each worker log in as their
+/// own users (`orchestrator nats config`), so both workers are shown to
+/// work with only the permissions docs/worker-protocol.md §12 lists.
 struct Bench {
     sys: System,
     dir: tempfile::TempDir,
+    /// The bus users' seed files.
+    seeds: tempfile::TempDir,
     workers: usize,
 }
 
 impl Bench {
     async fn start() -> Bench {
-        Bench::start_on(NatsServer::start()).await
+        Bench::start_with("").await
     }
 
-    async fn start_on(nats: NatsServer) -> Bench {
+    /// A bench whose broker's configuration also holds `config`.
+    async fn start_with(config: &str) -> Bench {
         let (card, _) = AgentCard::load(&agent_dir()).unwrap();
-        let sys = System::start_with(nats, vec![card], fast_bus(), |_| {}).await;
+        let seeds = tempfile::tempdir().unwrap();
+        let files = permissions::write(
+            seeds.path(),
+            &Names::new("orch"),
+            std::slice::from_ref(&card.name),
+        )
+        .unwrap();
+        let auth = std::fs::read_to_string(files.auth_conf).unwrap();
+        let nats = NatsServer::start_with(&format!("{config}\n{auth}"));
+        let mut bus = fast_bus();
+        bus.auth.nkey_seed_file = Some(permissions::orchestrator_seed(seeds.path()));
+        let sys = System::start_with(nats, vec![card], bus, |_| {}).await;
         Bench {
             sys,
             dir: tempfile::tempdir().unwrap(),
+            seeds,
             workers: 0,
         }
     }
@@ -93,6 +112,10 @@ impl Bench {
         };
         let child = command
             .env("NATS_URL", self.sys.nats.url())
+            .env(
+                "NATS_NKEY",
+                permissions::agent_seed(self.seeds.path(), &"py-echo".parse().unwrap()),
+            )
             .env("PY_ECHO_JOURNAL", self.journal())
             // Both workers check task tokens with the orchestrator's key.
             .env(
@@ -366,8 +389,7 @@ async fn canceled_before_pick_up_never_starts(kind: Kind) {
 /// broadcast is sent meanwhile and never reaches it. Resumed, the worker
 /// learns of the cancel from its claim and stops the handler.
 async fn canceled_while_disconnected_stops_the_handler(kind: Kind) {
-    let nats = NatsServer::start_with("ping_interval: \"500ms\"\nping_max: 1\n");
-    let mut b = Bench::start_on(nats).await;
+    let mut b = Bench::start_with("ping_interval: \"500ms\"\nping_max: 1\n").await;
     let w = b.worker(kind).await;
     let id = b.submit("sleep", json!({"seconds": 6}), 3).await;
     b.started(&id).await;

@@ -204,55 +204,32 @@ class Worker:
     # §2: provisioning ---------------------------------------------------
 
     async def provision(self):
-        """Creates the streams and buckets when missing (never changes them),
-        then this agent's consumers (create or update to our settings)."""
-        days7 = 7 * 86400 * 10**9
-        two_min = 120 * 10**9
-        streams = {
-            "ORCH_TASKS": {"subjects": [f"{PREFIX}.tasks.>"], "retention": "workqueue", "duplicate_window": two_min},
-            "ORCH_EVENTS": {
-                "subjects": [f"{PREFIX}.events.>"],
-                "retention": "limits",
-                "max_age": days7,
-                "duplicate_window": two_min,
-                "allow_direct": True,
-            },
-            "ORCH_DLQ": {"subjects": [f"{PREFIX}.dlq.>"], "retention": "limits"},
-            "ORCH_ADVISORIES": {
-                "subjects": ["$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORCH_TASKS.*"],
-                "retention": "limits",
-            },
-            "KV_ORCH_AGENTS": {
-                "subjects": ["$KV.ORCH_AGENTS.>"],
-                "retention": "limits",
-                "max_msgs_per_subject": 1,
-                "max_age": 15 * 10**9,
-                "allow_direct": True,
-                "allow_rollup_hdrs": True,
-                "deny_delete": True,
-                "discard": "new",
-            },
-            "KV_ORCH_DELIVERIES": {
-                "subjects": ["$KV.ORCH_DELIVERIES.>"],
-                "retention": "limits",
-                "max_msgs_per_subject": 1,
-                "max_age": days7,
-                "allow_direct": True,
-                "allow_rollup_hdrs": True,
-                "deny_delete": True,
-                "discard": "new",
-                "allow_msg_ttl": True,
-                "subject_delete_marker_ttl": 10**9,
-            },
+        """§2: waits until the orchestrator has provisioned the streams and
+        buckets (in the current layout), then creates or updates this
+        agent's consumers."""
+        wanted = {
+            "ORCH_TASKS": {},
+            "ORCH_EVENTS": {"allow_direct": True},
+            "ORCH_DLQ": {},
+            "ORCH_ADVISORIES": {},
+            "KV_ORCH_AGENTS": {},
+            "KV_ORCH_DELIVERIES": {"allow_msg_ttl": True},
         }
-        for name, config in streams.items():
-            info = await self.nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)
-            if "error" not in json.loads(info.data):
-                continue
-            body = {"name": name, "storage": "file", "num_replicas": 1, **config}
-            reply = json.loads((await self.nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=5)).data)
-            if "error" in reply and reply["error"].get("err_code") != 10058:  # 10058: created meanwhile
-                raise RuntimeError(f"cannot create stream {name}: {reply['error']}")
+        said = False
+        while True:
+            missing = None
+            for name, flags in wanted.items():
+                info = json.loads((await self.nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
+                config = info.get("config", {})
+                if "error" in info or any(config.get(k) != v for k, v in flags.items()):
+                    missing = name
+                    break
+            if missing is None:
+                break
+            if not said:
+                log(f"waiting for the orchestrator to provision the bus ({missing})")
+                said = True
+            await asyncio.sleep(0.5)
         self.pulls = {}
         for priority in PRIORITIES:
             durable = f"agent_{self.agent}_{priority}"

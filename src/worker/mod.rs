@@ -151,7 +151,8 @@ impl Shared {
 }
 
 impl Worker {
-    /// Provisions the bus for `card`'s agent and prepares its consumers.
+    /// Waits until the orchestrator has provisioned the bus, then prepares
+    /// `card`'s agent's consumers.
     pub async fn start(
         bus: Bus,
         card: AgentCard,
@@ -167,7 +168,7 @@ impl Worker {
                 agent: card.name.to_string(),
             });
         }
-        bus.provision().await?;
+        bus.wait_provisioned().await?;
         let mut settings = DeliverySettings::from(bus.config());
         if let Some(d) = &card.delivery {
             settings.ack_wait = d.ack_wait.unwrap_or(settings.ack_wait);
