@@ -37,6 +37,14 @@ fn key_for(principal: &str, scopes: &[&str]) -> (String, ApiKeyEntry) {
     (key, entry)
 }
 
+/// Asserts a 403 `insufficient_scope` whose message names `scope`.
+fn refused_for(status: u16, body: &Value, scope: &str) {
+    assert_eq!(status, 403, "{body:#}");
+    assert_eq!(body["error"]["code"], "insufficient_scope", "{body:#}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(scope), "{body:#}");
+}
+
 /// The claims of the task token of the first envelope in the task stream.
 async fn first_token_claims(sys: &System) -> Value {
     let bus = sys.bus().await;
@@ -116,26 +124,12 @@ async fn callers_are_authenticated_scoped_and_see_only_their_own_tasks() {
     let (status, body, _) = sys
         .call_as(alice, Method::POST, "/v1/tasks", Some(send))
         .await;
-    assert_eq!(status, 403, "{body:#}");
-    assert_eq!(body["error"]["code"], "insufficient_scope");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Mail.Send"),
-        "{body:#}"
-    );
+    refused_for(status, &body, "Mail.Send");
     let more = json!({"to": "mail", "action": "read", "required_scopes": ["Admin.All"]});
     let (status, body, _) = sys
         .call_as(alice, Method::POST, "/v1/tasks", Some(more))
         .await;
-    assert_eq!(status, 403, "{body:#}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Admin.All")
-    );
+    refused_for(status, &body, "Admin.All");
     assert_eq!(
         common::queued(&sys.bus().await).await,
         0,
@@ -174,13 +168,7 @@ async fn callers_are_authenticated_scoped_and_see_only_their_own_tasks() {
     }
     let replay = format!("/v1/dlq/{id}/replay");
     let (status, body, _) = sys.call_as(alice, Method::POST, &replay, None).await;
-    assert_eq!(status, 403, "{body:#}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("orch:dlq:manage")
-    );
+    refused_for(status, &body, "orch:dlq:manage");
     let task_path = format!("/v1/tasks/{id}");
     let cancel_path = format!("/v1/tasks/{id}/cancel");
 
@@ -220,13 +208,7 @@ async fn callers_are_authenticated_scoped_and_see_only_their_own_tasks() {
     let (_, page, _) = sys.call_as(carol, Method::GET, "/v1/tasks", None).await;
     assert_eq!(page["tasks"].as_array().unwrap().len(), 2, "{page:#}");
     let (status, body, _) = sys.call_as(carol, Method::POST, &cancel_path, None).await;
-    assert_eq!(status, 403, "{body:#}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("orch:tasks:cancel_all")
-    );
+    refused_for(status, &body, "orch:tasks:cancel_all");
 
     // Alice sees and cancels her own.
     let (_, page, _) = sys
@@ -282,13 +264,7 @@ async fn a_trigger_needs_its_scopes() {
             run.clone(),
         )
         .await;
-    assert_eq!(status, 403, "{body:#}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Mail.Send")
-    );
+    refused_for(status, &body, "Mail.Send");
     assert_eq!(common::queued(&sys.bus().await).await, 0);
     let (status, body, _) = sys
         .call_as(Some(&dora), Method::POST, "/v1/triggers/mail/runs", run)

@@ -83,16 +83,8 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
         verifier,
     )
     .await;
-    let (status, task) = sys
-        .post(
-            "/v1/tasks",
-            json!({"to": "echo", "action": "echo", "params": {"n": 1}}),
-        )
-        .await;
-    assert_eq!(status, 201, "{task:#}");
-    let done = sys
-        .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
-        .await;
+    let id = sys.submit("echo", "echo", json!({"n": 1})).await;
+    let done = sys.wait_terminal(&id, Duration::from_secs(30)).await;
     assert_eq!(done["state"], "completed", "{done:#}");
 
     // An unreadable message on its subject: the worker dead-letters it.
@@ -116,14 +108,7 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
     assert!(code.is_string() && code != "max_deliveries", "{letters:#}");
 
     // A task for `other` waits in its queue (no worker runs it).
-    let (status, waiting) = sys
-        .post(
-            "/v1/tasks",
-            json!({"to": "other", "action": "echo", "params": {}}),
-        )
-        .await;
-    assert_eq!(status, 201, "{waiting:#}");
-    let waiting_id = waiting["task_id"].as_str().unwrap().to_string();
+    let waiting_id = sys.submit("other", "echo", json!({})).await;
     common::eventually("the task is queued", Duration::from_secs(10), || async {
         common::queued(&admin).await == 1
     })
@@ -144,28 +129,18 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
     let forged = json!({"forged": true}).to_string();
     // Publish a task; an event for another agent's task; another agent's
     // claim; pull another agent's consumer; delete a stream.
-    let _ = rogue
-        .jetstream()
-        .publish("orch.tasks.other.normal", forged.clone().into())
-        .await;
-    let _ = rogue
-        .jetstream()
-        .publish(
-            format!("orch.events.other.{waiting_id}"),
-            forged.clone().into(),
-        )
-        .await;
-    let _ = rogue
-        .jetstream()
-        .publish(
-            format!("$KV.ORCH_DELIVERIES.other.{waiting_id}"),
-            forged.clone().into(),
-        )
-        .await;
-    let _ = rogue
-        .jetstream()
-        .publish("orch.dlq.other", forged.clone().into())
-        .await;
+    let forbidden = [
+        "orch.tasks.other.normal".to_string(),
+        format!("orch.events.other.{waiting_id}"),
+        format!("$KV.ORCH_DELIVERIES.other.{waiting_id}"),
+        "orch.dlq.other".to_string(),
+    ];
+    for subject in forbidden {
+        let _ = rogue
+            .jetstream()
+            .publish(subject, forged.clone().into())
+            .await;
+    }
     let pull = client.request(
         "$JS.API.CONSUMER.MSG.NEXT.ORCH_TASKS.agent_other_normal",
         json!({"batch": 1, "no_wait": true}).to_string().into(),
@@ -261,16 +236,8 @@ async fn a_worker_started_first_waits_for_the_orchestrator() {
         .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
-    let (status, task) = sys
-        .post(
-            "/v1/tasks",
-            json!({"to": "echo", "action": "echo", "params": {}}),
-        )
-        .await;
-    assert_eq!(status, 201, "{task:#}");
-    let done = sys
-        .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
-        .await;
+    let id = sys.submit("echo", "echo", json!({})).await;
+    let done = sys.wait_terminal(&id, Duration::from_secs(30)).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     stop.cancel();
     running.await.unwrap();

@@ -261,6 +261,15 @@ impl System {
         (status, resp.json().await.unwrap_or(Value::Null), headers)
     }
 
+    /// Submits a task for `to`'s `action` with `params`, asserting it is
+    /// created; returns its id.
+    pub async fn submit(&self, to: &str, action: &str, params: Value) -> String {
+        let body = json!({"to": to, "action": action, "params": params});
+        let (status, task) = self.post("/v1/tasks", body).await;
+        assert_eq!(status, 201, "{task:#}");
+        task["task_id"].as_str().unwrap().to_string()
+    }
+
     /// GETs `path`, returning status and body.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let resp = self
