@@ -176,15 +176,18 @@ impl Bus {
                         return Ok(Some(name));
                     }
                 }
-                Err(e) if matches!(e.kind(), async_nats::jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND) =>
-                {
-                    return Ok(Some(name));
-                }
+                Err(e) if not_found(&e) => return Ok(Some(name)),
                 Err(e) => return Err(provision_error(format!("stream {name}"))(e.to_string())),
             }
         }
         Ok(None)
     }
+}
+
+/// Whether a stream lookup failed because there is no such stream.
+fn not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    use async_nats::jetstream::{ErrorCode, context::GetStreamErrorKind};
+    matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// A file-stored stream on `subject`; `max_age` zero keeps messages until
