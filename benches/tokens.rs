@@ -1,9 +1,11 @@
-//! What task tokens cost per task, printed as figures (not a pass/fail
-//! test): `cargo bench --bench tokens`.
+//! What task tokens and API credentials cost per task, printed as figures
+//! (not a pass/fail test): `cargo bench --bench tokens`.
 //!
 //! Measures, for a typical envelope, each step the orchestrator and the
 //! worker add per published attempt: the envelope hash (RFC 8785 + SHA-256),
-//! minting (hash + sign), and verifying (signature, claims, wire hash).
+//! minting (hash + sign), and verifying (signature, claims, wire hash); and
+//! what authenticating one API call costs, with an API key and with an
+//! issuer's JWT.
 
 use std::time::{Duration, Instant};
 
@@ -74,4 +76,54 @@ fn main() {
             verifier.verify(&wire, &sent, &needed).unwrap();
         });
     }
+    api_calls();
+}
+
+/// One API call's authentication: an API key (a SHA-256 and a lookup) and
+/// an issuer's EdDSA JWT (a signature check and claims).
+fn api_calls() {
+    use orchestrator::access::{
+        ApiAuthSettings, ApiKeyEntry, Authenticator, Grants, IssuerSettings,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let idp = keys::generate(&dir.path().join("idp"), KeyKind::EdDsa, false).unwrap();
+    let key = orchestrator::access::api_keys::generate();
+    let settings = ApiAuthSettings {
+        api_keys: vec![ApiKeyEntry {
+            principal: "alice".into(),
+            scopes: Grants::new(["Files.Read"]),
+            sha256: orchestrator::access::api_keys::hash(&key),
+        }],
+        jwt: Some(IssuerSettings {
+            issuer: "https://idp".into(),
+            audience: "api".into(),
+            public_key: Some(idp.verify.clone()),
+            jwks_file: None,
+            leeway: Duration::from_secs(30),
+        }),
+        ..ApiAuthSettings::default()
+    };
+    let access = Authenticator::open(&settings, dir.path()).unwrap();
+    let signing =
+        jsonwebtoken::EncodingKey::from_ed_pem(&std::fs::read(&idp.signing).unwrap()).unwrap();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let jwt = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA),
+        &json!({"iss": "https://idp", "aud": "api", "sub": "dave", "exp": exp, "scope": "Files.Read"}),
+        &signing,
+    )
+    .unwrap();
+    println!("API call:");
+    let with_key = format!("Bearer {key}");
+    per_op("  authenticate (API key)", |_| {
+        access.authenticate(Some(&with_key)).unwrap();
+    });
+    let with_jwt = format!("Bearer {jwt}");
+    per_op("  authenticate (issuer JWT, EdDSA)", |_| {
+        access.authenticate(Some(&with_jwt)).unwrap();
+    });
 }
