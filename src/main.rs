@@ -17,8 +17,24 @@ use cli::serve::{RunArgs, WorkerArgs};
     about = "A queue-based orchestrator for AI agents"
 )]
 struct Cli {
+    /// Log lines as `human` text or `json` (one object per line, with the
+    /// task's ids when in a task's context).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "ORCH_LOG_FORMAT",
+        default_value = "human"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -111,7 +127,7 @@ enum StoreCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
-    init_logging(if service { "info" } else { "warn" });
+    init_logging(if service { "info" } else { "warn" }, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -141,12 +157,23 @@ fn main() -> ExitCode {
     })
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the default level.
-fn init_logging(default: &str) {
+/// Logs to stderr, one line per event; `RUST_LOG` overrides the default
+/// level. As JSON, each line is an object with `timestamp`, `level`,
+/// `target`, the event's fields and, in a task's context, the task's span
+/// (`span`: `task_id`, `correlation_id`, `agent`, `action`, `attempt`).
+fn init_logging(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }

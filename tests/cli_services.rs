@@ -212,3 +212,60 @@ async fn a_managed_broker_serves_jetstream_to_its_users_only() {
     assert!(dir.path().join("nats").is_dir());
     broker.stop().await;
 }
+
+/// `--log-format json`: every line a worker logs is one JSON object, and
+/// the lines about a task carry its ids in the task's span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_json_log_lines_carry_the_tasks_ids() {
+    let echo = card("echo", &["echo"]);
+    let sys = System::start(vec![echo.clone()], fast_bus()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A card's directory is named after the agent.
+    let agent = dir.path().join("echo");
+    std::fs::create_dir(&agent).unwrap();
+    std::fs::write(
+        agent.join("agent.json"),
+        serde_json::to_string(&echo).unwrap(),
+    )
+    .unwrap();
+    let log = dir.path().join("worker.log");
+    let mut worker = common::process::Proc(
+        Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(["worker", "--log-format", "json", "--agent"])
+            .arg(&agent)
+            .env("NATS_URL", sys.nats.url())
+            .env("ORCH_VERIFY_KEY", sys.data.path().join("keys/verify.pem"))
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let id = sys
+        .submit("echo", "echo", serde_json::json!({"n": 1}))
+        .await;
+    let done = sys
+        .wait_terminal(&id, std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(done["state"], "completed", "{done:#}");
+    worker.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let ran = lines
+        .iter()
+        .find(|l| l["message"] == "task ran")
+        .unwrap_or_else(|| panic!("no `task ran` line:\n{text}"));
+    let span = &ran["span"];
+    assert_eq!(span["task_id"], id.as_str(), "{ran:#}");
+    assert_eq!(span["agent"], "echo", "{ran:#}");
+    assert_eq!(span["action"], "echo", "{ran:#}");
+    assert_eq!(span["attempt"], 1, "{ran:#}");
+    assert_eq!(span["correlation_id"], done["correlation_id"], "{ran:#}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+}

@@ -8,7 +8,7 @@ use async_nats::jetstream::Message;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use super::{Outcome, Shared, Task, event_for, lock, report};
 use crate::agent::AgentCard;
@@ -37,6 +37,32 @@ pub(super) async fn handle(
         Ok(env) => env,
         Err(e) => return dead_letter(&shared, msg, e.code(), &e.to_string(), trace).await,
     };
+    // Every log line from here on carries the task's ids.
+    let span = crate::envelope::task_span(&envelope);
+    handle_envelope(
+        shared,
+        msg,
+        envelope,
+        stream_seq,
+        delivered,
+        hard_stop,
+        trace.copied(),
+    )
+    .instrument(span)
+    .await;
+}
+
+async fn handle_envelope(
+    shared: Arc<Shared>,
+    msg: Message,
+    envelope: Envelope,
+    stream_seq: u64,
+    delivered: i64,
+    hard_stop: CancellationToken,
+    trace: Option<TraceContext>,
+) {
+    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).cloned();
+    let trace = trace.as_ref();
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
         return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;
