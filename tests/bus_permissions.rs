@@ -185,7 +185,15 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
     );
     let (_, still) = sys.get(&format!("/v1/tasks/{waiting_id}")).await;
     assert_eq!(still["state"], "submitted", "{still:#}");
-    // Nothing reached the subscriptions it is not allowed.
+    // Nothing reached the subscriptions it is not allowed: a new task for
+    // `other` is published while it listens on the task subjects.
+    sys.submit("other", "echo", json!({"n": 2})).await;
+    common::eventually(
+        "the new task is queued",
+        Duration::from_secs(10),
+        || async { common::queued(&admin).await == 2 },
+    )
+    .await;
     let sneaked = tokio::time::timeout(Duration::from_millis(500), sneak.next()).await;
     assert!(sneaked.is_err(), "the agent read the task queue");
     let sniffed = tokio::time::timeout(Duration::from_millis(500), replies.next()).await;

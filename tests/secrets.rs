@@ -99,14 +99,7 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
     let id = task["task_id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
     let done: Value = loop {
-        let t: Value = http
-            .get(format!("{base}/v1/tasks/{id}?wait=5s"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let t = common::get_json(&http, &format!("{base}/v1/tasks/{id}?wait=5s")).await;
         if t["state"] == "failed" {
             break t;
         }

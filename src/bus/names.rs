@@ -87,6 +87,15 @@ impl Names {
         format!("{}.control.cancel.{}", self.prefix, task)
     }
 
+    /// The agent an event subject (`<prefix>.events.<agent>.<task>`)
+    /// names, if it is one.
+    pub fn event_agent<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".events.")?;
+        rest.split('.').next().filter(|a| !a.is_empty())
+    }
+
     /// Every event subject of one agent.
     pub fn agent_events(&self, agent: &AgentName) -> String {
         format!("{}.events.{}.>", self.prefix, agent)
@@ -144,6 +153,10 @@ mod tests {
             n.event_subject(&agent, task),
             format!("orch.events.knowledge-agent.{task}")
         );
+        let subject = n.event_subject(&agent, task);
+        assert_eq!(n.event_agent(&subject), Some("knowledge-agent"));
+        assert_eq!(n.event_agent("orch.tasks.knowledge-agent.high"), None);
+        assert_eq!(n.event_agent("orchestra.events.x.y"), None);
         assert_eq!(
             n.cancel_subject(task),
             format!("orch.control.cancel.{task}")

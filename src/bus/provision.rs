@@ -10,8 +10,9 @@ use tracing::info;
 use super::{Bus, BusConfig, BusError, provision_error};
 
 impl Bus {
-    /// Creates the streams and buckets, or checks they exist. Safe to run
-    /// from every process at every start.
+    /// Creates the streams and buckets, or brings those of an older layout
+    /// to this one (the orchestrator, at every start; workers only wait for
+    /// them, [`Bus::wait_provisioned`]).
     pub async fn provision(&self) -> Result<(), BusError> {
         let n = &self.inner.names;
         let c = &self.inner.config;
@@ -59,10 +60,7 @@ impl Bus {
                 .get_or_create_stream(config.clone())
                 .await
                 .map_err(|e| failed(&e))?;
-            // A stream made by an older version lacks direct gets: bring it
-            // to this layout (the orchestrator may; a least-privilege worker
-            // may not, and says so).
-            if stream.cached_info().config.allow_direct != config.allow_direct {
+            if !in_layout(n, &stream.cached_info().config) {
                 js.update_stream(config).await.map_err(|e| failed(&e))?;
             }
         }
@@ -113,7 +111,7 @@ impl Bus {
                 // A bucket already in this layout is used as it is: a worker
                 // on a least-privilege bus may read it but not change it.
                 if let Ok(store) = self.inner.js.get_key_value(&name).await
-                    && store.stream.cached_info().config.allow_message_ttl
+                    && in_layout(&self.inner.names, &store.stream.cached_info().config)
                 {
                     return Ok(store);
                 }
@@ -167,21 +165,24 @@ impl Bus {
         ];
         for name in streams {
             match self.inner.js.get_stream(&name).await {
-                Ok(s) => {
-                    let config = &s.cached_info().config;
-                    // Streams of an older layout count as not there yet.
-                    let current = (name != n.events_stream() || config.allow_direct)
-                        && (!name.ends_with(&n.deliveries_bucket()) || config.allow_message_ttl);
-                    if !current {
-                        return Ok(Some(name));
-                    }
-                }
+                // A stream of an older layout counts as not there yet.
+                Ok(s) if !in_layout(n, &s.cached_info().config) => return Ok(Some(name)),
+                Ok(_) => {}
                 Err(e) if not_found(&e) => return Ok(Some(name)),
                 Err(e) => return Err(provision_error(format!("stream {name}"))(e.to_string())),
             }
         }
         Ok(None)
     }
+}
+
+/// Whether a stream has what this version relies on: direct gets on the
+/// events stream (workers read their last events so), per-message TTL on
+/// the claim bucket (leases). Older streams lack them.
+fn in_layout(names: &super::Names, config: &stream::Config) -> bool {
+    let events = config.name == names.events_stream();
+    let claims = config.name == format!("KV_{}", names.deliveries_bucket());
+    (!events || config.allow_direct) && (!claims || config.allow_message_ttl)
 }
 
 /// Whether a stream lookup failed because there is no such stream.

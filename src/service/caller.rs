@@ -43,10 +43,11 @@ impl Caller {
         self.trace.unwrap_or(self.root)
     }
 
-    /// Refuses `what` unless every scope of `needed` is held.
+    /// Refuses `what` unless every scope of `needed` is held; `what` is
+    /// formatted only for a refusal, so the check allocates nothing.
     pub fn require<'a>(
         &self,
-        what: &str,
+        what: impl std::fmt::Display,
         needed: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), ServiceError> {
         let missing = self.grants.missing(needed);

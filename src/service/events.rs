@@ -215,9 +215,7 @@ impl Applier {
     /// names: the identity the bus's permissions bind, not the event's own
     /// `agent` field.
     fn subject_agent(&self, subject: &str) -> Option<AgentName> {
-        let all = self.bus.names().all_events();
-        let rest = subject.strip_prefix(all.trim_end_matches('>'))?;
-        rest.split('.').next()?.parse().ok()
+        self.bus.names().event_agent(subject)?.parse().ok()
     }
 
     /// Once the changes are flushed: ack each event, schedule a retry.

@@ -437,7 +437,7 @@ impl Orchestrator {
         // The token's scopes are only ever narrowed from the caller's: a
         // caller lacking one is refused before anything is stored.
         caller.require(
-            &format!("`{}` on `{}`", request.action, request.to),
+            format_args!("`{}` on `{}`", request.action, request.to),
             envelope.control.required_scopes.iter().map(|s| s.as_str()),
         )?;
         // A task whose token could not bind its envelope is refused now,

@@ -26,8 +26,7 @@ pub(super) async fn handle(
     hard_stop: CancellationToken,
 ) {
     let _permit = permit;
-    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).cloned();
-    let trace = header(TRACEPARENT).and_then(|v| TraceContext::parse(v.as_str()));
+    let trace = header(&msg, TRACEPARENT).and_then(|v| TraceContext::parse(v.as_str()));
     let trace = trace.as_ref();
     let (stream_seq, delivered) = msg
         .info()
@@ -52,6 +51,11 @@ pub(super) async fn handle(
     .await;
 }
 
+/// A header of the message, if it has one.
+fn header<'m>(msg: &'m Message, name: &str) -> Option<&'m async_nats::HeaderValue> {
+    msg.headers.as_ref().and_then(|h| h.get(name))
+}
+
 async fn handle_envelope(
     shared: Arc<Shared>,
     msg: Message,
@@ -61,7 +65,6 @@ async fn handle_envelope(
     hard_stop: CancellationToken,
     trace: Option<TraceContext>,
 ) {
-    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).cloned();
     let trace = trace.as_ref();
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
@@ -87,7 +90,7 @@ async fn handle_envelope(
     let attempt = envelope.control.attempt.get();
     // A redelivery, or a copy published again after an orchestrator
     // restart, may be of an attempt that already reported its result.
-    let republished = header(REPUBLISHED_HEADER).is_some();
+    let republished = header(&msg, REPUBLISHED_HEADER).is_some();
     let resumed = delivered > 1 || republished;
     if resumed {
         info!(task_id = %task_id, attempt, delivered, republished, "a repeated delivery: an earlier one may have partly run");
