@@ -31,7 +31,7 @@ fn new_task(i: usize) -> NewTask {
         envelope: env,
         scope: "bench".into(),
         actor: "bench".into(),
-        trace_id: None,
+        trace: None,
     }
 }
 

@@ -49,6 +49,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod task;
+pub mod telemetry;
 pub mod trigger;
 pub mod worker;
 

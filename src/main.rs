@@ -78,6 +78,14 @@ enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// Show the span tree of a task's trace, or of every task of a
+    /// correlation id, from Jaeger's query API.
+    Trace {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        trace: cli::trace::TraceArgs,
+    },
     /// Measure the full path against a bare JetStream round trip.
     Bench(cli::bench::BenchArgs),
     /// Check envelopes and worker events against wire format v1.
@@ -126,8 +134,16 @@ enum StoreCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let format = match cli.log_format {
+        LogFormat::Human => orchestrator::telemetry::LogFormat::Human,
+        LogFormat::Json => orchestrator::telemetry::LogFormat::Json,
+    };
+    // The services install their telemetry once their settings are read;
+    // the other commands log warnings and export nothing.
     let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
-    init_logging(if service { "info" } else { "warn" }, cli.log_format);
+    if !service {
+        let _ = orchestrator::telemetry::init("orchestrator-cli", format, "warn", None);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -140,13 +156,14 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => cli::serve::run(args).await,
-            Command::Worker(args) => cli::serve::worker(args).await,
+            Command::Run(args) => cli::serve::run(args, format).await,
+            Command::Worker(args) => cli::serve::worker(args, format).await,
             Command::Trigger { client, run } => cli::client::trigger(&client, run).await,
             Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
             Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
             Command::Agents { client, command } => cli::client::agents(&client, command).await,
+            Command::Trace { client, trace } => cli::trace::trace(&client, trace).await,
             Command::Bench(args) => cli::bench::bench(args).await,
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
@@ -155,25 +172,4 @@ fn main() -> ExitCode {
             Command::Nats(NatsCommand::Config(args)) => cli::nats::config(&args),
         }
     })
-}
-
-/// Logs to stderr, one line per event; `RUST_LOG` overrides the default
-/// level. As JSON, each line is an object with `timestamp`, `level`,
-/// `target`, the event's fields and, in a task's context, the task's span
-/// (`span`: `task_id`, `correlation_id`, `agent`, `action`, `attempt`).
-fn init_logging(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
 }

@@ -42,8 +42,7 @@ async fn a_task_is_submitted_run_and_completed() {
     let events = bus.jetstream().get_stream("ORCH_EVENTS").await.unwrap();
     let m = events.get_raw_message(1).await.unwrap();
     let tp = m.headers.get("traceparent").unwrap().to_string();
-    let trace = orchestrator::bus::TraceContext::parse(&tp).unwrap();
-    assert_eq!(trace.trace_id(), done["trace_id"].as_str().unwrap());
+    assert_eq!(tp.split('-').nth(1), done["trace_id"].as_str());
 }
 
 /// The same idempotency key twice is one task; with other params it is a

@@ -93,7 +93,9 @@ async fn bad_messages_on_the_subject_do_not_stop_the_worker() {
         Err(_) => false,
     };
     let unknown = envelope("echo", "fly", json!({}), "unknown-action");
-    bus.publish_envelope(&unknown, None, false).await.unwrap();
+    bus.publish_envelope(&unknown, &tracing::Span::none(), false)
+        .await
+        .unwrap();
     let (status, task) = sys
         .post(
             "/v1/tasks",
@@ -411,7 +413,9 @@ async fn envelopes_for_unknown_agents_are_dead_lettered() {
     let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
     let bus = sys.bus().await;
     let ghost = envelope("ghost", "haunt", json!({}), "boo");
-    bus.publish_envelope(&ghost, None, false).await.unwrap();
+    bus.publish_envelope(&ghost, &tracing::Span::none(), false)
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let (_, dlq) = sys.get("/v1/dlq").await;

@@ -228,7 +228,11 @@ async fn a_result_from_another_agent_is_ignored() {
         "at": orchestrator::envelope::Timestamp::now(),
     }))
     .unwrap();
-    sys.bus().await.publish_event(&forged, None).await.unwrap();
+    sys.bus()
+        .await
+        .publish_event(&forged, &tracing::Span::none())
+        .await
+        .unwrap();
     eventually(
         "the forged result is audited",
         Duration::from_secs(10),

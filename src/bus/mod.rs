@@ -9,18 +9,18 @@
 //! `agent_<agent>_<priority>`.
 
 mod auth;
+mod depth;
 mod names;
 pub mod permissions;
 mod provision;
 mod pull;
 mod settle;
-mod trace;
 
 pub use auth::NatsAuth;
+pub use depth::QueueDepth;
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
 pub use settle::{Settlement, settle, settle_confirmed};
-pub use trace::{TRACEPARENT, TraceContext};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, kv, stream};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use crate::envelope::{AgentName, Envelope, Priority};
 use crate::event::WorkerEvent;
@@ -327,10 +328,12 @@ impl Bus {
     /// `<task_id>.<attempt>`, so a republish of the same attempt within the
     /// duplicate window is dropped. `republished`: sent again by recovery,
     /// so a worker checks the attempt's result record before running it.
+    /// `trace`: the span whose context the message carries (its W3C
+    /// `traceparent`/`tracestate` headers).
     pub async fn publish_envelope(
         &self,
         envelope: &Envelope,
-        trace: Option<&TraceContext>,
+        trace: &tracing::Span,
         republished: bool,
     ) -> Result<u64, BusError> {
         self.send_envelope(envelope, trace, republished)
@@ -339,20 +342,28 @@ impl Bus {
             .await
     }
 
+    /// Where an envelope is published and its `Nats-Msg-Id`
+    /// (`<task_id>.<attempt>`).
+    pub fn envelope_address(&self, envelope: &Envelope) -> (String, String) {
+        let h = &envelope.header;
+        (
+            self.inner
+                .names
+                .task_subject(&h.to, envelope.control.priority),
+            format!("{}.{}", h.task_id, envelope.control.attempt),
+        )
+    }
+
     /// Sends an envelope without waiting for JetStream's ack (pipelined
     /// publishing); the ack is awaited with [`PendingPublish::await_seq`].
     pub async fn send_envelope(
         &self,
         envelope: &Envelope,
-        trace: Option<&TraceContext>,
+        trace: &tracing::Span,
         republished: bool,
     ) -> Result<PendingPublish, BusError> {
         let h = &envelope.header;
-        let subject = self
-            .inner
-            .names
-            .task_subject(&h.to, envelope.control.priority);
-        let msg_id = format!("{}.{}", h.task_id, envelope.control.attempt);
+        let (subject, msg_id) = self.envelope_address(envelope);
         let mut headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str(), trace);
         if republished {
             headers.insert(REPUBLISHED_HEADER, "1");
@@ -488,11 +499,13 @@ impl Bus {
             .await
     }
 
-    /// Publishes a worker event and waits for JetStream to store it.
+    /// Publishes a worker event and waits for JetStream to store it, in a
+    /// `report` span that is a child of `parent` and whose context the
+    /// message carries.
     pub async fn publish_event(
         &self,
         event: &WorkerEvent,
-        trace: Option<&TraceContext>,
+        parent: &tracing::Span,
     ) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
         let msg_id = format!(
@@ -501,13 +514,21 @@ impl Bus {
             event.attempt,
             event.state.as_str()
         );
+        let span = crate::telemetry::spans::report_event(parent, event, &subject, &msg_id);
         let headers = task_headers(
             &event.task_id.to_string(),
             event.correlation_id.as_str(),
-            trace,
+            &span,
         );
         let body = serde_json::to_vec(event).unwrap_or_default();
-        self.publish(subject, msg_id, headers, body).await
+        let published = self
+            .publish(subject, msg_id, headers, body)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = &published {
+            crate::telemetry::spans::failed(&span, &e.to_string());
+        }
+        published
     }
 
     async fn publish(
@@ -634,12 +655,10 @@ mod durations {
     }
 }
 
-fn task_headers(task_id: &str, correlation_id: &str, trace: Option<&TraceContext>) -> HeaderMap {
+fn task_headers(task_id: &str, correlation_id: &str, trace: &tracing::Span) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(TASK_ID_HEADER, task_id);
     headers.insert(CORRELATION_ID_HEADER, correlation_id);
-    if let Some(trace) = trace {
-        headers.insert(TRACEPARENT, trace.child().to_string().as_str());
-    }
+    crate::telemetry::context::inject(trace, &mut headers);
     headers
 }

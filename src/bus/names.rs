@@ -96,6 +96,17 @@ impl Names {
         rest.split('.').next().filter(|a| !a.is_empty())
     }
 
+    /// The agent and priority a task subject (`<prefix>.tasks.<agent>.<priority>`)
+    /// names.
+    pub fn task_agent_priority<'s>(&self, subject: &'s str) -> Option<(&'s str, &'s str)> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".tasks.")?;
+        let (agent, priority) = rest.split_once('.')?;
+        (!agent.is_empty() && !priority.is_empty() && !priority.contains('.'))
+            .then_some((agent, priority))
+    }
+
     /// Every event subject of one agent.
     pub fn agent_events(&self, agent: &AgentName) -> String {
         format!("{}.events.{}.>", self.prefix, agent)
@@ -176,5 +187,22 @@ mod tests {
         let n = Names::new("staging");
         assert_eq!(n.tasks_stream(), "STAGING_TASKS");
         assert_eq!(n.all_tasks(), "staging.tasks.>");
+    }
+
+    #[test]
+    fn task_subjects_name_their_agent_and_priority() {
+        let n = Names::new("orch");
+        assert_eq!(
+            n.task_agent_priority("orch.tasks.echo.high"),
+            Some(("echo", "high"))
+        );
+        for not in [
+            "orch.events.echo.x",
+            "orch.tasks.echo",
+            "other.tasks.a.b",
+            "orch.tasks.a.b.c",
+        ] {
+            assert_eq!(n.task_agent_priority(not), None, "{not}");
+        }
     }
 }

@@ -160,12 +160,12 @@ pub enum AgentsCommand {
 }
 
 /// A failed call, with the exit code it maps to.
-struct Failure {
-    code: u8,
-    message: String,
+pub(super) struct Failure {
+    pub(super) code: u8,
+    pub(super) message: String,
 }
 
-struct Api {
+pub(super) struct Api {
     base: String,
     http: reqwest::Client,
     credential: Option<String>,
@@ -173,7 +173,7 @@ struct Api {
 }
 
 impl Api {
-    fn new(args: &ClientArgs) -> Api {
+    pub(super) fn new(args: &ClientArgs) -> Api {
         Api {
             base: args.server.trim_end_matches('/').to_string(),
             http: reqwest::Client::new(),
@@ -183,7 +183,7 @@ impl Api {
     }
 
     /// GETs `path`; a success is exit code 0.
-    async fn get(&self, path: &str) -> Result<(Value, u8), Failure> {
+    pub(super) async fn get(&self, path: &str) -> Result<(Value, u8), Failure> {
         self.call(reqwest::Method::GET, path, None)
             .await
             .map(|v| (v, 0))
@@ -241,7 +241,7 @@ impl Api {
 }
 
 /// `base?limit=N&name=value…` for the parameters that are set.
-fn list_path(base: &str, limit: usize, params: &[(&str, Option<String>)]) -> String {
+pub(super) fn list_path(base: &str, limit: usize, params: &[(&str, Option<String>)]) -> String {
     let mut query = vec![format!("limit={limit}")];
     for (name, value) in params {
         if let Some(v) = value {
@@ -251,7 +251,7 @@ fn list_path(base: &str, limit: usize, params: &[(&str, Option<String>)]) -> Str
     format!("{base}?{}", query.join("&"))
 }
 
-fn finish(
+pub(super) fn finish(
     args: &ClientArgs,
     result: Result<(Value, u8), Failure>,
     human: impl FnOnce(&Value),

@@ -7,3 +7,4 @@ pub mod nats;
 pub mod offline;
 pub mod output;
 pub mod serve;
+pub mod trace;

@@ -12,6 +12,7 @@ use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::{Bus, permissions};
 use orchestrator::codec::{self, Strictness};
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
+use orchestrator::telemetry::{self, LogFormat, Telemetry};
 use orchestrator::trigger::Trigger;
 use orchestrator::worker::{Worker, WorkerConfig, handler_for};
 use tokio_util::sync::CancellationToken;
@@ -72,6 +73,10 @@ pub struct WorkerArgs {
     /// config file).
     #[arg(long, env = "ORCH_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Serve `/metrics` (Prometheus) on this address (overrides the config
+    /// file's `telemetry.metrics_addr`); without one, no metrics port.
+    #[arg(long, env = "ORCH_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// The settings file (or the defaults), with the `NATS_*` credentials from
@@ -113,11 +118,43 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-pub async fn run(args: RunArgs) -> ExitCode {
-    let mut config = match load_config(args.config.as_deref()) {
+/// Installs logging and tracing for `service`; says where spans go.
+fn start_telemetry(
+    service: &str,
+    format: LogFormat,
+    config: &ServiceConfig,
+) -> Result<Telemetry, String> {
+    let telemetry = telemetry::init(service, format, "info", Some(&config.telemetry))?;
+    match telemetry.exporting_to() {
+        Some(to) => info!(service, "exporting traces to {to}"),
+        None => info!(
+            service,
+            "no OTLP endpoint configured: traces are not exported"
+        ),
+    }
+    Ok(telemetry)
+}
+
+/// Sends the spans still waiting (a blocking flush, off the async threads).
+async fn stop_telemetry(telemetry: Telemetry) {
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+}
+
+pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
+    let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
+    let telemetry = match start_telemetry("orchestrator", format, &config) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let code = run_orchestrator(args, config).await;
+    stop_telemetry(telemetry).await;
+    code
+}
+
+async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode {
     if let Some(d) = args.data_dir {
         config.data_dir = d;
     }
@@ -268,21 +305,36 @@ async fn connect_or_start_broker(
     Ok((bus, Some(broker)))
 }
 
-pub async fn worker(args: WorkerArgs) -> ExitCode {
-    let mut config = match load_config(args.config.as_deref()) {
+pub async fn worker(args: WorkerArgs, format: LogFormat) -> ExitCode {
+    let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
+    let (card, dir) = match AgentCard::load(&args.agent) {
+        Ok(pair) => pair,
+        Err(e) => return fail(e),
+    };
+    let telemetry = match start_telemetry(&format!("agent-{}", card.name), format, &config) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let code = run_worker(args, config, card, dir).await;
+    stop_telemetry(telemetry).await;
+    code
+}
+
+async fn run_worker(
+    args: WorkerArgs,
+    mut config: ServiceConfig,
+    card: AgentCard,
+    dir: PathBuf,
+) -> ExitCode {
     if let Some(k) = args.verify_key {
         config.tokens.verify_key = Some(k);
     }
     if let Some(d) = args.data_dir {
         config.data_dir = d;
     }
-    let (card, dir) = match AgentCard::load(&args.agent) {
-        Ok(pair) => pair,
-        Err(e) => return fail(e),
-    };
     let verifier = match config.tokens.verifier(&config.data_dir, card.name.as_str()) {
         Ok(Some(v)) => {
             info!(algorithm = ?v.kind(), "task tokens are checked before anything runs");
@@ -331,10 +383,24 @@ pub async fn worker(args: WorkerArgs) -> ExitCode {
         worker_config.concurrency = c;
     }
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let metrics = match args.metrics_addr.or(config.telemetry.metrics_addr) {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => return fail(format!("cannot serve metrics on {addr}: {e}")),
+        },
+        None => None,
+    };
     let worker = match Worker::start(bus, card, dir, handler, worker_config).await {
         Ok(w) => w,
         Err(e) => return fail(e),
     };
-    worker.run(shutdown_signal()).await;
+    let stop = shutdown_signal();
+    if let Some(listener) = metrics {
+        if let Ok(addr) = listener.local_addr() {
+            info!(%addr, "serving /metrics");
+        }
+        tokio::spawn(telemetry::metrics::serve(listener, stop.clone()));
+    }
+    worker.run(stop).await;
     ExitCode::SUCCESS
 }

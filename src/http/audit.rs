@@ -23,11 +23,22 @@ struct AuditQuery {
     cursor: Option<u64>,
 }
 
+/// An audit record with the link to its trace.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditView {
+    /// The record, as hashed in the chain.
+    #[serde(flatten)]
+    pub record: AuditRecord,
+    /// The trace's page in the Jaeger UI (`telemetry.jaeger_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_url: Option<String>,
+}
+
 /// A page of audit records.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct AuditPage {
     /// The records, oldest first.
-    pub records: Vec<AuditRecord>,
+    pub records: Vec<AuditView>,
     /// Pass as `cursor` for the next page; absent on the last.
     pub next_cursor: Option<u64>,
 }
@@ -60,6 +71,13 @@ async fn list(
         .audit(&filter, q.cursor.unwrap_or(0), limit + 1, &caller)
         .await?;
     let (records, next_cursor) = super::page(fetched, limit, |r| r.seq);
+    let records = records
+        .into_iter()
+        .map(|record| AuditView {
+            trace_url: record.trace_id.as_deref().map(|t| o.trace_url(t)),
+            record,
+        })
+        .collect();
     Ok(Json(AuditPage {
         records,
         next_cursor,

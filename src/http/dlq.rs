@@ -49,6 +49,6 @@ async fn replay(
     let submitted = o.replay(id, &caller).await?;
     Ok((
         StatusCode::CREATED,
-        Json(TaskView::from(submitted.record())),
+        Json(TaskView::new(submitted.record(), &o)),
     ))
 }

@@ -1,4 +1,6 @@
-//! `/healthz` (the process answers) and `/readyz` (store and broker usable).
+//! `/healthz` (the process answers), `/readyz` (store and broker usable)
+//! and `/metrics` (Prometheus text; the gauges read from JetStream are
+//! refreshed first). None needs credentials.
 
 use axum::Json;
 use axum::Router;
@@ -13,6 +15,12 @@ pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+}
+
+async fn metrics(State(o): State<Orchestrator>) -> impl axum::response::IntoResponse {
+    o.refresh_gauges().await;
+    crate::telemetry::metrics::metrics_response().await
 }
 
 async fn ready(State(o): State<Orchestrator>) -> (StatusCode, Json<Value>) {

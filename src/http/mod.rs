@@ -9,6 +9,7 @@ mod error;
 mod health;
 mod limits;
 mod tasks;
+mod trace;
 mod triggers;
 
 pub use auth::AUTH_HEADER;
@@ -23,7 +24,7 @@ use crate::access::Authenticator;
 use crate::service::{Caller, Orchestrator};
 
 /// The caller of a request: the principal the authentication layer found,
-/// in the trace its `traceparent` header names (or a new one).
+/// in the request's span.
 pub struct Requester(pub Caller);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
@@ -40,14 +41,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
                 "this call needs credentials",
             )
         })?;
-        let trace = parts
-            .headers
-            .get(crate::bus::TRACEPARENT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(crate::bus::TraceContext::parse);
-        Ok(Requester(
-            Caller::new(principal.name, principal.grants).with_trace(trace),
-        ))
+        // Made inside the request's span (see `trace::layer`): its
+        // tasks are children of that span.
+        Ok(Requester(Caller::new(principal.name, principal.grants)))
     }
 }
 
@@ -84,6 +80,7 @@ pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router 
     let api = Router::new()
         .merge(guarded)
         .merge(health::router())
+        .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);
     let bounded = limits::limit(api, max_in_flight, timeout);
     if open {

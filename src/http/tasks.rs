@@ -50,14 +50,18 @@ pub struct TaskView {
     pub history: Vec<HistoryEntry>,
     /// Its trace.
     pub trace_id: Option<String>,
+    /// The trace's page in the Jaeger UI (`telemetry.jaeger_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_url: Option<String>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
 }
 
-impl From<&TaskRecord> for TaskView {
-    fn from(r: &TaskRecord) -> Self {
+impl TaskView {
+    /// The view of `r`, its trace link pointing at `o`'s Jaeger UI.
+    pub fn new(r: &TaskRecord, o: &Orchestrator) -> Self {
         TaskView {
             task_id: r.task_id(),
             correlation_id: r.correlation_id().clone(),
@@ -70,6 +74,7 @@ impl From<&TaskRecord> for TaskView {
             error: r.status.error.clone(),
             history: r.history.clone(),
             trace_id: r.status.trace_id.clone(),
+            trace_url: r.status.trace_id.as_deref().map(|t| o.trace_url(t)),
             created_at: r.status.created_at,
             updated_at: r.status.updated_at,
         }
@@ -88,7 +93,7 @@ async fn submit(
         Submitted::Created(_) => StatusCode::CREATED,
         Submitted::Existing(_) => StatusCode::OK,
     };
-    Ok((status, Json(TaskView::from(submitted.record()))))
+    Ok((status, Json(TaskView::new(submitted.record(), &o))))
 }
 
 fn parse_id(id: &str) -> Result<TaskId, ApiError> {
@@ -124,7 +129,7 @@ async fn get_task(
         }
     };
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
-    Ok(Json(TaskView::from(&record)))
+    Ok(Json(TaskView::new(&record, &o)))
 }
 
 async fn cancel(
@@ -133,7 +138,7 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<TaskView>, ApiError> {
     let record = o.cancel(parse_id(&id)?, &caller).await?;
-    Ok(Json(TaskView::from(&record)))
+    Ok(Json(TaskView::new(&record, &o)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,7 +194,7 @@ async fn list(
         .await?;
     let (records, next_cursor) = super::page(fetched, limit, TaskRecord::task_id);
     Ok(Json(TaskPage {
-        tasks: records.iter().map(TaskView::from).collect(),
+        tasks: records.iter().map(|r| TaskView::new(r, &o)).collect(),
         next_cursor,
     }))
 }

@@ -68,7 +68,7 @@ async fn start_run(
         Submitted::Created(_) => StatusCode::CREATED,
         Submitted::Existing(_) => StatusCode::OK,
     };
-    let task = TaskView::from(submitted.record());
+    let task = TaskView::new(submitted.record(), &o);
     Ok((
         status,
         Json(RunView {

@@ -2,8 +2,8 @@
 //! for what a caller may see and do (docs/security.md states them).
 
 use crate::access::{Grants, grants};
-use crate::bus::TraceContext;
 use crate::task::TaskStatus;
+use crate::telemetry::context::StoredTrace;
 
 use super::ServiceError;
 
@@ -15,32 +15,26 @@ pub struct Caller {
     pub principal: String,
     /// The scopes it holds.
     pub grants: Grants,
-    /// The caller's trace (a `traceparent` it sent); `None` starts one.
-    trace: Option<TraceContext>,
-    /// The trace used when the caller sent none, fixed at creation.
-    root: TraceContext,
+    /// The span the request is handled in (the HTTP request's, itself a
+    /// child of the caller's `traceparent` if it sent one); a new trace
+    /// when there is none.
+    trace: StoredTrace,
 }
 
 impl Caller {
-    /// A caller named `principal` holding `grants`, in a new trace.
+    /// A caller named `principal` holding `grants`, in the current span's
+    /// trace (or a new one).
     pub fn new(principal: impl Into<String>, grants: Grants) -> Self {
         Caller {
             principal: principal.into(),
             grants,
-            trace: None,
-            root: TraceContext::root(),
+            trace: StoredTrace::of(&tracing::Span::current()),
         }
     }
 
-    /// The same caller inside the trace it sent.
-    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
-        self.trace = trace;
-        self
-    }
-
-    /// The trace its tasks join.
-    pub fn trace(&self) -> TraceContext {
-        self.trace.unwrap_or(self.root)
+    /// The span its tasks are children of.
+    pub fn trace(&self) -> &StoredTrace {
+        &self.trace
     }
 
     /// Refuses `what` unless every scope of `needed` is held; `what` is

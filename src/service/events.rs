@@ -18,6 +18,14 @@ use crate::envelope::AgentName;
 use crate::event::WorkerEvent;
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
 use crate::task::TaskState;
+use crate::telemetry::{context, metrics, spans};
+
+/// An event's message and the span of its application (a child of the
+/// worker's report), which ends when the message is settled.
+struct Arrived {
+    msg: Message,
+    span: tracing::Span,
+}
 
 /// The orchestrator's durable consumer of worker events.
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
@@ -139,8 +147,15 @@ impl Applier {
     async fn apply_arrived(&self, arrived: Vec<Message>) {
         let mut decoded = Vec::with_capacity(arrived.len());
         for msg in arrived {
+            if msg.info().is_ok_and(|i| i.delivered > 1) {
+                metrics::event_redelivered();
+            }
             match WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES) {
-                Ok(event) => decoded.push((msg, event)),
+                Ok(event) => {
+                    let span = spans::apply_event(&event, &msg.subject);
+                    context::follow_message(&span, msg.headers.as_ref());
+                    decoded.push((Arrived { msg, span }, event));
+                }
                 Err(_) => {
                     self.poison(
                         msg,
@@ -159,34 +174,37 @@ impl Applier {
     /// Applies events of one task. The changes are made in order here; their
     /// flush and the acks run on their own, so the next events can be
     /// applied meanwhile.
-    async fn apply_group(&self, mut group: Vec<(Message, WorkerEvent)>) {
+    async fn apply_group(&self, mut group: Vec<(Arrived, WorkerEvent)>) {
         let Some(task_id) = group.first().map(|(_, e)| e.task_id) else {
             return;
         };
         self.scrub_errors(task_id, &mut group);
         let changes = group
             .iter()
-            .map(|(msg, e)| change_for(e, self.subject_agent(&msg.subject)))
+            .map(|(a, e)| change_for(e, self.subject_agent(&a.msg.subject)))
             .collect();
         let outcomes = match self.store.apply_all_deferred(task_id, changes).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                for (msg, _) in group {
-                    self.failed(msg, &e.to_string()).await;
+                for (arrived, _) in group {
+                    self.failed(arrived, &e.to_string()).await;
                 }
                 return;
             }
         };
         let mut applied = Vec::with_capacity(group.len());
-        for ((msg, event), outcome) in group.into_iter().zip(outcomes) {
+        for ((arrived, event), outcome) in group.into_iter().zip(outcomes) {
             match outcome {
-                Ok(outcome) => applied.push((msg, event, outcome)),
-                Err(StoreError::NotFound(_)) => self.unknown_task(msg, &event).await,
+                Ok(outcome) => applied.push((arrived, event, outcome)),
+                Err(StoreError::NotFound(_)) => self.unknown_task(arrived, &event).await,
                 Err(e @ StoreError::Transition { .. }) => {
+                    let _in = arrived.span.enter();
+                    spans::failed(&arrived.span, "not applied: the state machine refused it");
                     warn!(task_id = %event.task_id, error = %e, "event not applied");
-                    settle(&msg, Settlement::Ack).await;
+                    drop(_in);
+                    settle(&arrived.msg, Settlement::Ack).await;
                 }
-                Err(e) => self.failed(msg, &e.to_string()).await,
+                Err(e) => self.failed(arrived, &e.to_string()).await,
             }
         }
         if !applied.is_empty() {
@@ -198,7 +216,7 @@ impl Applier {
     /// Scrubs the task's secret param values from reported error messages
     /// before they reach the status, the audit trail or a log (a worker
     /// should have done it; this holds for one that did not).
-    fn scrub_errors(&self, task_id: crate::envelope::TaskId, group: &mut [(Message, WorkerEvent)]) {
+    fn scrub_errors(&self, task_id: crate::envelope::TaskId, group: &mut [(Arrived, WorkerEvent)]) {
         if group.iter().all(|(_, e)| e.error.is_none()) {
             return;
         }
@@ -219,15 +237,16 @@ impl Applier {
     }
 
     /// Once the changes are flushed: ack each event, schedule a retry.
-    async fn after_applied(&self, applied: Vec<(Message, WorkerEvent, Applied)>) {
+    async fn after_applied(&self, applied: Vec<(Arrived, WorkerEvent, Applied)>) {
         if let Err(e) = self.store.flush().await {
-            for (msg, _, _) in applied {
-                self.failed(msg, &e.to_string()).await;
+            for (arrived, _, _) in applied {
+                self.failed(arrived, &e.to_string()).await;
             }
             return;
         }
-        for (msg, event, applied) in applied {
-            settle(&msg, Settlement::Ack).await;
+        for (arrived, event, applied) in applied {
+            settle(&arrived.msg, Settlement::Ack).await;
+            let _in = arrived.span.enter();
             match applied {
                 Applied::Moved(record) => {
                     if record.state == TaskState::Submitted && record.attempt > event.attempt.get()
@@ -247,24 +266,31 @@ impl Applier {
 
     /// An event for a task this orchestrator never stored (published
     /// straight onto the bus, or from another deployment): audited.
-    async fn unknown_task(&self, msg: Message, event: &WorkerEvent) {
+    async fn unknown_task(&self, arrived: Arrived, event: &WorkerEvent) {
         warn!(task_id = %event.task_id, "event for an unknown task");
+        let trace_id = context::StoredTrace::of(&arrived.span).trace_id();
+        let msg = arrived.msg;
         let entry = AuditEntry {
             actor: format!("agent:{}", event.agent),
             kind: "task.unknown_event".into(),
             task_id: Some(event.task_id),
             correlation_id: Some(event.correlation_id.clone()),
-            trace_id: None,
+            trace_id,
             detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
         };
         match self.store.audit(entry).await {
             Ok(_) => settle(&msg, Settlement::Ack).await,
-            Err(e) => self.failed(msg, &e.to_string()).await,
+            Err(e) => {
+                let span = arrived.span;
+                self.failed(Arrived { msg, span }, &e.to_string()).await
+            }
         }
     }
 
     /// Applying failed: try again later, or give up on a poison event.
-    async fn failed(&self, msg: Message, why: &str) {
+    async fn failed(&self, arrived: Arrived, why: &str) {
+        spans::failed(&arrived.span, "not applied");
+        let msg = arrived.msg;
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
         if delivered >= self.bus.config().events_max_deliver {
             let why = format!("not applied after {delivered} deliveries: {why}");

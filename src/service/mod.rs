@@ -88,6 +88,8 @@ pub struct ServiceConfig {
     pub sensitive_fields: crate::redact::SensitiveFields,
     /// Who may call the HTTP API: API keys, a JWT issuer, or `mode: none`.
     pub api_auth: crate::access::ApiAuthSettings,
+    /// Traces, metrics and the Jaeger link (see docs/observability.md).
+    pub telemetry: crate::telemetry::TelemetrySettings,
 }
 
 impl Default for ServiceConfig {
@@ -110,6 +112,7 @@ impl Default for ServiceConfig {
             tokens: crate::auth::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
             api_auth: crate::access::ApiAuthSettings::default(),
+            telemetry: crate::telemetry::TelemetrySettings::default(),
         }
     }
 }
@@ -242,6 +245,8 @@ struct Inner {
     generated_keys: Option<crate::auth::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
     pending: Mutex<Option<run::Queues>>,
+    /// The Jaeger UI that trace links point at.
+    jaeger_url: String,
 }
 
 impl Orchestrator {
@@ -278,6 +283,7 @@ impl Orchestrator {
         config.max_envelope_bytes = config.max_envelope_bytes.min(bus.max_payload());
         let (publisher, publish_queue) = publisher::channel();
         let (deadlines, deadline_queue) = reaper::channel();
+        let jaeger_url = config.telemetry.jaeger_url(|k| std::env::var(k).ok());
         Ok(Orchestrator {
             inner: Arc::new(Inner {
                 store,
@@ -292,6 +298,7 @@ impl Orchestrator {
                 minter,
                 schemas,
                 generated_keys,
+                jaeger_url,
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
@@ -329,6 +336,39 @@ impl Orchestrator {
     /// The settings in force.
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
+    }
+
+    /// The Jaeger UI's page of a trace.
+    pub fn trace_url(&self, trace_id: &str) -> String {
+        format!("{}/trace/{trace_id}", self.inner.jaeger_url)
+    }
+
+    /// Reads the gauges that live on the broker (queue depth per agent and
+    /// priority, the DLQ's size) into the metrics; one that cannot be read
+    /// keeps its last value, and the failure is logged.
+    pub async fn refresh_gauges(&self) {
+        let bus = &self.inner.bus;
+        let read = tokio::time::timeout(Duration::from_secs(2), async {
+            match bus.queue_depths().await {
+                Ok(depths) => {
+                    for d in depths {
+                        crate::telemetry::metrics::set_queue_depth(
+                            &d.agent,
+                            &d.priority,
+                            d.pending,
+                        );
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "queue depths not read"),
+            }
+            match bus.dlq_size().await {
+                Ok(n) => crate::telemetry::metrics::set_dlq_size(n),
+                Err(e) => tracing::debug!(error = %e, "DLQ size not read"),
+            }
+        });
+        if read.await.is_err() {
+            tracing::debug!("the broker did not answer in time: gauges keep their last values");
+        }
     }
 
     /// Whether the broker is connected and the store can flush.
@@ -466,7 +506,7 @@ impl Orchestrator {
                 scope: caller.principal.clone(),
                 fingerprint: request.fingerprint(),
                 actor: caller.principal.clone(),
-                trace_id: Some(caller.trace().trace_id()),
+                trace: Some(caller.trace().clone()),
             })
             .await?;
         if let Submitted::Created(record) = &submitted {

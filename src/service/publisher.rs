@@ -23,11 +23,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::auth::Minter;
-use crate::bus::{Bus, BusError, TraceContext};
+use crate::bus::{Bus, BusError};
 use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store, StoreError};
 use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::telemetry::context::StoredTrace;
+use crate::telemetry::{context, spans};
+use tracing::Instrument;
 
 /// An attempt to publish when its time comes.
 #[derive(Debug)]
@@ -69,8 +72,8 @@ impl Ord for Due {
 struct Known {
     /// The envelope of the attempt, without a token.
     envelope: Envelope,
-    /// The trace the task belongs to.
-    trace_id: Option<String>,
+    /// The span that created the task: the publish's parent.
+    trace: Option<StoredTrace>,
     /// Who asked for it: the token's `sub`.
     requested_by: Option<String>,
 }
@@ -79,7 +82,7 @@ impl Known {
     fn of(envelope: Envelope, status: &crate::task::TaskStatus) -> Known {
         Known {
             envelope,
-            trace_id: status.trace_id.clone(),
+            trace: status.trace_parent.clone(),
             requested_by: status.requested_by.clone(),
         }
     }
@@ -258,15 +261,22 @@ impl Loop {
                 }
             },
         };
-        let trace = known.trace_id.as_deref().and_then(TraceContext::in_trace);
         let mut envelope = known.envelope;
+        let (subject, msg_id) = self.bus.envelope_address(&envelope);
+        let span = spans::publish_task(&envelope, &subject, &msg_id);
+        if let Some(parent) = &known.trace {
+            context::follow_stored(&span, parent);
+        }
         let principal = known.requested_by.as_deref().unwrap_or("unknown");
         match self.minter.mint(&envelope, principal) {
             Ok(token) => envelope.header.token = Some(token),
             Err(e) => {
                 // Only an envelope with no canonical form (refused at submit
                 // since tokens exist) or a broken key gets here.
+                let _in = span.enter();
+                spans::failed(&span, "the task token cannot be signed");
                 warn!(task_id = %due.task_id, error = %e, "cannot sign the task token: failing the task");
+                drop(_in);
                 self.fail(&due, "token_unsignable", &e.to_string()).await;
                 return None;
             }
@@ -276,14 +286,15 @@ impl Loop {
         };
         match self
             .bus
-            .send_envelope(&envelope, trace.as_ref(), due.republished)
+            .send_envelope(&envelope, &span, due.republished)
+            .instrument(span.clone())
             .await
         {
             Ok(pending) => {
                 let store = self.store.clone();
                 let again = self.again.clone();
                 let retry_delay = self.settings.retry_delay;
-                tokio::spawn(async move {
+                let acked = async move {
                     let _permit = permit;
                     match pending.await_seq().await {
                         Ok(seq) => {
@@ -294,20 +305,25 @@ impl Loop {
                             }
                         }
                         Err(e) => {
+                            spans::failed(&tracing::Span::current(), "publish not acknowledged");
                             warn!(task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
                             let at = Some(Timestamp::now().after(retry_delay));
                             again.at(due.task_id, due.attempt, at, true).await;
                         }
                     }
-                });
+                };
+                // The span ends when JetStream has the message.
+                tokio::spawn(acked.instrument(span));
                 None
             }
             Err(e @ BusError::TooLarge { .. }) => {
+                spans::failed(&span, "the broker cannot carry this envelope");
                 warn!(task_id = %due.task_id, error = %e, "the broker cannot carry this envelope: failing the task");
                 self.fail(&due, "payload_too_large", &e.to_string()).await;
                 None
             }
             Err(e) => {
+                spans::failed(&span, "publish failed");
                 warn!(task_id = %due.task_id, error = %e, "publish failed; will retry");
                 Some(due)
             }

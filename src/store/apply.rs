@@ -206,6 +206,11 @@ impl Store {
             .map(|outcome| {
                 outcome.map(|o| match o {
                     ApplyOutcome::Moved(r) => {
+                        crate::telemetry::metrics::task_entered(
+                            r.agent.as_str(),
+                            r.state,
+                            &r.created_at,
+                        );
                         if r.state.is_terminal() {
                             self.inner.watchers.wake(task_id);
                         }

@@ -138,10 +138,15 @@ fn flush_loop(db: &sled::Db, meta: &sled::Tree, marker: &Marker, shared: &Shared
         let target = shared.requested.load(Ordering::SeqCst);
         let commits = shared.commits.load(Ordering::SeqCst);
         let head = audit::read_head(meta);
+        let started = std::time::Instant::now();
         let result = db.flush();
         let flushed = result.is_ok();
         if flushed {
-            shared.flushed_commits.fetch_max(commits, Ordering::SeqCst);
+            let before = shared.flushed_commits.fetch_max(commits, Ordering::SeqCst);
+            crate::telemetry::metrics::store_flushed(
+                started.elapsed(),
+                commits.saturating_sub(before),
+            );
         }
         shared.flushed.send_modify(|f| match result {
             Ok(_) => f.upto = f.upto.max(target),

@@ -132,6 +132,7 @@ impl WholeRecord {
             error: self.error,
             requested_by: self.history.first().map(|h| h.actor.clone()),
             trace_id: self.trace_id,
+            trace_parent: None,
             published_seq: self.published_seq,
             retry_at: self.retry_at,
             created_at: self.created_at,

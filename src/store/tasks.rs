@@ -23,8 +23,9 @@ pub struct NewTask {
     pub fingerprint: Fingerprint,
     /// Who asked for the task.
     pub actor: String,
-    /// The trace the request belongs to.
-    pub trace_id: Option<String>,
+    /// The span that created the task (its request's), as W3C trace
+    /// context: each publish of the task is its child.
+    pub trace: Option<crate::telemetry::context::StoredTrace>,
 }
 
 /// What [`Store::submit`] did.
@@ -74,6 +75,7 @@ impl Store {
         let envelope = new.envelope.without_token();
         let task_id = envelope.header.task_id;
         let attempt = envelope.control.attempt.get();
+        let trace_id = new.trace.as_ref().and_then(|t| t.trace_id());
         let status = TaskStatus {
             task_id,
             correlation_id: envelope.header.correlation_id.clone(),
@@ -84,7 +86,8 @@ impl Store {
             result: None,
             error: None,
             requested_by: Some(new.actor.clone()),
-            trace_id: new.trace_id.clone(),
+            trace_id: trace_id.clone(),
+            trace_parent: new.trace.clone(),
             published_seq: None,
             retry_at: None,
             created_at: now,
@@ -115,7 +118,7 @@ impl Store {
             kind: "task.submitted".into(),
             task_id: Some(task_id),
             correlation_id: Some(record.correlation_id().clone()),
-            trace_id: new.trace_id.clone(),
+            trace_id,
             detail: json!({
                 "agent": record.agent(),
                 "action": record.action(),
@@ -160,7 +163,14 @@ impl Store {
             .await?;
         self.inner.commit.durable().await?;
         match outcome {
-            SubmitOutcome::Created => Ok(Submitted::Created(record)),
+            SubmitOutcome::Created => {
+                crate::telemetry::metrics::task_entered(
+                    record.agent().as_str(),
+                    TaskState::Submitted,
+                    &record.status.created_at,
+                );
+                Ok(Submitted::Created(record))
+            }
             SubmitOutcome::Existing(id) => {
                 let existing = self.get(id)?.ok_or(StoreError::NotFound(id))?;
                 Ok(Submitted::Existing(existing))

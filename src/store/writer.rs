@@ -174,6 +174,7 @@ fn write_loop(
                 Err(_) => break,
             }
         }
+        crate::telemetry::metrics::store_transaction(batch.len());
         let all = (
             &trees.tasks,
             &trees.envelopes,

@@ -98,6 +98,10 @@ pub struct TaskStatus {
     /// The trace this task belongs to (W3C trace id), for the Jaeger link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The span that created the task, as W3C trace context: every publish
+    /// of the task is its child, so all its attempts are in one trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<crate::telemetry::context::StoredTrace>,
     /// The task stream's sequence of the current attempt's envelope, once
     /// the broker acknowledged it; `None`: not published yet (recovery
     /// publishes it).

@@ -6,9 +6,11 @@
 //! as the message. The process runs in the agent's directory, in a process
 //! group of its own, with a scrubbed environment: `ORCH_TASK_ID`,
 //! `ORCH_ATTEMPT`, `ORCH_IDEMPOTENCY_KEY`, `ORCH_RESUMED` (`1` when an
-//! earlier run may have partly happened), the few variables every process
-//! needs ([`BASE_ENV`]) and those its card lists in `invocation.env`; none
-//! of the worker's other variables (its keys, credentials). On timeout (a
+//! earlier run may have partly happened), `TRACEPARENT` and `TRACESTATE`
+//! (the handler span's W3C trace context, so the command's own spans join
+//! the task's trace), the few variables every process needs
+//! ([`BASE_ENV`]) and those its card lists in `invocation.env`; none of the
+//! worker's other variables (its keys, credentials). On timeout (a
 //! retryable failure), cancel or an output limit, the whole group is
 //! killed, so a child it started does not outlive the task.
 
@@ -128,6 +130,7 @@ async fn run(
         .env("ORCH_ATTEMPT", task.attempt.to_string())
         .env("ORCH_IDEMPOTENCY_KEY", env.control.idempotency_key.as_str())
         .env("ORCH_RESUMED", if task.resumed { "1" } else { "0" })
+        .envs(task.trace.iter().map(|(k, v)| (*k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -269,6 +272,10 @@ mod tests {
             resumed: true,
             agent_dir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
+            trace: vec![(
+                "TRACEPARENT",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            )],
         }
     }
 

@@ -12,12 +12,12 @@ use tracing::{Instrument, debug, info, warn};
 
 use super::{Outcome, Shared, Task, event_for, lock, report};
 use crate::agent::AgentCard;
-use crate::bus::{
-    DeadLetterCopy, REPUBLISHED_HEADER, Settlement, TRACEPARENT, TraceContext, settle,
-};
+use crate::bus::{DeadLetterCopy, REPUBLISHED_HEADER, Settlement, settle};
 use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::{Envelope, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
+use crate::telemetry::{context, metrics, spans};
+use tracing::Span;
 
 pub(super) async fn handle(
     shared: Arc<Shared>,
@@ -26,18 +26,30 @@ pub(super) async fn handle(
     hard_stop: CancellationToken,
 ) {
     let _permit = permit;
-    let trace = header(&msg, TRACEPARENT).and_then(|v| TraceContext::parse(v.as_str()));
-    let trace = trace.as_ref();
     let (stream_seq, delivered) = msg
         .info()
         .map(|i| (i.stream_sequence, i.delivered))
         .unwrap_or((0, 1));
+    metrics::delivered(shared.card.name.as_str(), delivered);
     let envelope = match Envelope::from_wire(&msg.payload, shared.config.max_envelope_bytes) {
         Ok(env) => env,
-        Err(e) => return dead_letter(&shared, msg, e.code(), &e.to_string(), trace).await,
+        Err(e) => {
+            let span = spans::dead_letter(&msg.subject);
+            context::follow_message(&span, msg.headers.as_ref());
+            let (code, why) = (e.code(), e.to_string());
+            return dead_letter(&shared, msg, code, &why, &span)
+                .instrument(span.clone())
+                .await;
+        }
     };
-    // Every log line from here on carries the task's ids.
-    let span = crate::envelope::task_span(&envelope);
+    // The delivery's span, a child of the publish that sent it: every log
+    // line from here on carries the task's ids.
+    let consumer = shared
+        .bus
+        .names()
+        .agent_consumer(&envelope.header.to, envelope.control.priority);
+    let span = spans::process_task(&envelope, &msg.subject, delivered, &consumer);
+    context::follow_message(&span, msg.headers.as_ref());
     handle_envelope(
         shared,
         msg,
@@ -45,7 +57,7 @@ pub(super) async fn handle(
         stream_seq,
         delivered,
         hard_stop,
-        trace.copied(),
+        span.clone(),
     )
     .instrument(span)
     .await;
@@ -63,9 +75,9 @@ async fn handle_envelope(
     stream_seq: u64,
     delivered: i64,
     hard_stop: CancellationToken,
-    trace: Option<TraceContext>,
+    span: Span,
 ) {
-    let trace = trace.as_ref();
+    let trace = &span;
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
         return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;
@@ -165,20 +177,24 @@ async fn run_task(
     resumed: bool,
     mut held: Held,
     hard_stop: CancellationToken,
-    trace: Option<&TraceContext>,
+    trace: &Span,
 ) {
     let task_id = envelope.header.task_id;
     let attempt = envelope.control.attempt.get();
     let cancel = CancellationToken::new();
     lock(&shared.running).insert(task_id, cancel.clone());
+    let handling = trace.in_scope(|| spans::handle(&envelope));
     let task = Task {
         envelope: envelope.without_token(),
         attempt,
         resumed,
         agent_dir: shared.dir.clone(),
         cancel: cancel.clone(),
+        trace: context::environment(&handling),
     };
-    let mut run = shared.handler.handle(task);
+    let running = metrics::handler_started(shared.card.name.as_str());
+    let started = std::time::Instant::now();
+    let mut run = shared.handler.handle(task).instrument(handling.clone());
     let every = shared.beat();
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let working_at = tokio::time::sleep(shared.config.working_after);
@@ -190,9 +206,9 @@ async fn run_task(
             () = &mut working_at, if working.is_none() => {
                 let bus = shared.bus.clone();
                 let event = report(&envelope, attempt, ReportedState::Working);
-                let trace = trace.copied();
+                let trace = trace.clone();
                 working = Some(tokio::spawn(async move {
-                    if let Err(e) = bus.publish_event(&event, trace.as_ref()).await {
+                    if let Err(e) = bus.publish_event(&event, &trace).await {
                         warn!(task_id = %event.task_id, error = %e, "could not report working");
                     }
                 }));
@@ -220,6 +236,23 @@ async fn run_task(
     // Dropping the run stops a handler that ignored its cancel token (a
     // command handler's process is killed).
     drop(run);
+    drop(running);
+    let outcome_label = match &stopped {
+        Stopped::Finished(outcome) => outcome.label(),
+        Stopped::Canceled => "canceled",
+        Stopped::Lost => "claim_lost",
+        Stopped::HardStop => "shutdown",
+    };
+    metrics::handler_finished(
+        shared.card.name.as_str(),
+        envelope.payload.action.as_str(),
+        outcome_label,
+        started.elapsed(),
+    );
+    if outcome_label != "completed" {
+        spans::failed(&handling, outcome_label);
+    }
+    drop(handling);
     lock(&shared.running).remove(&task_id);
     if let Some(working) = working {
         let _ = working.await;
@@ -267,7 +300,7 @@ async fn report_and_ack(
     shared: &Shared,
     msg: &Message,
     event: &WorkerEvent,
-    trace: Option<&TraceContext>,
+    trace: &Span,
     held: Option<Held>,
 ) {
     match shared.bus.publish_event(event, trace).await {
@@ -289,7 +322,7 @@ async fn reject(
     envelope: &Envelope,
     code: &'static str,
     why: &str,
-    trace: Option<&TraceContext>,
+    trace: &Span,
 ) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
@@ -303,7 +336,7 @@ async fn refuse(
     msg: &Message,
     envelope: &Envelope,
     outcome: &Outcome,
-    trace: Option<&TraceContext>,
+    trace: &Span,
 ) {
     let mut event = event_for(envelope, envelope.control.attempt.get(), outcome);
     event.agent = shared.card.name.clone();
@@ -312,13 +345,7 @@ async fn refuse(
 
 /// Moves an envelope that cannot be read to the dead-letter stream, tells
 /// the orchestrator when the task can be identified, and terminates it.
-async fn dead_letter(
-    shared: &Shared,
-    msg: Message,
-    code: &'static str,
-    why: &str,
-    trace: Option<&TraceContext>,
-) {
+async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &str, trace: &Span) {
     let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
     warn!(
         stream_seq = seq,

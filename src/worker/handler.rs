@@ -28,6 +28,10 @@ pub struct Task {
     pub agent_dir: PathBuf,
     /// Fires when the task is canceled; long handlers should watch it.
     pub cancel: CancellationToken,
+    /// The handler's span as W3C trace context (`TRACEPARENT`, and
+    /// `TRACESTATE` when there is one), for work that starts its own spans:
+    /// a command gets them in its environment. Empty when not traced.
+    pub trace: Vec<(&'static str, String)>,
 }
 
 /// Runs tasks for an agent.

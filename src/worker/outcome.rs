@@ -32,6 +32,20 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A short name of the outcome, for metrics and spans: `completed`,
+    /// `failed_retryable`, `failed`, `rejected`, `auth_required`,
+    /// `canceled`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Completed { .. } => "completed",
+            Outcome::Failed { error, .. } if error.retryable => "failed_retryable",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Rejected(_) => "rejected",
+            Outcome::AuthRequired(_) => "auth_required",
+            Outcome::Canceled => "canceled",
+        }
+    }
+
     /// This outcome with the values of `params`' sensitive fields scrubbed
     /// from its error message (the message is reported, logged and audited;
     /// the result is the task's output and is kept as it is). Params are

@@ -6,6 +6,20 @@ use orchestrator::store::{Fingerprint, NewTask};
 use orchestrator::{Store, StoreConfig};
 use serde_json::{Map, Value, json};
 
+/// Installs the services' subscriber in this test process (no log lines
+/// unless `RUST_LOG` asks, no export): spans then carry trace context, as
+/// in `orchestrator run` and `orchestrator worker`.
+pub fn traced() {
+    let telemetry = orchestrator::telemetry::init(
+        "tests",
+        orchestrator::telemetry::LogFormat::Human,
+        "off",
+        None,
+    )
+    .unwrap();
+    drop(telemetry);
+}
+
 /// An envelope for `to`/`action` with `params`, idempotency key `key`.
 pub fn envelope(to: &str, action: &str, params: Value, key: &str) -> Envelope {
     let params: Map<String, Value> = match params {
@@ -34,7 +48,10 @@ pub fn new_task(env: Envelope) -> NewTask {
         scope: "test-principal".into(),
         fingerprint,
         actor: "test-principal".into(),
-        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+        trace: Some(orchestrator::telemetry::context::StoredTrace {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            tracestate: None,
+        }),
     }
 }
 

@@ -87,6 +87,7 @@ impl System {
         bus_config: BusConfig,
         tweak: impl FnOnce(&mut ServiceConfig),
     ) -> System {
+        super::traced();
         let data = tempfile::tempdir().unwrap();
         let mut service = ServiceConfig {
             orphan_sweep: Duration::from_millis(200),

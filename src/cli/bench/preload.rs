@@ -72,7 +72,7 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
             scope: "bench".into(),
             fingerprint,
             actor: "bench".into(),
-            trace_id: None,
+            trace: None,
         })
         .await
         .map_err(|e| e.to_string())?;

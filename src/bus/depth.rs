@@ -1,0 +1,66 @@
+//! What is waiting on the bus, for the metrics: task messages not yet
+//! delivered per agent and priority, and the dead-letter stream's size.
+
+use futures::StreamExt;
+
+use super::{Bus, BusError};
+
+/// Task messages waiting for one agent and priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// The agent.
+    pub agent: String,
+    /// `high`, `normal` or `low`.
+    pub priority: String,
+    /// Messages its consumer has not delivered yet.
+    pub pending: u64,
+}
+
+impl Bus {
+    /// The waiting messages of every agent consumer of the task stream.
+    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, BusError> {
+        let n = &self.inner.names;
+        let error = |e: String| BusError::Read {
+            what: format!("the consumers of {}", n.tasks_stream()),
+            message: e,
+        };
+        let stream = self
+            .inner
+            .js
+            .get_stream_no_info(n.tasks_stream())
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        let mut consumers = stream.consumers();
+        let mut depths = Vec::new();
+        while let Some(info) = consumers.next().await {
+            let info = info.map_err(|e| error(e.to_string()))?;
+            if let Some((agent, priority)) = n.task_agent_priority(&info.config.filter_subject) {
+                depths.push(QueueDepth {
+                    agent: agent.to_string(),
+                    priority: priority.to_string(),
+                    pending: info.num_pending,
+                });
+            }
+        }
+        Ok(depths)
+    }
+
+    /// Messages in the dead-letter stream.
+    pub async fn dlq_size(&self) -> Result<u64, BusError> {
+        let name = self.inner.names.dlq_stream();
+        let mut stream = self
+            .inner
+            .js
+            .get_stream(&name)
+            .await
+            .map_err(|e| BusError::Read {
+                what: format!("stream {name}"),
+                message: e.to_string(),
+            })?;
+        let info = stream.info().await.map_err(|e| BusError::Read {
+            what: format!("stream {name}"),
+            message: e.to_string(),
+        })?;
+        Ok(info.state.messages)
+    }
+}

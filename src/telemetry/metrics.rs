@@ -1,0 +1,280 @@
+//! Prometheus metrics, in the process's default registry (with the
+//! standard `process_*` metrics), served as text at `/metrics`.
+//! `docs/observability.md` lists every metric with its meaning.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
+
+use crate::envelope::Timestamp;
+use crate::task::TaskState;
+
+/// Latency buckets, in seconds: 1 ms to 5 minutes.
+const LATENCY: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric");
+    prometheus::register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric");
+    prometheus::register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("a valid metric");
+    prometheus::register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("a valid metric");
+    prometheus::register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+// --- the orchestrator ---
+
+static TASKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_tasks_total",
+        "Tasks that entered each state, by agent (a retry enters submitted again).",
+        &["agent", "state"],
+    )
+});
+
+static TASK_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    histogram_vec(
+        "orch_task_duration_seconds",
+        "End to end: from a task's creation to its final state, by agent and final state.",
+        &["agent", "state"],
+        LATENCY,
+    )
+});
+
+static QUEUE_DEPTH: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "orch_queue_depth",
+        "Task messages waiting for a worker (not yet delivered), by agent and priority; read from JetStream at scrape time.",
+        &["agent", "priority"],
+    )
+});
+
+static DLQ: LazyLock<IntGauge> = LazyLock::new(|| {
+    let g = IntGauge::new(
+        "orch_dlq_messages",
+        "Messages in the dead-letter stream; read from JetStream at scrape time.",
+    )
+    .expect("a valid metric");
+    prometheus::register(Box::new(g.clone())).expect("registered once");
+    g
+});
+
+static EVENT_REDELIVERIES: LazyLock<IntCounter> = LazyLock::new(|| {
+    let c = IntCounter::new(
+        "orch_event_redeliveries_total",
+        "Worker events the orchestrator received more than once (a crash or a failed apply).",
+    )
+    .expect("a valid metric");
+    prometheus::register(Box::new(c.clone())).expect("registered once");
+    c
+});
+
+static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "orch_store_flush_seconds",
+        "How long one store flush (fsync) takes.",
+        LATENCY,
+    )
+});
+
+static FLUSH_COMMITS: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "orch_store_flush_batch_size",
+        "Store transactions made durable by one flush (group commit).",
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+    )
+});
+
+static TRANSACTION_JOBS: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "orch_store_transaction_jobs",
+        "Changes (submissions, state changes, audit rows) written in one store transaction.",
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+    )
+});
+
+static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_http_requests_total",
+        "HTTP API requests answered, by route and status code.",
+        &["method", "route", "status"],
+    )
+});
+
+// --- workers ---
+
+static HANDLER_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    histogram_vec(
+        "orch_worker_handler_duration_seconds",
+        "How long the agent's handler ran for one attempt, by agent, action and outcome.",
+        &["agent", "action", "outcome"],
+        LATENCY,
+    )
+});
+
+static DELIVERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_worker_deliveries_total",
+        "Task messages a worker received, by agent.",
+        &["agent"],
+    )
+});
+
+static REDELIVERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_worker_redeliveries_total",
+        "Task messages a worker received again (delivery count above 1), by agent.",
+        &["agent"],
+    )
+});
+
+static RUNNING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "orch_worker_running",
+        "Handlers running now, by agent.",
+        &["agent"],
+    )
+});
+
+/// A task entered `state`; a final state also observes its end-to-end
+/// latency.
+pub fn task_entered(agent: &str, state: TaskState, created_at: &Timestamp) {
+    TASKS.with_label_values(&[agent, state.as_str()]).inc();
+    if state.is_terminal() {
+        let since = time::OffsetDateTime::now_utc() - created_at.as_offset_date_time();
+        TASK_SECONDS
+            .with_label_values(&[agent, state.as_str()])
+            .observe(since.as_seconds_f64().max(0.0));
+    }
+}
+
+/// The queue depth of one agent and priority, as read now.
+pub fn set_queue_depth(agent: &str, priority: &str, depth: u64) {
+    QUEUE_DEPTH
+        .with_label_values(&[agent, priority])
+        .set(i64::try_from(depth).unwrap_or(i64::MAX));
+}
+
+/// The dead-letter stream's size, as read now.
+pub fn set_dlq_size(messages: u64) {
+    DLQ.set(i64::try_from(messages).unwrap_or(i64::MAX));
+}
+
+/// The orchestrator received an event again.
+pub fn event_redelivered() {
+    EVENT_REDELIVERIES.inc();
+}
+
+/// A store flush took `took` and made `commits` transactions durable.
+pub fn store_flushed(took: Duration, commits: u64) {
+    FLUSH_SECONDS.observe(took.as_secs_f64());
+    FLUSH_COMMITS.observe(commits as f64);
+}
+
+/// A store transaction wrote `jobs` changes.
+pub fn store_transaction(jobs: usize) {
+    TRANSACTION_JOBS.observe(jobs as f64);
+}
+
+/// An HTTP request was answered.
+pub fn http_answered(method: &str, route: &str, status: u16) {
+    HTTP_REQUESTS
+        .with_label_values(&[method, route, &status.to_string()])
+        .inc();
+}
+
+/// A worker received a task message (`delivered`: its delivery count).
+pub fn delivered(agent: &str, delivered: i64) {
+    DELIVERIES.with_label_values(&[agent]).inc();
+    if delivered > 1 {
+        REDELIVERIES.with_label_values(&[agent]).inc();
+    }
+}
+
+/// A handler started; the guard counts it as running until dropped.
+pub fn handler_started(agent: &str) -> RunningGuard {
+    let gauge = RUNNING.with_label_values(&[agent]);
+    gauge.inc();
+    RunningGuard(gauge)
+}
+
+/// Counts a handler as running while it lives.
+pub struct RunningGuard(IntGauge);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// A handler ran for `took` and ended with `outcome`.
+pub fn handler_finished(agent: &str, action: &str, outcome: &str, took: Duration) {
+    HANDLER_SECONDS
+        .with_label_values(&[agent, action, outcome])
+        .observe(took.as_secs_f64());
+}
+
+/// Every metric of this process in Prometheus' text format.
+pub fn render() -> String {
+    // Metrics that were never touched are registered here, so a scrape
+    // lists every family from the start.
+    LazyLock::force(&TASKS);
+    LazyLock::force(&DELIVERIES);
+    LazyLock::force(&REDELIVERIES);
+    LazyLock::force(&HTTP_REQUESTS);
+    LazyLock::force(&TASK_SECONDS);
+    LazyLock::force(&QUEUE_DEPTH);
+    LazyLock::force(&DLQ);
+    LazyLock::force(&EVENT_REDELIVERIES);
+    LazyLock::force(&FLUSH_SECONDS);
+    LazyLock::force(&FLUSH_COMMITS);
+    LazyLock::force(&TRANSACTION_JOBS);
+    LazyLock::force(&HANDLER_SECONDS);
+    LazyLock::force(&RUNNING);
+    prometheus::TextEncoder::new()
+        .encode_to_string(&prometheus::gather())
+        .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
+}
+
+/// The content type of [`render`]'s text.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Serves `/metrics` (and `/healthz`) on `listener` until `stop` fires: a
+/// worker's metrics port.
+pub async fn serve(listener: tokio::net::TcpListener, stop: tokio_util::sync::CancellationToken) {
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics_response))
+        .route("/healthz", axum::routing::get(|| async { "ok" }));
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await;
+}
+
+/// The `/metrics` answer.
+pub async fn metrics_response() -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], render())
+}

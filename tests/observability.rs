@@ -1,0 +1,479 @@
+//! Traces, metrics and trace links, with the orchestrator and a worker as
+//! separate processes exporting to a receiver inside the test that decodes
+//! real OTLP protobuf (the orchestrator over HTTP, the worker over gRPC).
+
+mod common;
+#[path = "common/otlp.rs"]
+mod otlp;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::nats::NatsServer;
+use common::process::{Proc, free_port, wait_ready};
+use otlp::{Got, Receiver};
+use serde_json::{Value, json};
+
+const PLANTED: &str = "s3cret-planted-91d2e7";
+
+/// A command agent: `echo` answers with the `TRACEPARENT` it was given;
+/// `flaky` fails retryably (printing the password it got) on attempt 1,
+/// then answers like `echo`.
+fn tracer_agent(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("agent.json"),
+        json!({
+            "name": "tracer", "version": "1.0.0", "description": "reports its trace context",
+            "skills": [{"id": "echo", "description": "echo"}, {"id": "flaky", "description": "fails once"}],
+            "invocation": {"type": "command", "command": ["python3", "tracer.py"], "timeout": "30s"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tracer.py"),
+        "import json, os, sys\n\
+         env = json.load(sys.stdin)\n\
+         if env['payload']['action'] == 'flaky' and os.environ['ORCH_ATTEMPT'] == '1':\n\
+         \x20   print('busy; password was', env['payload']['params'].get('password'), file=sys.stderr)\n\
+         \x20   sys.exit(75)\n\
+         print(json.dumps({'traceparent': os.environ.get('TRACEPARENT')}))\n",
+    )
+    .unwrap();
+}
+
+/// A service process with `env` set, logging to `log`.
+fn service(args: &[&str], env: &[(&str, &str)], log: &Path) -> Proc {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    command
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Proc(command.spawn().unwrap())
+}
+
+struct Deployment {
+    _nats: NatsServer,
+    _dirs: Vec<tempfile::TempDir>,
+    base: String,
+    metrics: String,
+    http: reqwest::Client,
+    procs: Vec<Proc>,
+    logs: std::path::PathBuf,
+}
+
+impl Deployment {
+    /// An orchestrator exporting over OTLP/HTTP and a worker over OTLP/gRPC,
+    /// both to `receiver`, with `extra` in both environments.
+    async fn start(receiver: &Receiver, extra: &[(&str, &str)]) -> Deployment {
+        let nats = NatsServer::start();
+        let agents = tempfile::tempdir().unwrap();
+        tracer_agent(&agents.path().join("tracer"));
+        let data = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let metrics_port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let data_arg = data.path().to_str().unwrap();
+        let url = nats.url();
+        let mut run_env = vec![
+            ("NATS_URL", url.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_url.as_str()),
+        ];
+        run_env.extend_from_slice(extra);
+        let run = service(
+            &[
+                "run",
+                "--agents",
+                agents.path().to_str().unwrap(),
+                "--data-dir",
+                data_arg,
+                "--http-addr",
+                &format!("127.0.0.1:{port}"),
+            ],
+            &run_env,
+            &logs.path().join("run.log"),
+        );
+        wait_ready(&format!("{base}/readyz")).await;
+        let mut worker_env = vec![
+            ("NATS_URL", url.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_url.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ];
+        worker_env.extend_from_slice(extra);
+        let tracer = agents.path().join("tracer");
+        let metrics_addr = format!("127.0.0.1:{metrics_port}");
+        let worker = service(
+            &[
+                "worker",
+                "--agent",
+                tracer.to_str().unwrap(),
+                "--data-dir",
+                data_arg,
+                "--metrics-addr",
+                &metrics_addr,
+            ],
+            &worker_env,
+            &logs.path().join("worker.log"),
+        );
+        let metrics = format!("http://{metrics_addr}");
+        wait_ready(&format!("{metrics}/healthz")).await;
+        let http = common::process::admin_client(data.path());
+        let logs_path = logs.path().to_path_buf();
+        Deployment {
+            _nats: nats,
+            _dirs: vec![agents, data, logs],
+            base,
+            metrics,
+            http,
+            procs: vec![run, worker],
+            logs: logs_path,
+        }
+    }
+
+    async fn submit(&self, body: Value, traceparent: Option<&str>) -> String {
+        let mut request = self
+            .http
+            .post(format!("{}/v1/tasks", self.base))
+            .json(&body);
+        if let Some(tp) = traceparent {
+            request = request.header("traceparent", tp);
+        }
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        answer["task_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not submitted: {answer}"))
+            .to_string()
+    }
+
+    async fn finished(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let t =
+                common::get_json(&self.http, &format!("{}/v1/tasks/{id}?wait=5s", self.base)).await;
+            if t["state"] == "completed" {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task never completed: {t:#}\n{}",
+                std::fs::read_to_string(self.logs.join("worker.log")).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// The one span named `name` of `trace`, by `service`.
+fn one<'a>(spans: &'a [Got], trace: &str, service: &str, name: &str) -> &'a Got {
+    let found: Vec<&Got> = spans
+        .iter()
+        .filter(|g| g.trace_id() == trace && g.service == service && g.name() == name)
+        .collect();
+    assert_eq!(found.len(), 1, "{service} `{name}` in {trace}: {found:#?}");
+    found[0]
+}
+
+fn task_attrs(g: &Got, task: &Value, attempt: u32) {
+    assert_eq!(
+        g.attr("task_id").as_deref(),
+        task["task_id"].as_str(),
+        "{}",
+        g.name()
+    );
+    assert_eq!(
+        g.attr("correlation_id").as_deref(),
+        task["correlation_id"].as_str(),
+        "{}",
+        g.name()
+    );
+    assert_eq!(g.attr("agent").as_deref(), Some("tracer"), "{}", g.name());
+    assert_eq!(g.attr("attempt"), Some(attempt.to_string()), "{}", g.name());
+}
+
+/// Prometheus text as (name{sorted labels}) → value.
+fn scrape(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let (key, value) = line.rsplit_once(' ').unwrap();
+        let key = match key.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                labels.sort();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => key.to_string(),
+        };
+        out.insert(key, value.parse().unwrap());
+    }
+    out
+}
+
+/// One task and one retried task: each is one trace from the API request
+/// through the orchestrator's publish, the worker's handling (in another
+/// process, exported over gRPC) and the command it ran, to the result the
+/// orchestrator applied, with the expected parents, the task's attributes,
+/// a retry span, and no secret anywhere. `/metrics` on both processes
+/// counts what ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_is_one_trace_across_processes() {
+    let receiver = Receiver::start().await;
+    let mut d = Deployment::start(&receiver, &[]).await;
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let echo_id = d
+        .submit(
+            json!({"to": "tracer", "action": "echo", "params": {"password": PLANTED}}),
+            Some(&format!("00-{caller_trace}-{caller_span}-01")),
+        )
+        .await;
+    let flaky_id = d
+        .submit(
+            json!({"to": "tracer", "action": "flaky", "params": {"password": PLANTED}, "max_attempts": 3}),
+            None,
+        )
+        .await;
+    let echo = d.finished(&echo_id).await;
+    let flaky = d.finished(&flaky_id).await;
+    assert_eq!(echo["trace_id"], caller_trace, "the caller's trace is kept");
+    assert!(
+        echo["trace_url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/trace/{caller_trace}")),
+        "{echo:#}"
+    );
+    let flaky_trace = flaky["trace_id"].as_str().unwrap().to_string();
+    assert_eq!(flaky["attempt"], 2);
+
+    let spans = receiver
+        .spans
+        .wait_for("both traces, applied", |all| {
+            [caller_trace, flaky_trace.as_str()].iter().all(|t| {
+                all.iter()
+                    .any(|g| g.trace_id() == *t && g.name() == "apply completed")
+            })
+        })
+        .await;
+
+    // The plain task: API → publish → process → handle, report → apply.
+    let t = caller_trace;
+    let subject = "orch.tasks.tracer.normal";
+    let http = one(&spans, t, "orchestrator", "POST /v1/tasks");
+    assert_eq!(http.parent(), caller_span);
+    assert_eq!(http.kind(), 2, "server");
+    assert_eq!(
+        http.attr("http.response.status_code").as_deref(),
+        Some("201")
+    );
+    let publish = one(&spans, t, "orchestrator", &format!("publish {subject}"));
+    assert_eq!(publish.parent(), http.span_id());
+    assert_eq!(publish.kind(), 4, "producer");
+    task_attrs(publish, &echo, 1);
+    assert_eq!(publish.attr("messaging.system").as_deref(), Some("nats"));
+    assert_eq!(
+        publish.attr("messaging.destination.name").as_deref(),
+        Some(subject)
+    );
+    assert_eq!(
+        publish.attr("messaging.operation.type").as_deref(),
+        Some("send")
+    );
+    assert_eq!(
+        publish.attr("messaging.message.id"),
+        Some(format!("{echo_id}.1"))
+    );
+    let process = one(&spans, t, "agent-tracer", &format!("process {subject}"));
+    assert_eq!(process.via, "grpc");
+    assert_eq!(process.parent(), publish.span_id(), "across processes");
+    assert_eq!(process.kind(), 5, "consumer");
+    task_attrs(process, &echo, 1);
+    assert_eq!(process.attr("action").as_deref(), Some("echo"));
+    assert_eq!(
+        process.attr("messaging.operation.type").as_deref(),
+        Some("process")
+    );
+    let handle = one(&spans, t, "agent-tracer", "handle echo");
+    assert_eq!(handle.parent(), process.span_id());
+    // The command got the handler span's context in TRACEPARENT.
+    assert_eq!(
+        echo["result"]["traceparent"],
+        format!("00-{t}-{}-01", handle.span_id())
+    );
+    let report = one(&spans, t, "agent-tracer", "report completed");
+    assert_eq!(report.parent(), process.span_id());
+    let apply = one(&spans, t, "orchestrator", "apply completed");
+    assert_eq!(apply.parent(), report.span_id(), "back across processes");
+    task_attrs(apply, &echo, 1);
+
+    // The retried task: one trace, a span per attempt.
+    let f = flaky_trace.as_str();
+    let http = one(&spans, f, "orchestrator", "POST /v1/tasks");
+    let first = one(&spans, f, "orchestrator", &format!("publish {subject}"));
+    let retry = one(&spans, f, "orchestrator", &format!("retry {subject}"));
+    assert_eq!(first.parent(), http.span_id());
+    assert_eq!(retry.parent(), http.span_id());
+    task_attrs(retry, &flaky, 2);
+    assert_eq!(retry.attr("trigger_id"), None);
+    let processes: Vec<&Got> = spans
+        .iter()
+        .filter(|g| g.trace_id() == f && g.name() == format!("process {subject}"))
+        .collect();
+    assert_eq!(processes.len(), 2, "{processes:#?}");
+    let by_attempt = |n: &str| {
+        processes
+            .iter()
+            .find(|g| g.attr("attempt").as_deref() == Some(n))
+            .unwrap()
+    };
+    assert_eq!(by_attempt("1").parent(), first.span_id());
+    assert_eq!(by_attempt("2").parent(), retry.span_id());
+    one(&spans, f, "agent-tracer", "report failed");
+    one(&spans, f, "orchestrator", "apply failed");
+    assert!(
+        spans
+            .iter()
+            .filter(|g| g.trace_id() == f)
+            .all(|g| g.trace_id() == f)
+    );
+
+    // No secret in any span: not the planted password (sent as a param and
+    // printed by the command), not a task token (a JWT: `eyJ…`).
+    for g in &spans {
+        let text = g.all_text();
+        assert!(!text.contains(PLANTED), "a span holds the secret: {text}");
+        assert!(!text.contains("eyJ"), "a span holds a token: {text}");
+    }
+
+    // The metrics count what ran.
+    let orchestrator = scrape(
+        &d.http
+            .get(format!("{}/metrics", d.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let worker = scrape(
+        &reqwest::get(format!("{}/metrics", d.metrics))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let get = |m: &BTreeMap<String, f64>, k: &str| {
+        *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:#?}"))
+    };
+    assert_eq!(
+        get(
+            &orchestrator,
+            r#"orch_tasks_total{agent="tracer",state="submitted"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &orchestrator,
+            r#"orch_tasks_total{agent="tracer",state="completed"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        get(
+            &orchestrator,
+            r#"orch_task_duration_seconds_count{agent="tracer",state="completed"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        get(
+            &orchestrator,
+            r#"orch_queue_depth{agent="tracer",priority="normal"}"#
+        ),
+        0.0
+    );
+    assert_eq!(get(&orchestrator, "orch_dlq_messages"), 0.0);
+    assert!(get(&orchestrator, "orch_store_flush_seconds_count") >= 1.0);
+    assert!(get(&orchestrator, "orch_store_flush_batch_size_count") >= 1.0);
+    assert_eq!(
+        get(
+            &orchestrator,
+            r#"orch_http_requests_total{method="POST",route="/v1/tasks",status="201"}"#
+        ),
+        2.0
+    );
+    assert!(get(&orchestrator, "process_resident_memory_bytes") > 0.0);
+    assert_eq!(
+        get(&worker, r#"orch_worker_deliveries_total{agent="tracer"}"#),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &worker,
+            r#"orch_worker_handler_duration_seconds_count{action="flaky",agent="tracer",outcome="failed_retryable"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &worker,
+            r#"orch_worker_handler_duration_seconds_count{action="flaky",agent="tracer",outcome="completed"}"#
+        ),
+        1.0
+    );
+    assert_eq!(get(&worker, r#"orch_worker_running{agent="tracer"}"#), 0.0);
+    assert!(get(&worker, "process_cpu_seconds_total") >= 0.0);
+    for p in &mut d.procs {
+        p.kill();
+    }
+}
+
+/// At 0 % sampling nothing is exported, yet the context still travels: the
+/// command sees the task's trace id (not sampled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_at_zero_exports_nothing_and_still_propagates_context() {
+    let receiver = Receiver::start().await;
+    let mut d = Deployment::start(&receiver, &[("OTEL_TRACES_SAMPLER_ARG", "0")]).await;
+    let id = d
+        .submit(
+            json!({"to": "tracer", "action": "echo", "params": {}}),
+            None,
+        )
+        .await;
+    let done = d.finished(&id).await;
+    let trace = done["trace_id"].as_str().unwrap();
+    let given = done["result"]["traceparent"].as_str().unwrap().to_string();
+    assert!(
+        given.starts_with(&format!("00-{trace}-")),
+        "{given} vs {trace}"
+    );
+    assert!(given.ends_with("-00"), "not sampled: {given}");
+    // Batches go out every 100 ms here: a second is plenty.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for p in &mut d.procs {
+        // SIGKILL would skip the final flush; SIGTERM runs it.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = p.0.wait();
+    }
+    assert!(
+        receiver.spans.all().is_empty(),
+        "{:#?}",
+        receiver.spans.all()
+    );
+}
