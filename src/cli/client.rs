@@ -490,7 +490,7 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                 list_table(
                     page,
                     "records",
-                    &["SEQ", "AT", "ACTOR", "KIND", "TASK", "DETAIL"],
+                    &["SEQ", "AT", "ACTOR", "KIND", "TASK", "DETAIL", "TRACE"],
                     |r| {
                         vec![
                             s(&r["seq"]),
@@ -499,6 +499,7 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                             s(&r["kind"]),
                             s(&r["task_id"]),
                             summary(&r["detail"]),
+                            s(&r["trace_url"]),
                         ]
                     },
                 )

@@ -12,6 +12,11 @@ pub fn print_task(t: &Value) {
         s(&t["max_attempts"])
     );
     println!("request  {}", s(&t["correlation_id"]));
+    match (t["trace_url"].as_str(), t["trace_id"].as_str()) {
+        (Some(url), _) => println!("trace    {url}"),
+        (None, Some(id)) => println!("trace    {id}"),
+        _ => {}
+    }
     if !t["result"].is_null() {
         println!("result   {}", t["result"]);
     }
