@@ -88,6 +88,9 @@ fn service_commands_flags_and_variables_match_the_cli() {
         "ORCH_SIGNING_KEY",
         "ORCH_VERIFY_KEY",
         "NATS_NKEY",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "ORCH_JAEGER_URL",
+        "ORCH_METRICS_ADDR",
     ];
     for name in ["orchestrator", "knowledge-agent", "outlook-agent"] {
         let service = &c["services"][name];
@@ -138,6 +141,49 @@ fn service_commands_flags_and_variables_match_the_cli() {
         assert!(
             run_help.contains(var),
             "`orchestrator run --help` does not mention {var}"
+        );
+    }
+}
+
+/// Every service exports its spans to the compose file's Jaeger over
+/// OTLP/HTTP, trace links point at the UI's published port, and each worker
+/// serves `/metrics` on a published port.
+#[test]
+fn every_service_traces_to_jaeger_and_workers_serve_metrics() {
+    let c = compose();
+    let jaeger_ports: Vec<&str> = c["services"]["jaeger"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(jaeger_ports.contains(&"4318:4318") && jaeger_ports.contains(&"16686:16686"));
+    for name in ["orchestrator", "knowledge-agent", "outlook-agent"] {
+        let s = &c["services"][name];
+        assert_eq!(
+            s["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://jaeger:4318",
+            "{name}"
+        );
+        assert!(s["depends_on"]["jaeger"].is_object(), "{name}");
+    }
+    assert_eq!(
+        c["services"]["orchestrator"]["environment"]["ORCH_JAEGER_URL"],
+        "http://localhost:16686"
+    );
+    assert!(help("trace").contains("ORCH_JAEGER_URL"));
+    let worker_help = help("worker");
+    assert!(worker_help.contains("ORCH_METRICS_ADDR"));
+    for name in ["knowledge-agent", "outlook-agent"] {
+        let s = &c["services"][name];
+        let addr = s["environment"]["ORCH_METRICS_ADDR"].as_str().unwrap();
+        let port = addr.rsplit(':').next().unwrap();
+        assert!(
+            s["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p.as_str().unwrap().ends_with(&format!(":{port}"))),
+            "{name}: the metrics port is not published"
         );
     }
 }

@@ -171,6 +171,10 @@ async fn trace_prints_the_span_tree_from_jaegers_query_api() {
     assert_eq!(spans[2]["depth"], 2);
     assert_eq!(spans[2]["status"], "error");
 
+    // A trace id goes straight to Jaeger.
+    let direct = cli(&sys, &["trace", &trace_id, "--jaeger-url", &jaeger_url]);
+    assert_eq!(direct.stdout, out.stdout, "{}", text(&direct));
+
     // Jaeger has not got the trace: exit 1, and why.
     let other = sys.submit("echo", "echo", json!({"n": 2})).await;
     sys.wait_terminal(&other, Duration::from_secs(30)).await;

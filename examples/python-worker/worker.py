@@ -64,12 +64,11 @@ def now_rfc3339():
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def child_traceparent(parent):
-    """A W3C traceparent in the same trace as `parent`, with a new span id."""
-    parts = (parent or "").split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    return f"{parts[0]}-{parts[1]}-{secrets.token_hex(8)}-{parts[3]}"
+def trace_headers(headers):
+    """The task message's W3C trace context, passed on unchanged: this
+    worker exports no spans of its own, so its reports are children of the
+    orchestrator's publish (worker-protocol.md section 6)."""
+    return {k: headers[k] for k in ("traceparent", "tracestate") if headers and headers.get(k)}
 
 
 class Stop(Exception):
@@ -376,7 +375,7 @@ class Worker:
             "idempotency_key": control.get("idempotency_key", ""),
         }
         value = {"state": "running", "attempt": attempt, "stream_seq": stream_seq, "instance": self.instance}
-        trace = child_traceparent(msg.headers.get("traceparent") if msg.headers else None)
+        trace = trace_headers(msg.headers)
         await self.run(env, msg, ctx, value, revision, trace)
 
     async def run(self, env, msg, ctx, value, revision, trace):
@@ -491,8 +490,7 @@ class Worker:
             "Orch-Task-Id": task,
             "Orch-Correlation-Id": header["correlation_id"],
         }
-        if trace:
-            headers["traceparent"] = trace
+        headers.update(trace or {})
         try:
             await self.js.publish(f"{PREFIX}.events.{self.agent}.{task}", json.dumps(event).encode(), headers=headers)
             return True

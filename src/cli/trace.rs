@@ -12,7 +12,9 @@ use super::client::{Api, ClientArgs, Failure, finish, list_path};
 
 #[derive(Args)]
 pub struct TraceArgs {
-    /// A task id, or a correlation id (every task of the request).
+    /// A task id, a correlation id (every task of the request), or a
+    /// trace id (32 hex digits, read from Jaeger without asking the
+    /// orchestrator).
     id: String,
     /// The Jaeger UI and query API.
     #[arg(
@@ -73,6 +75,9 @@ pub async fn trace(args: &ClientArgs, t: TraceArgs) -> ExitCode {
 
 /// The trace ids of a task, or of every task of a correlation id.
 async fn trace_ids(api: &Api, id: &str) -> Result<Vec<String>, Failure> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(vec![id.to_ascii_lowercase()]);
+    }
     if id.parse::<orchestrator::envelope::TaskId>().is_ok() {
         match api.get(&format!("/v1/tasks/{id}")).await {
             Ok((task, _)) => {

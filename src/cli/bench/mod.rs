@@ -11,6 +11,7 @@ mod bare;
 mod inproc;
 mod preload;
 mod procs;
+mod sink;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -41,6 +42,11 @@ pub struct BenchArgs {
     /// store of its own with this many), to measure a store in use.
     #[arg(long, default_value_t = 0)]
     preload: usize,
+    /// Trace the deployed processes at this sampling ratio (0 to 1),
+    /// exporting over OTLP/HTTP to a sink in the bench; without it they
+    /// export nothing (tracing off).
+    #[arg(long)]
+    trace_sampling: Option<f64>,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -137,8 +143,24 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
 
     let bare = bare::bare_round_trip(&url, tag, args).await?;
     let full = inproc::full_path(&url, bus_config, dir.path(), args).await?;
+    let sink = match args.trace_sampling {
+        Some(r) if !(0.0..=1.0).contains(&r) => {
+            return Err(format!(
+                "--trace-sampling {r}: expected a ratio from 0 to 1"
+            ));
+        }
+        Some(r) => Some((sink::start().await?, r)),
+        None => None,
+    };
+    let tracing = sink.as_ref().map(|((url, _), r)| (url.as_str(), *r));
     let (deployed, orchestrator_rss) =
-        procs::full_path(&url, &format!("benchp{tag}"), dir.path(), args).await?;
+        procs::full_path(&url, &format!("benchp{tag}"), dir.path(), args, tracing).await?;
+    let exported = sink.as_ref().map(|((_, got), _)| {
+        json!({
+            "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
+            "bytes": got.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    });
 
     let ratio = full.0.per_second / bare.0.per_second;
     let rss = rss_mib_of(std::process::id());
@@ -155,6 +177,8 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "bare_jetstream": {"throughput": bare.0, "low_load": bare.1},
                 "throughput_ratio": ratio,
                 "preloaded": args.preload,
+                "trace_sampling": args.trace_sampling,
+                "otlp_received": exported,
                 "concurrency": args.concurrency,
             })
         );
@@ -190,6 +214,17 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             "full path (one process) / bare throughput: {:.0} %",
             ratio * 100.0
         );
+        match (args.trace_sampling, &exported) {
+            (Some(r), Some(got)) => println!(
+                "deployed processes traced at {:.0} % sampling: {} OTLP exports, {} bytes received",
+                r * 100.0,
+                got["requests"],
+                got["bytes"]
+            ),
+            _ => println!(
+                "deployed processes not traced (no OTLP endpoint; --trace-sampling sets one)"
+            ),
+        }
         if let Some(rss) = orchestrator_rss {
             println!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
         }

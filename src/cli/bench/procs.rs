@@ -31,6 +31,7 @@ pub(super) async fn full_path(
     prefix: &str,
     dir: &Path,
     args: &BenchArgs,
+    tracing: Option<(&str, f64)>,
 ) -> Result<((Figures, Figures), Option<f64>), String> {
     let dir = dir.join("procs");
     let agents = dir.join("agents");
@@ -46,17 +47,18 @@ pub(super) async fn full_path(
     let config = dir.join("config.json");
     // The API as deployed: every call authenticated with an API key.
     let api_key = orchestrator::access::api_keys::generate();
-    write(
-        &config,
-        &json!({
-            "bus": {"prefix": prefix},
-            "http_max_in_flight": (args.concurrency * 2).max(512),
-            "api_auth": {"api_keys": [{
-                "principal": "bench", "scopes": ["*"],
-                "sha256": orchestrator::access::api_keys::hash(&api_key),
-            }]},
-        }),
-    )?;
+    let mut settings = json!({
+        "bus": {"prefix": prefix},
+        "http_max_in_flight": (args.concurrency * 2).max(512),
+        "api_auth": {"api_keys": [{
+            "principal": "bench", "scopes": ["*"],
+            "sha256": orchestrator::access::api_keys::hash(&api_key),
+        }]},
+    });
+    if let Some((endpoint, ratio)) = tracing {
+        settings["telemetry"] = json!({"otlp_endpoint": endpoint, "sample_ratio": ratio});
+    }
+    write(&config, &settings)?;
     let data = dir.join("data");
     super::preload::preload(&data, args.preload).await?;
     // Task tokens as deployed: the orchestrator signs, the worker verifies.
@@ -77,6 +79,11 @@ pub(super) async fn full_path(
         Command::new(&exe)
             .args(args.iter().map(|a| a.as_ref()))
             .env("RUST_LOG", "warn")
+            // The settings file alone decides what is traced.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .env_remove("OTEL_TRACES_SAMPLER_ARG")
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
