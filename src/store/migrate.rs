@@ -111,6 +111,8 @@ struct WholeRecord {
     #[serde(default)]
     trace_id: Option<String>,
     #[serde(default)]
+    trace_parent: Option<crate::telemetry::context::StoredTrace>,
+    #[serde(default)]
     published_seq: Option<u64>,
     #[serde(default)]
     retry_at: Option<Timestamp>,
@@ -132,7 +134,7 @@ impl WholeRecord {
             error: self.error,
             requested_by: self.history.first().map(|h| h.actor.clone()),
             trace_id: self.trace_id,
-            trace_parent: None,
+            trace_parent: self.trace_parent,
             published_seq: self.published_seq,
             retry_at: self.retry_at,
             created_at: self.created_at,
