@@ -17,33 +17,35 @@ const LATENCY: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
+/// `metric`, registered in the default registry. The names and labels
+/// are this file's constants: an error is a bug, caught by any scrape test.
+fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    metric: Result<M, prometheus::Error>,
+) -> M {
+    let metric = metric.expect("a valid metric");
+    prometheus::register(Box::new(metric.clone())).expect("registered once");
+    metric
+}
+
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric");
-    prometheus::register(Box::new(c.clone())).expect("registered once");
-    c
+    registered(IntCounterVec::new(Opts::new(name, help), labels))
 }
 
 fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric");
-    prometheus::register(Box::new(g.clone())).expect("registered once");
-    g
+    registered(IntGaugeVec::new(Opts::new(name, help), labels))
 }
 
 fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
-    let h = HistogramVec::new(
+    registered(HistogramVec::new(
         HistogramOpts::new(name, help).buckets(buckets.to_vec()),
         labels,
-    )
-    .expect("a valid metric");
-    prometheus::register(Box::new(h.clone())).expect("registered once");
-    h
+    ))
 }
 
 fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
-    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-        .expect("a valid metric");
-    prometheus::register(Box::new(h.clone())).expect("registered once");
-    h
+    registered(Histogram::with_opts(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+    ))
 }
 
 // --- the orchestrator ---
@@ -74,23 +76,17 @@ static QUEUE_DEPTH: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 });
 
 static DLQ: LazyLock<IntGauge> = LazyLock::new(|| {
-    let g = IntGauge::new(
+    registered(IntGauge::new(
         "orch_dlq_messages",
         "Messages in the dead-letter stream; read from JetStream at scrape time.",
-    )
-    .expect("a valid metric");
-    prometheus::register(Box::new(g.clone())).expect("registered once");
-    g
+    ))
 });
 
 static EVENT_REDELIVERIES: LazyLock<IntCounter> = LazyLock::new(|| {
-    let c = IntCounter::new(
+    registered(IntCounter::new(
         "orch_event_redeliveries_total",
         "Worker events the orchestrator received more than once (a crash or a failed apply).",
-    )
-    .expect("a valid metric");
-    prometheus::register(Box::new(c.clone())).expect("registered once");
-    c
+    ))
 });
 
 static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
