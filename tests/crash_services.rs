@@ -18,20 +18,15 @@ use serde_json::json;
 /// which logs every run, and which holds after the side effect while a
 /// `hold` file exists, so the test can kill its worker at that point.
 fn side_effect_agent(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(
-        dir.join("agent.json"),
+    common::command_agent(
+        dir,
         json!({
             "name": "fx", "version": "1.0.0", "description": "writes one file per task",
             "skills": [{"id": "write", "description": "write the file"}],
             "invocation": {"type": "command", "command": ["python3", "fx.py"], "timeout": "60s"},
             "delivery": {"ackWait": "2s"}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("fx.py"),
+        }),
+        "fx.py",
         r#"import json, os, sys, time
 env = json.load(sys.stdin)
 key = env["control"]["idempotency_key"]
@@ -48,8 +43,7 @@ while os.path.exists("hold"):
     time.sleep(0.05)
 print(json.dumps({"created": created, "resumed": os.environ["ORCH_RESUMED"] == "1"}))
 "#,
-    )
-    .unwrap();
+    );
     std::fs::write(dir.join("hold"), "").unwrap();
 }
 

@@ -22,27 +22,21 @@ const PLANTED: &str = "s3cret-planted-91d2e7";
 /// `flaky` fails retryably (printing the password it got) on attempt 1,
 /// then answers like `echo`.
 fn tracer_agent(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(
-        dir.join("agent.json"),
+    common::command_agent(
+        dir,
         json!({
             "name": "tracer", "version": "1.0.0", "description": "reports its trace context",
             "skills": [{"id": "echo", "description": "echo"}, {"id": "flaky", "description": "fails once"}],
             "invocation": {"type": "command", "command": ["python3", "tracer.py"], "timeout": "30s"}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tracer.py"),
+        }),
+        "tracer.py",
         "import json, os, sys\n\
          env = json.load(sys.stdin)\n\
          if env['payload']['action'] == 'flaky' and os.environ['ORCH_ATTEMPT'] == '1':\n\
          \x20   print('busy; password was', env['payload']['params'].get('password'), file=sys.stderr)\n\
          \x20   sys.exit(75)\n\
          print(json.dumps({'traceparent': os.environ.get('TRACEPARENT')}))\n",
-    )
-    .unwrap();
+    );
 }
 
 /// A service process with `env` set, logging to `log`.
@@ -340,12 +334,21 @@ async fn one_request_is_one_trace_across_processes() {
     assert_eq!(by_attempt("2").parent(), retry.span_id());
     one(&spans, f, "agent-tracer", "report failed");
     one(&spans, f, "orchestrator", "apply failed");
-    assert!(
-        spans
+    // One trace id per task: every span about a task is in its trace.
+    for (task, trace) in [(&echo_id, t), (&flaky_id, f)] {
+        let about: Vec<&Got> = spans
             .iter()
-            .filter(|g| g.trace_id() == f)
-            .all(|g| g.trace_id() == f)
-    );
+            .filter(|g| g.attr("task_id").as_deref() == Some(task.as_str()))
+            .collect();
+        assert!(
+            about.len() >= 4,
+            "publish, process, report, apply: {about:#?}"
+        );
+        assert!(
+            about.iter().all(|g| g.trace_id() == trace),
+            "a span of task {task} is in another trace: {about:#?}"
+        );
+    }
 
     // No secret in any span: not the planted password (sent as a param and
     // printed by the command), not a task token (a JWT: `eyJ…`).
@@ -420,20 +423,12 @@ async fn one_request_is_one_trace_across_processes() {
         get(&worker, r#"orch_worker_deliveries_total{agent="tracer"}"#),
         3.0
     );
-    assert_eq!(
-        get(
-            &worker,
-            r#"orch_worker_handler_duration_seconds_count{action="flaky",agent="tracer",outcome="failed_retryable"}"#
-        ),
-        1.0
-    );
-    assert_eq!(
-        get(
-            &worker,
-            r#"orch_worker_handler_duration_seconds_count{action="flaky",agent="tracer",outcome="completed"}"#
-        ),
-        1.0
-    );
+    for outcome in ["failed_retryable", "completed"] {
+        let key = format!(
+            r#"orch_worker_handler_duration_seconds_count{{action="flaky",agent="tracer",outcome="{outcome}"}}"#
+        );
+        assert_eq!(get(&worker, &key), 1.0, "{outcome}");
+    }
     assert_eq!(get(&worker, r#"orch_worker_running{agent="tracer"}"#), 0.0);
     assert!(get(&worker, "process_cpu_seconds_total") >= 0.0);
     for p in &mut d.procs {

@@ -17,9 +17,8 @@ const PLANTED: &str = "hunter2-planted-7f3a9c";
 /// An agent that fails with the password from its params in its last
 /// stderr line, and a skill whose schema refuses a short password.
 fn leaky_agent(dir: &std::path::Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(
-        dir.join("agent.json"),
+    common::command_agent(
+        dir,
         json!({
             "name": "leaky", "version": "1.0.0", "description": "prints what it should not",
             "skills": [
@@ -28,18 +27,13 @@ fn leaky_agent(dir: &std::path::Path) {
                  "inputSchema": {"type": "object", "properties": {"password": {"type": "string", "maxLength": 4}}}}
             ],
             "invocation": {"type": "command", "command": ["python3", "leak.py"], "timeout": "30s"}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("leak.py"),
+        }),
+        "leak.py",
         "import json, sys\n\
          env = json.load(sys.stdin)\n\
          print('login failed for alice with password', env['payload']['params']['password'], file=sys.stderr)\n\
          sys.exit(1)\n",
-    )
-    .unwrap();
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,7 +48,8 @@ impl Bus {
     /// Messages in the dead-letter stream.
     pub async fn dlq_size(&self) -> Result<u64, BusError> {
         let name = self.inner.names.dlq_stream();
-        let mut stream = self
+        // `get_stream` reads the stream's info: its state is current.
+        let stream = self
             .inner
             .js
             .get_stream(&name)
@@ -57,10 +58,6 @@ impl Bus {
                 what: format!("stream {name}"),
                 message: e.to_string(),
             })?;
-        let info = stream.info().await.map_err(|e| BusError::Read {
-            what: format!("stream {name}"),
-            message: e.to_string(),
-        })?;
-        Ok(info.state.messages)
+        Ok(stream.cached_info().state.messages)
     }
 }

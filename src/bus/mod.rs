@@ -362,8 +362,21 @@ impl Bus {
         trace: &tracing::Span,
         republished: bool,
     ) -> Result<PendingPublish, BusError> {
+        let address = self.envelope_address(envelope);
+        self.send_envelope_to(envelope, address, trace, republished)
+            .await
+    }
+
+    /// [`Bus::send_envelope`] to an address [`Bus::envelope_address`] gave
+    /// (a caller that needs it too computes it once).
+    pub async fn send_envelope_to(
+        &self,
+        envelope: &Envelope,
+        (subject, msg_id): (String, String),
+        trace: &tracing::Span,
+        republished: bool,
+    ) -> Result<PendingPublish, BusError> {
         let h = &envelope.header;
-        let (subject, msg_id) = self.envelope_address(envelope);
         let mut headers = task_headers(&h.task_id.to_string(), h.correlation_id.as_str(), trace);
         if republished {
             headers.insert(REPUBLISHED_HEADER, "1");

@@ -225,19 +225,6 @@ impl Validate for Envelope {
     }
 }
 
-/// The span a task's work runs in: every log line inside it carries the
-/// task's ids.
-pub fn task_span(env: &Envelope) -> tracing::Span {
-    tracing::info_span!(
-        "task",
-        task_id = %env.header.task_id,
-        correlation_id = %env.header.correlation_id,
-        agent = %env.header.to,
-        action = %env.payload.action,
-        attempt = env.control.attempt.get(),
-    )
-}
-
 impl Envelope {
     /// A new envelope with a fresh task id, stamped now, with default control
     /// settings. The task id doubles as correlation id and idempotency key

@@ -23,8 +23,7 @@ use axum::Router;
 use crate::access::Authenticator;
 use crate::service::{Caller, Orchestrator};
 
-/// The caller of a request: the principal the authentication layer found,
-/// in the request's span.
+/// The caller of a request: the principal the authentication layer found.
 pub struct Requester(pub Caller);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
@@ -41,8 +40,6 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
                 "this call needs credentials",
             )
         })?;
-        // Made inside the request's span (see `trace::layer`): its
-        // tasks are children of that span.
         Ok(Requester(Caller::new(principal.name, principal.grants)))
     }
 }

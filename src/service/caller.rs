@@ -1,13 +1,12 @@
-//! Who is asking: a principal with its scopes, in a trace; and the rules
+//! Who is asking: a principal with its scopes; and the rules
 //! for what a caller may see and do (docs/security.md states them).
 
 use crate::access::{Grants, grants};
 use crate::task::TaskStatus;
-use crate::telemetry::context::StoredTrace;
 
 use super::ServiceError;
 
-/// Who is asking, and the trace the request belongs to.
+/// Who is asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     /// The principal: recorded as the actor in history and audit, the `sub`
@@ -15,26 +14,15 @@ pub struct Caller {
     pub principal: String,
     /// The scopes it holds.
     pub grants: Grants,
-    /// The span the request is handled in (the HTTP request's, itself a
-    /// child of the caller's `traceparent` if it sent one); a new trace
-    /// when there is none.
-    trace: StoredTrace,
 }
 
 impl Caller {
-    /// A caller named `principal` holding `grants`, in the current span's
-    /// trace (or a new one).
+    /// A caller named `principal` holding `grants`.
     pub fn new(principal: impl Into<String>, grants: Grants) -> Self {
         Caller {
             principal: principal.into(),
             grants,
-            trace: StoredTrace::of(&tracing::Span::current()),
         }
-    }
-
-    /// The span its tasks are children of.
-    pub fn trace(&self) -> &StoredTrace {
-        &self.trace
     }
 
     /// Refuses `what` unless every scope of `needed` is held; `what` is

@@ -198,10 +198,10 @@ impl Applier {
                 Ok(outcome) => applied.push((arrived, event, outcome)),
                 Err(StoreError::NotFound(_)) => self.unknown_task(arrived, &event).await,
                 Err(e @ StoreError::Transition { .. }) => {
-                    let _in = arrived.span.enter();
                     spans::failed(&arrived.span, "not applied: the state machine refused it");
-                    warn!(task_id = %event.task_id, error = %e, "event not applied");
-                    drop(_in);
+                    arrived.span.in_scope(
+                        || warn!(task_id = %event.task_id, error = %e, "event not applied"),
+                    );
                     settle(&arrived.msg, Settlement::Ack).await;
                 }
                 Err(e) => self.failed(arrived, &e.to_string()).await,
@@ -246,7 +246,6 @@ impl Applier {
         }
         for (arrived, event, applied) in applied {
             settle(&arrived.msg, Settlement::Ack).await;
-            let _in = arrived.span.enter();
             match applied {
                 Applied::Moved(record) => {
                     if record.state == TaskState::Submitted && record.attempt > event.attempt.get()
@@ -256,9 +255,9 @@ impl Applier {
                             .await;
                     }
                 }
-                Applied::Ignored { reason, .. } => {
-                    debug!(task_id = %event.task_id, "event ignored: {reason}");
-                }
+                Applied::Ignored { reason, .. } => arrived
+                    .span
+                    .in_scope(|| debug!(task_id = %event.task_id, "event ignored: {reason}")),
                 Applied::Unchanged(_) => {}
             }
         }
@@ -269,7 +268,6 @@ impl Applier {
     async fn unknown_task(&self, arrived: Arrived, event: &WorkerEvent) {
         warn!(task_id = %event.task_id, "event for an unknown task");
         let trace_id = context::StoredTrace::of(&arrived.span).trace_id();
-        let msg = arrived.msg;
         let entry = AuditEntry {
             actor: format!("agent:{}", event.agent),
             kind: "task.unknown_event".into(),
@@ -279,11 +277,8 @@ impl Applier {
             detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
         };
         match self.store.audit(entry).await {
-            Ok(_) => settle(&msg, Settlement::Ack).await,
-            Err(e) => {
-                let span = arrived.span;
-                self.failed(Arrived { msg, span }, &e.to_string()).await
-            }
+            Ok(_) => settle(&arrived.msg, Settlement::Ack).await,
+            Err(e) => self.failed(arrived, &e.to_string()).await,
         }
     }
 

@@ -40,6 +40,7 @@ use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
 use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
 use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
+use crate::telemetry::context::StoredTrace;
 use crate::trigger::Trigger;
 use publisher::Publisher;
 use reaper::Deadlines;
@@ -506,7 +507,10 @@ impl Orchestrator {
                 scope: caller.principal.clone(),
                 fingerprint: request.fingerprint(),
                 actor: caller.principal.clone(),
-                trace: Some(caller.trace().clone()),
+                // The span this runs in (the HTTP request's, a child of
+                // the caller's `traceparent`) is the parent of every
+                // publish of the task.
+                trace: Some(StoredTrace::of(&tracing::Span::current())),
             })
             .await?;
         if let Submitted::Created(record) = &submitted {

@@ -262,8 +262,8 @@ impl Loop {
             },
         };
         let mut envelope = known.envelope;
-        let (subject, msg_id) = self.bus.envelope_address(&envelope);
-        let span = spans::publish_task(&envelope, &subject, &msg_id);
+        let address = self.bus.envelope_address(&envelope);
+        let span = spans::publish_task(&envelope, &address.0, &address.1);
         if let Some(parent) = &known.trace {
             context::follow_stored(&span, parent);
         }
@@ -273,10 +273,8 @@ impl Loop {
             Err(e) => {
                 // Only an envelope with no canonical form (refused at submit
                 // since tokens exist) or a broken key gets here.
-                let _in = span.enter();
                 spans::failed(&span, "the task token cannot be signed");
-                warn!(task_id = %due.task_id, error = %e, "cannot sign the task token: failing the task");
-                drop(_in);
+                span.in_scope(|| warn!(task_id = %due.task_id, error = %e, "cannot sign the task token: failing the task"));
                 self.fail(&due, "token_unsignable", &e.to_string()).await;
                 return None;
             }
@@ -286,7 +284,7 @@ impl Loop {
         };
         match self
             .bus
-            .send_envelope(&envelope, &span, due.republished)
+            .send_envelope_to(&envelope, address, &span, due.republished)
             .instrument(span.clone())
             .await
         {

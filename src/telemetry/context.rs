@@ -56,17 +56,27 @@ impl Extractor for StoredTrace {
 }
 
 impl StoredTrace {
-    /// The context of `span`; when it has none (no OpenTelemetry layer is
-    /// installed), a new trace, so every task still has a trace id.
-    pub fn of(span: &Span) -> StoredTrace {
+    /// The context of `span`, if it has one (an OpenTelemetry layer
+    /// records it).
+    pub fn of_span(span: &Span) -> Option<StoredTrace> {
         let cx = span.context();
-        let cx = if cx.span().span_context().is_valid() {
-            cx
-        } else {
-            Context::new().with_remote_span_context(fresh_span_context())
-        };
+        cx.span()
+            .span_context()
+            .is_valid()
+            .then(|| StoredTrace::injected(&cx))
+    }
+
+    /// The context of `span`; when it has none, a new trace, so every task
+    /// still has a trace id.
+    pub fn of(span: &Span) -> StoredTrace {
+        StoredTrace::of_span(span).unwrap_or_else(|| {
+            StoredTrace::injected(&Context::new().with_remote_span_context(fresh_span_context()))
+        })
+    }
+
+    fn injected(cx: &Context) -> StoredTrace {
         let mut stored = StoredTrace::default();
-        propagator().inject_context(&cx, &mut stored);
+        propagator().inject_context(cx, &mut stored);
         stored
     }
 
@@ -162,12 +172,9 @@ fn adopt(span: &Span, parent: Context) {
 /// `span`'s context as `TRACEPARENT` (and `TRACESTATE`) environment
 /// variables, for a process that starts its own spans.
 pub fn environment(span: &Span) -> Vec<(&'static str, String)> {
-    let cx = span.context();
-    if !cx.span().span_context().is_valid() {
+    let Some(stored) = StoredTrace::of_span(span) else {
         return Vec::new();
-    }
-    let mut stored = StoredTrace::default();
-    propagator().inject_context(&cx, &mut stored);
+    };
     let mut vars = vec![("TRACEPARENT", stored.traceparent)];
     if let Some(state) = stored.tracestate {
         vars.push(("TRACESTATE", state));

@@ -51,15 +51,9 @@ pub(super) async fn handle(
     let span = spans::process_task(&envelope, &msg.subject, delivered, &consumer);
     context::follow_message(&span, msg.headers.as_ref());
     handle_envelope(
-        shared,
-        msg,
-        envelope,
-        stream_seq,
-        delivered,
-        hard_stop,
-        span.clone(),
+        shared, msg, envelope, stream_seq, delivered, hard_stop, &span,
     )
-    .instrument(span)
+    .instrument(span.clone())
     .await;
 }
 
@@ -75,9 +69,8 @@ async fn handle_envelope(
     stream_seq: u64,
     delivered: i64,
     hard_stop: CancellationToken,
-    span: Span,
+    trace: &Span,
 ) {
-    let trace = &span;
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
         return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;

@@ -20,6 +20,14 @@ pub fn traced() {
     drop(telemetry);
 }
 
+/// A `command` agent in `dir`: its card, and the Python script the card's
+/// `invocation` runs (`python3 <script>`), with `script_text` in it.
+pub fn command_agent(dir: &std::path::Path, card: Value, script: &str, script_text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("agent.json"), card.to_string()).unwrap();
+    std::fs::write(dir.join(script), script_text).unwrap();
+}
+
 /// An envelope for `to`/`action` with `params`, idempotency key `key`.
 pub fn envelope(to: &str, action: &str, params: Value, key: &str) -> Envelope {
     let params: Map<String, Value> = match params {
