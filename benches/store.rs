@@ -32,6 +32,7 @@ fn new_task(i: usize) -> NewTask {
         scope: "bench".into(),
         actor: "bench".into(),
         trace: None,
+        step: None,
     }
 }
 

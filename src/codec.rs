@@ -105,6 +105,22 @@ impl DecodeError {
     }
 }
 
+/// Checks `instance` against a compiled JSON Schema. The first error names
+/// its field under `root` (`params.query`) and says whose schema it is.
+pub fn check_schema(
+    validator: &jsonschema::Validator,
+    instance: &serde_json::Value,
+    root: &str,
+    whose: &str,
+) -> Result<(), DecodeError> {
+    let Some(error) = validator.iter_errors(instance).next() else {
+        return Ok(());
+    };
+    let pointer = error.instance_path().to_string();
+    let field = format!("{root}{}", pointer.replace('/', "."));
+    Err(DecodeError::invalid(field, format!("{error} ({whose})")))
+}
+
 /// Deserializes a struct from a JSON object only.
 ///
 /// serde's derived structs also accept a JSON array, filling the fields by

@@ -52,6 +52,7 @@ pub mod task;
 pub mod telemetry;
 pub mod trigger;
 pub mod worker;
+pub mod workflow;
 
 pub use envelope::{Envelope, TaskId};
 pub use event::WorkerEvent;

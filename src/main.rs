@@ -6,8 +6,9 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::client::{AgentsCommand, AuditCommand, ClientArgs, DlqCommand, TasksCommand, TriggerArgs};
+use cli::client::{AgentsCommand, AuditCommand, ClientArgs, DlqCommand, TasksCommand};
 use cli::offline::{CheckArgs, VerifyArgs};
+use cli::runs::{RunsCommand, TriggerArgs};
 use cli::serve::{RunArgs, WorkerArgs};
 
 #[derive(Parser)]
@@ -49,6 +50,13 @@ enum Command {
         client: ClientArgs,
         #[command(flatten)]
         run: TriggerArgs,
+    },
+    /// Show and list workflow runs; answer their approval gates; cancel.
+    Runs {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: RunsCommand,
     },
     /// Submit, show, list and cancel tasks.
     Tasks {
@@ -158,7 +166,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => cli::serve::run(args, format).await,
             Command::Worker(args) => cli::serve::worker(args, format).await,
-            Command::Trigger { client, run } => cli::client::trigger(&client, run).await,
+            Command::Trigger { client, run } => cli::runs::trigger(&client, run).await,
+            Command::Runs { client, command } => cli::runs::runs(&client, command).await,
             Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
             Command::Dlq { client, command } => cli::client::dlq(&client, command).await,

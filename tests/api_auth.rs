@@ -250,7 +250,7 @@ async fn a_trigger_needs_its_scopes() {
     )
     .await;
     sys.stop_orchestrator().await;
-    sys.triggers = triggers;
+    sys.triggers = orchestrator::trigger::Triggers::of(triggers.into_values());
     sys.start_orchestrator(vec![mail_card()]).await;
     let run = Some(json!({"input": {}}));
     let (status, body, _) = sys

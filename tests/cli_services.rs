@@ -51,7 +51,7 @@ async fn client_commands_work_against_a_running_orchestrator() {
     assert!(errors.is_empty(), "{errors:?}");
     let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
     sys.stop_orchestrator().await;
-    sys.triggers = triggers;
+    sys.triggers = orchestrator::trigger::Triggers::of(triggers.into_values());
     sys.start_orchestrator(vec![echo.clone()]).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let server: Server = (sys.http.clone(), sys.admin_key.clone());
@@ -80,10 +80,10 @@ async fn client_commands_work_against_a_running_orchestrator() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let task = json_out(&run);
-    assert_eq!(task["state"], "completed");
-    assert_eq!(task["result"]["echo"]["said"], "hi");
-    let id = task["task_id"].as_str().unwrap().to_string();
+    let run = json_out(&run);
+    assert_eq!(run["state"], "completed", "{run:#}");
+    assert_eq!(run["result"]["echo"]["said"], "hi");
+    let id = run["steps"][0]["task_id"].as_str().unwrap().to_string();
     let (_, stored) = sys.get(&format!("/v1/tasks/{id}")).await;
     assert_eq!(stored["history"][0]["to"], "submitted");
 

@@ -9,6 +9,9 @@ pub const READ_ALL: &str = "orch:tasks:read_all";
 pub const CANCEL_ALL: &str = "orch:tasks:cancel_all";
 /// Read the audit trail and check its chain.
 pub const AUDIT_READ: &str = "orch:audit:read";
+/// Answer the approval gates of every principal's runs (without it, only
+/// one's own).
+pub const RUNS_APPROVE: &str = "orch:runs:approve";
 /// List and replay dead letters.
 pub const DLQ_MANAGE: &str = "orch:dlq:manage";
 

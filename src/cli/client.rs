@@ -39,7 +39,7 @@ pub struct ClientArgs {
     bearer_token: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Subcommand)]
@@ -93,25 +93,6 @@ pub enum TasksCommand {
         /// The task id.
         id: String,
     },
-}
-
-/// `trigger ID --input JSON [--wait]`.
-#[derive(Args)]
-pub struct TriggerArgs {
-    /// The trigger's id.
-    id: String,
-    /// The run's input, as JSON.
-    #[arg(long, default_value = "{}")]
-    input: String,
-    /// Makes a retried run the same run.
-    #[arg(long)]
-    idempotency_key: Option<String>,
-    /// Wait for the run to finish, showing progress.
-    #[arg(long)]
-    wait: bool,
-    /// Longest wait with --wait.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
-    timeout: Duration,
 }
 
 #[derive(Subcommand)]
@@ -189,7 +170,7 @@ impl Api {
             .map(|v| (v, 0))
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -438,33 +419,6 @@ async fn wait_for(
         last_state = state;
     }
     unreachable!("the loop returns")
-}
-
-pub async fn trigger(args: &ClientArgs, t: TriggerArgs) -> ExitCode {
-    let api = Api::new(args);
-    let result = async {
-        let input: Value = serde_json::from_str(&t.input).map_err(|e| Failure {
-            code: 2,
-            message: format!("--input is not JSON: {e}"),
-        })?;
-        let mut body = json!({ "input": input });
-        if let Some(k) = t.idempotency_key {
-            body["idempotency_key"] = k.into();
-        }
-        let run = api
-            .call(
-                reqwest::Method::POST,
-                &format!("/v1/triggers/{}/runs", encode(&t.id)),
-                Some(body),
-            )
-            .await?;
-        if !t.wait {
-            return Ok((run["task"].clone(), 0));
-        }
-        wait_for(&api, args, &s(&run["run_id"]), t.timeout).await
-    }
-    .await;
-    finish(args, result, print_task)
 }
 
 pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {

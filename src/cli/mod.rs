@@ -6,5 +6,6 @@ pub mod keys;
 pub mod nats;
 pub mod offline;
 pub mod output;
+pub mod runs;
 pub mod serve;
 pub mod trace;

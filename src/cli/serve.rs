@@ -13,7 +13,7 @@ use orchestrator::bus::{Bus, permissions};
 use orchestrator::codec::{self, Strictness};
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
 use orchestrator::telemetry::{self, LogFormat, Telemetry};
-use orchestrator::trigger::Trigger;
+use orchestrator::trigger::Triggers;
 use orchestrator::worker::{Worker, WorkerConfig, handler_for};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -241,29 +241,20 @@ fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
     Ok(access)
 }
 
-/// Loads the triggers; a broken one is reported and skipped.
-fn load_triggers(dir: &Path, cards: &[AgentCard]) -> BTreeMap<String, Trigger> {
+/// Loads the triggers; a broken one is reported (file, line, what is
+/// wrong) and skipped.
+fn load_triggers(dir: &Path, cards: &[AgentCard]) -> Triggers {
     if !dir.is_dir() {
         warn!(dir = %dir.display(), "no triggers directory: no triggers");
-        return BTreeMap::new();
+        return Triggers::default();
     }
-    let (mut triggers, errors) = Trigger::load_dir(dir);
-    for e in errors {
+    let by_name: BTreeMap<_, _> = cards.iter().map(|c| (c.name.clone(), c.clone())).collect();
+    let triggers = Triggers::load(dir, &by_name);
+    for e in &triggers.errors {
         warn!("trigger skipped: {e}");
         eprintln!("warning: trigger skipped: {e}");
     }
-    if !cards.is_empty() {
-        let by_name: BTreeMap<_, _> = cards.iter().map(|c| (c.name.clone(), c.clone())).collect();
-        triggers.retain(|id, t| match t.check_agents(&by_name) {
-            Ok(()) => true,
-            Err(e) => {
-                warn!("trigger `{id}` skipped: {e}");
-                eprintln!("warning: trigger `{id}` skipped: {e}");
-                false
-            }
-        });
-    }
-    info!(triggers = triggers.len(), "triggers loaded");
+    info!(triggers = triggers.loaded.len(), "triggers loaded");
     triggers
 }
 

@@ -81,6 +81,12 @@ pub struct Meta {
     /// The system instruction for agents that run an LLM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The workflow run this task is a step of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The step of that run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
 }
 
 /// The envelope's delivery part.

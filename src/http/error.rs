@@ -71,13 +71,18 @@ impl From<DecodeError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::NotFound(_) => {
+            StoreError::NotFound(_) | StoreError::RunNotFound(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, e.code(), e.to_string())
             }
-            StoreError::IdempotencyConflict { .. } => ApiError {
-                field: Some("idempotency_key".into()),
-                ..ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
-            },
+            StoreError::RunRefused(_) => {
+                ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
+            }
+            StoreError::IdempotencyConflict { .. } | StoreError::RunKeyConflict { .. } => {
+                ApiError {
+                    field: Some("idempotency_key".into()),
+                    ..ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
+                }
+            }
             StoreError::Transition { .. } => {
                 ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
             }

@@ -8,12 +8,14 @@ mod dlq;
 mod error;
 mod health;
 mod limits;
+mod runs;
 mod tasks;
 mod trace;
 mod triggers;
 
 pub use auth::AUTH_HEADER;
 pub use error::ApiError;
+pub use runs::RunPage;
 pub use tasks::{TaskPage, TaskView};
 
 use std::sync::Arc;
@@ -67,6 +69,7 @@ pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router 
     let guarded = Router::new()
         .merge(tasks::router())
         .merge(triggers::router())
+        .merge(runs::router())
         .merge(audit::router())
         .merge(agents::router())
         .merge(dlq::router())

@@ -1,19 +1,20 @@
-//! `/v1/triggers`: list triggers and start runs.
+//! `/v1/triggers`: list triggers (with the files that did not load) and
+//! start runs.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::tasks::TaskView;
 use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
-use crate::envelope::{IdempotencyKey, TaskId};
-use crate::service::Orchestrator;
-use crate::store::Submitted;
+use crate::envelope::IdempotencyKey;
+use crate::service::{Orchestrator, RunView};
+use crate::store::RunStarted;
+use crate::workflow::Origin;
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
@@ -22,8 +23,10 @@ pub(super) fn router() -> Router<Orchestrator> {
 }
 
 async fn list(State(o): State<Orchestrator>) -> Json<Value> {
-    let triggers: Vec<&crate::trigger::Trigger> = o.triggers().values().collect();
-    Json(serde_json::json!({ "triggers": triggers }))
+    let triggers = o.triggers();
+    let loaded: Vec<&crate::trigger::Trigger> =
+        triggers.loaded.values().map(|t| t.as_ref()).collect();
+    Json(serde_json::json!({ "triggers": loaded, "errors": triggers.errors }))
 }
 
 /// `POST /v1/triggers/{id}/runs` body.
@@ -41,18 +44,6 @@ impl Validate for RunRequest {
     }
 }
 
-/// A started run. Runs of single-step triggers are one task; the run id is
-/// the task id.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunView {
-    /// The run's id.
-    pub run_id: TaskId,
-    /// The trigger it runs.
-    pub trigger_id: String,
-    /// Its task.
-    pub task: TaskView,
-}
-
 async fn start_run(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
@@ -61,20 +52,23 @@ async fn start_run(
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let request: RunRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
-    let submitted = o
-        .run_trigger(&id, request.input, request.idempotency_key, &caller)
+    let started = o
+        .start_run(
+            &id,
+            request.input,
+            request.idempotency_key.map(String::from),
+            Origin::Request,
+            &caller,
+        )
         .await?;
-    let status = match submitted {
-        Submitted::Created(_) => StatusCode::CREATED,
-        Submitted::Existing(_) => StatusCode::OK,
+    let status = match started {
+        RunStarted::Created(_) => StatusCode::CREATED,
+        RunStarted::Existing(_) => StatusCode::OK,
     };
-    let task = TaskView::new(submitted.record(), &o);
-    Ok((
-        status,
-        Json(RunView {
-            run_id: task.task_id,
-            trigger_id: id,
-            task,
-        }),
-    ))
+    let run_id = started.record().run_id;
+    let view = o
+        .run(run_id, &caller)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    Ok((status, Json(view)))
 }

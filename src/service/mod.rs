@@ -19,17 +19,20 @@ mod reads;
 mod reaper;
 mod request;
 mod run;
+mod runs;
 mod schemas;
+mod workflows;
 
 pub use caller::Caller;
 pub use dlq::DeadLetter;
 pub use request::TaskRequest;
 pub use run::Background;
+pub use runs::{Answer, RunView, StepView, Waiting};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -38,10 +41,10 @@ use crate::agent::AgentCard;
 use crate::bus::{Bus, BusConfig, BusError};
 use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
-use crate::store::{Applied, Change, NewTask, Store, StoreConfig, StoreError, Submitted};
+use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError, Submitted};
 use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
-use crate::trigger::Trigger;
+use crate::trigger::Triggers;
 use publisher::Publisher;
 use reaper::Deadlines;
 
@@ -228,8 +231,11 @@ struct Inner {
     claims: Claims,
     /// The static agent cards, by id; empty = accept any agent.
     cards: BTreeMap<AgentName, AgentCard>,
-    /// The triggers, by id.
-    triggers: BTreeMap<String, Trigger>,
+    /// The triggers, by id, with the files that did not load; replaced
+    /// whole when the directory changes.
+    triggers: RwLock<Arc<Triggers>>,
+    /// Advances workflow runs (the loop starts with `start`).
+    engine: workflows::Engine,
     /// The settings in force.
     config: ServiceConfig,
     /// The largest envelope the broker carries (from its max_payload).
@@ -257,7 +263,7 @@ impl Orchestrator {
         mut config: ServiceConfig,
         bus: Bus,
         cards: Vec<AgentCard>,
-        triggers: BTreeMap<String, Trigger>,
+        triggers: Triggers,
     ) -> Result<Orchestrator, ServiceError> {
         let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
@@ -284,6 +290,7 @@ impl Orchestrator {
         config.max_envelope_bytes = config.max_envelope_bytes.min(bus.max_payload());
         let (publisher, publish_queue) = publisher::channel();
         let (deadlines, deadline_queue) = reaper::channel();
+        let (engine, engine_queue) = workflows::channel();
         let jaeger_url = config.telemetry.jaeger_url(|k| std::env::var(k).ok());
         Ok(Orchestrator {
             inner: Arc::new(Inner {
@@ -291,7 +298,8 @@ impl Orchestrator {
                 bus,
                 claims,
                 cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
-                triggers,
+                triggers: RwLock::new(Arc::new(triggers)),
+                engine,
                 config,
                 max_envelope,
                 publisher,
@@ -303,6 +311,7 @@ impl Orchestrator {
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
+                    runs: engine_queue,
                 })),
             }),
         })
@@ -329,9 +338,25 @@ impl Orchestrator {
         &self.inner.cards
     }
 
-    /// The triggers.
-    pub fn triggers(&self) -> &BTreeMap<String, Trigger> {
-        &self.inner.triggers
+    /// The triggers as loaded now.
+    pub fn triggers(&self) -> Arc<Triggers> {
+        Arc::clone(
+            &self
+                .inner
+                .triggers
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Replaces the triggers (the directory changed): new runs use the new
+    /// definitions; a running run keeps the one it started with.
+    pub fn replace_triggers(&self, triggers: Triggers) {
+        *self
+            .inner
+            .triggers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(triggers);
     }
 
     /// The settings in force.
@@ -387,53 +412,8 @@ impl Orchestrator {
         request: TaskRequest,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
-        self.submit_with(request, Meta::default(), None, caller)
+        self.submit_with(request, Meta::default(), None, None, caller)
             .await
-    }
-
-    /// Starts a run of trigger `id` with `input`: its step becomes one task,
-    /// with the trigger id and system prompt in `payload.meta`.
-    pub async fn run_trigger(
-        &self,
-        id: &str,
-        input: serde_json::Value,
-        idempotency_key: Option<crate::envelope::IdempotencyKey>,
-        caller: &Caller,
-    ) -> Result<Submitted, ServiceError> {
-        let trigger = self
-            .inner
-            .triggers
-            .get(id)
-            .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
-        trigger
-            .check_input(&input)
-            .map_err(ServiceError::BadInput)?;
-        let step = &trigger.steps[0];
-        let context = serde_json::json!({ "input": input });
-        let params = crate::trigger::render(&step.params, &context).map_err(|e| {
-            ServiceError::BadInput(crate::codec::DecodeError::invalid("input", e.to_string()))
-        })?;
-        let request = TaskRequest {
-            to: step.agent.clone(),
-            action: step.action.clone(),
-            params,
-            idempotency_key,
-            priority: trigger.defaults.priority,
-            response_mode: None,
-            required_scopes: trigger.required_scopes.clone(),
-            callback_url: None,
-            deadline: None,
-            max_attempts: trigger.defaults.max_attempts,
-            correlation_id: None,
-        };
-        let meta = Meta {
-            trigger_id: Some(trigger.id.clone()),
-            system_prompt: step
-                .system_prompt
-                .clone()
-                .or_else(|| trigger.default_system_prompt.clone()),
-        };
-        self.submit_with(request, meta, None, caller).await
     }
 
     async fn submit_with(
@@ -441,6 +421,7 @@ impl Orchestrator {
         request: TaskRequest,
         meta: Meta,
         causation: Option<TaskId>,
+        step: Option<StepLink>,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
         let mut skill_scopes = Vec::new();
@@ -511,6 +492,7 @@ impl Orchestrator {
                 // the caller's `traceparent`) is the parent of every
                 // publish of the task.
                 trace: Some(StoredTrace::of(&tracing::Span::current())),
+                step,
             })
             .await?;
         if let Submitted::Created(record) = &submitted {
@@ -603,7 +585,13 @@ impl Orchestrator {
             correlation_id: Some(old.header.correlation_id.clone()),
         };
         let submitted = self
-            .submit_with(request, old.payload.meta.clone(), Some(task_id), caller)
+            .submit_with(
+                request,
+                old.payload.meta.clone(),
+                Some(task_id),
+                None,
+                caller,
+            )
             .await?;
         let new_id = submitted.record().task_id();
         self.inner

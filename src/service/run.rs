@@ -16,6 +16,7 @@ use crate::task::TaskState;
 pub(crate) struct Queues {
     pub(crate) publish: PublishQueue,
     pub(crate) deadlines: DeadlineQueue,
+    pub(crate) runs: super::workflows::EngineQueue,
 }
 
 /// The orchestrator's running background work.
@@ -102,8 +103,20 @@ impl Orchestrator {
             },
         };
         let reaping = tokio::spawn(reaper.run(queues.deadlines, stop.clone()));
+        let workflows = tokio::spawn(super::workflows::drive(
+            self.clone(),
+            queues.runs,
+            stop.clone(),
+        ));
         Ok(Background {
-            loops: vec![publishing, applier, dead_letters, sweeper, reaping],
+            loops: vec![
+                publishing,
+                applier,
+                dead_letters,
+                sweeper,
+                reaping,
+                workflows,
+            ],
             store: inner.store.clone(),
         })
     }

@@ -47,15 +47,11 @@ impl Schemas {
         let Some(validator) = self.0.get(&(agent.clone(), action.to_string())) else {
             return Ok(());
         };
-        let instance = Value::Object(params.clone());
-        let Some(error) = validator.iter_errors(&instance).next() else {
-            return Ok(());
-        };
-        let pointer = error.instance_path().to_string();
-        let field = format!("params{}", pointer.replace('/', "."));
-        Err(DecodeError::invalid(
-            field,
-            format!("{error} (the `{action}` skill's inputSchema)"),
-        ))
+        crate::codec::check_schema(
+            validator,
+            &Value::Object(params.clone()),
+            "params",
+            &format!("the `{action}` skill's inputSchema"),
+        )
     }
 }

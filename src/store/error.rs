@@ -69,6 +69,20 @@ pub enum StoreError {
     /// The idempotency scope is not a valid label.
     #[error("idempotency scope: {0}")]
     InvalidScope(String),
+    /// No run has this id.
+    #[error("run {0} not found")]
+    RunNotFound(crate::workflow::RunId),
+    /// The run refused the change.
+    #[error(transparent)]
+    RunRefused(#[from] crate::workflow::RunRefused),
+    /// The run's idempotency key belongs to another request.
+    #[error("idempotency key `{key}` was used for a different run request (run {existing})")]
+    RunKeyConflict {
+        /// The key.
+        key: String,
+        /// The run that owns it.
+        existing: crate::workflow::RunId,
+    },
 }
 
 impl StoreError {
@@ -80,7 +94,9 @@ impl StoreError {
             }
             StoreError::Decode { .. } => "store_corrupt",
             StoreError::Io(_) => "store_io",
-            StoreError::NotFound(_) => "not_found",
+            StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
+            StoreError::RunRefused(_) => "invalid_transition",
+            StoreError::RunKeyConflict { .. } => "idempotency_conflict",
             StoreError::DuplicateTask(_) => "duplicate_task",
             StoreError::IdempotencyConflict { .. } => "idempotency_conflict",
             StoreError::Transition { .. } => "invalid_transition",

@@ -13,7 +13,8 @@
 //! `idempotency` (scope/key → claim), `by_correlation` and `by_state`
 //! (index keys → nothing), `audit` (sequence → chained record),
 //! `audit_by_task` (task id + sequence → nothing: a task's history) and
-//! `meta` (format marker, audit head). A [`crate::task::TaskRecord`] is
+//! `meta` (format marker, audit head), and `runs` (workflow runs, their
+//! step links and keys: see `runs.rs`). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
 
 mod apply;
@@ -25,6 +26,7 @@ mod idempotency;
 mod keys;
 mod mark;
 mod migrate;
+mod runs;
 mod tasks;
 mod watch;
 mod writer;
@@ -34,6 +36,7 @@ pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
+pub use runs::{NewRun, RunStarted, StepLink};
 pub use tasks::{NewTask, Submitted};
 pub use watch::Watch;
 
@@ -112,6 +115,8 @@ struct Inner {
     audit: sled::Tree,
     /// task id / sequence → nothing: each task's audit records.
     audit_by_task: sled::Tree,
+    /// Workflow runs (see `runs.rs` for its keys).
+    runs: sled::Tree,
     /// Runs every change, batching those that arrive together into one
     /// transaction. Dropped before `commit`, so its last batch is flushed.
     writer: writer::Writer,
@@ -184,6 +189,7 @@ impl Store {
         let idempotency = open_tree("idempotency")?;
         let by_correlation = open_tree("by_correlation")?;
         let by_state = open_tree("by_state")?;
+        let runs = open_tree("runs")?;
         let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         Ok(Store {
@@ -198,6 +204,7 @@ impl Store {
                         audit: audit.clone(),
                         audit_by_task: audit_by_task.clone(),
                         meta: meta.clone(),
+                        runs: runs.clone(),
                     },
                     head,
                     Arc::clone(&commits),
@@ -218,6 +225,7 @@ impl Store {
                 by_state,
                 audit,
                 audit_by_task,
+                runs,
                 retention: config.idempotency_retention,
                 retry: config.retry,
                 watchers: watch::Watchers::default(),
@@ -327,6 +335,8 @@ struct Tx<'a> {
     audit_by_task: &'a sled::transaction::TransactionalTree,
     /// format marker and audit head.
     meta: &'a sled::transaction::TransactionalTree,
+    /// Workflow runs, their step links, keys and the live set.
+    runs: &'a sled::transaction::TransactionalTree,
 }
 
 /// How long [`Store::open`] waits for another holder of the store's lock.

@@ -26,6 +26,9 @@ pub struct NewTask {
     /// The span that created the task (its request's), as W3C trace
     /// context: each publish of the task is its child.
     pub trace: Option<crate::telemetry::context::StoredTrace>,
+    /// The workflow step this task is: a step is one task forever, so a
+    /// second submit for the same step returns the first task.
+    pub step: Option<super::StepLink>,
 }
 
 /// What [`Store::submit`] did.
@@ -129,8 +132,14 @@ impl Store {
             }),
         };
         let now_secs = now.unix_seconds();
+        let step = new.step;
         let outcome = self
             .transact(Box::new(move |tx, head| {
+                if let Some(link) = &step
+                    && let Some(existing) = super::runs::linked_task(tx, link)?
+                {
+                    return Ok((head, SubmitOutcome::Existing(existing)));
+                }
                 if let Some(bytes) = tx.idempotency.get(&idem_key)? {
                     let held: Claim =
                         keys::decode_value("idempotency", &idem_key, &bytes).map_err(abort)?;
@@ -157,6 +166,9 @@ impl Store {
                     .insert(correlation_key.as_slice(), &[][..])?;
                 tx.by_state
                     .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
+                if let Some(link) = &step {
+                    super::runs::link(tx, link, task_id)?;
+                }
                 let head = audit::append(tx, head, &entry, now)?;
                 Ok((head, SubmitOutcome::Created))
             }))

@@ -88,6 +88,7 @@ pub(crate) struct Trees {
     pub(crate) audit: sled::Tree,
     pub(crate) audit_by_task: sled::Tree,
     pub(crate) meta: sled::Tree,
+    pub(crate) runs: sled::Tree,
 }
 
 /// Handle to the writer thread; dropping it lets the thread finish the jobs
@@ -184,6 +185,7 @@ fn write_loop(
             &trees.audit,
             &trees.audit_by_task,
             &trees.meta,
+            &trees.runs,
         );
         let committed = all.transaction(
             |(
@@ -195,6 +197,7 @@ fn write_loop(
                 audit,
                 audit_by_task,
                 meta,
+                runs,
             )| {
                 let tx = Tx {
                     tasks,
@@ -205,6 +208,7 @@ fn write_loop(
                     audit,
                     audit_by_task,
                     meta,
+                    runs,
                 };
                 batch.iter().try_fold(head, |h, job| job.run(&tx, h))
             },

@@ -121,6 +121,37 @@ static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static RUNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_runs_total",
+        "Workflow runs started, and ended by state, by trigger.",
+        &["trigger", "state"],
+    )
+});
+
+static RUN_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    histogram_vec(
+        "orch_run_duration_seconds",
+        "From a workflow run's start to its end, by trigger and final state.",
+        &["trigger", "state"],
+        LATENCY,
+    )
+});
+
+/// Counts a run started.
+pub fn run_started(trigger: &str) {
+    RUNS.with_label_values(&[trigger, "started"]).inc();
+}
+
+/// Counts a run ended in `state`, and how long it took.
+pub fn run_ended(trigger: &str, state: &str, created_at: &Timestamp) {
+    RUNS.with_label_values(&[trigger, state]).inc();
+    let took = Timestamp::now().as_offset_date_time() - created_at.as_offset_date_time();
+    RUN_SECONDS
+        .with_label_values(&[trigger, state])
+        .observe(took.as_seconds_f64().max(0.0));
+}
+
 // --- workers ---
 
 static HANDLER_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
@@ -249,6 +280,8 @@ pub fn render() -> String {
     LazyLock::force(&FLUSH_SECONDS);
     LazyLock::force(&FLUSH_COMMITS);
     LazyLock::force(&TRANSACTION_JOBS);
+    LazyLock::force(&RUNS);
+    LazyLock::force(&RUN_SECONDS);
     LazyLock::force(&HANDLER_SECONDS);
     LazyLock::force(&RUNNING);
     prometheus::TextEncoder::new()

@@ -1,23 +1,36 @@
-//! Triggers (`triggers/*.yaml`, JSON also accepted): named entry points with
-//! a default system prompt, turned into tasks on demand.
+//! Triggers (`triggers/*.yaml`, JSON also accepted): named workflows with a
+//! default system prompt, an input schema and steps (docs/triggers.md).
 //!
-//! Built: single-step, on-demand triggers. A trigger with more than one
-//! step, or another `run_mode`, is refused with a message saying so.
+//! A file is read strictly: an unknown field, a wrong type or a step that
+//! is not one of the four kinds is reported with the file, the line and
+//! the field. After parsing, [`Trigger::problems`] finds what only the
+//! whole trigger shows (duplicate step ids, templates naming steps that
+//! have not run, a bad cron expression), and [`Trigger::problems_with`]
+//! checks it against the agents' cards.
 
+mod check;
+mod locate;
+mod step;
 mod template;
 
-pub use template::{TemplateError, paths, render};
+pub use check::Problem;
+pub use locate::line_of;
+pub use step::{
+    Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep,
+};
+pub use template::{TemplateError, condition, paths, render, render_text};
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
-use crate::agent::AgentCard;
-use crate::codec::{self, DecodeError, Strictness, Validate};
-use crate::envelope::{Action, AgentName, Priority, Scope};
+use crate::codec::DecodeError;
+use crate::envelope::{Priority, ResponseMode, Scope};
 
 /// One trigger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,248 +38,389 @@ pub struct Trigger {
     /// Its id, used in URLs and the CLI.
     pub id: String,
     /// A name for people.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// What it does.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The system prompt put in each task's `payload.meta`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_system_prompt: Option<String>,
-    /// Scopes its tasks need.
+    /// The scopes its runs need: whoever starts a run must hold them, and
+    /// every step's skill scopes must be among them.
     #[serde(default)]
     pub required_scopes: Vec<Scope>,
-    /// How it is started; only `on_demand` is built.
+    /// How runs start.
     #[serde(default)]
     pub run_mode: RunMode,
-    /// Defaults for its tasks.
+    /// When runs start (`run_mode: schedule`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// The subject whose messages start runs (`run_mode: event`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<EventSource>,
+    /// Defaults for its steps' tasks.
     #[serde(default)]
     pub defaults: Defaults,
-    /// A JSON Schema for the input; `required` and property `type`s are checked.
-    #[serde(default)]
+    /// How long a run may take, approvals included; past it the run fails
+    /// and its running steps are canceled.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline: Option<Duration>,
+    /// A JSON Schema for the input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_schema: Option<Value>,
-    /// The steps; exactly one for now.
+    /// The steps, run in order.
     pub steps: Vec<Step>,
 }
 
-/// How a trigger is started.
+/// How a trigger's runs start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunMode {
     /// By an API call or `orchestrator trigger`.
     #[default]
     OnDemand,
-    /// On a schedule (not built).
+    /// On the trigger's `schedule` (API calls may start runs too).
     Schedule,
-    /// On a bus event (not built).
+    /// One run per message on the trigger's `event.subject` (API calls
+    /// may start runs too).
     Event,
 }
 
-/// Task defaults of a trigger.
+/// When a scheduled trigger fires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// A cron expression (5 fields, or 6 with seconds), in UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// A fixed interval (`10m`).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub every: Option<Duration>,
+    /// What happens to times missed while the orchestrator was down.
+    #[serde(default)]
+    pub catch_up: CatchUp,
+    /// What happens when a time comes while the last run is still going.
+    #[serde(default)]
+    pub overlap: Overlap,
+    /// The input of each run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+/// Missed times after downtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// Missed times are skipped; the next one on the schedule runs.
+    #[default]
+    Skip,
+    /// One run makes up for every missed time.
+    RunOnce,
+}
+
+/// A time that comes while the schedule's last run is unfinished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// No run for that time.
+    #[default]
+    Skip,
+    /// The run starts when the unfinished one ends (at most one waits).
+    Queue,
+    /// The run starts anyway.
+    Allow,
+}
+
+/// The subject an event trigger listens on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventSource {
+    /// A NATS subject (wildcards allowed); each message's JSON body is
+    /// the run's input.
+    pub subject: String,
+}
+
+/// Task defaults of a trigger; a step may override each.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Defaults {
-    /// Attempt budget.
-    #[serde(default)]
+    /// Attempt budget of each task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<NonZeroU32>,
     /// Queue priority.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
-    /// Kept for the workflow engine; not applied yet.
-    #[serde(default)]
-    pub timeout: Option<String>,
+    /// How long a step's task may take, attempts included.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// The tasks' response mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_mode: Option<ResponseMode>,
 }
 
-/// One step: a task for an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Step {
-    /// The step's id.
-    pub id: String,
-    /// The agent that runs it.
-    pub agent: AgentName,
-    /// The skill.
-    pub action: Action,
-    /// Parameters, with `{{ input.* }}` placeholders.
-    #[serde(default)]
-    pub params: Map<String, Value>,
-    /// Overrides the trigger's system prompt.
-    #[serde(default)]
-    pub system_prompt: Option<String>,
-}
-
-impl Validate for Trigger {
-    fn validate(&self) -> Result<(), DecodeError> {
-        let id_ok = !self.id.is_empty()
-            && self.id.len() <= 64
-            && self
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !id_ok {
-            return Err(DecodeError::invalid(
-                "id",
-                "must be 1 to 64 of a-z, 0-9, `-` and `_`",
-            ));
-        }
-        if self.run_mode != RunMode::OnDemand {
-            return Err(DecodeError::invalid(
-                "run_mode",
-                "only `on_demand` triggers are built so far",
-            ));
-        }
-        if self.steps.len() != 1 {
-            return Err(DecodeError::invalid(
-                "steps",
-                format!(
-                    "has {} steps; multi-step workflows are not built yet, so a trigger has exactly one",
-                    self.steps.len()
-                ),
-            ));
-        }
-        for path in paths(&self.steps[0].params) {
-            if !path.starts_with("input.") && path != "input" {
-                return Err(DecodeError::invalid(
-                    "steps[0].params",
-                    format!("`{{{{ {path} }}}}`: a single-step trigger can only use `input.*`"),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Why a trigger file could not be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
+/// Why a trigger file could not be used: one problem, where it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}{}: {}{message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default(), field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
 pub struct TriggerError {
     /// The file.
-    pub path: PathBuf,
-    /// What is wrong (with the field, and the line for YAML syntax).
+    pub file: PathBuf,
+    /// The line, when it could be found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The field (`steps[1].agent`), when the problem has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What is wrong.
     pub message: String,
 }
 
 impl Trigger {
-    /// Reads one trigger file (`.yaml`, `.yml` or `.json`).
-    pub fn load(path: &Path) -> Result<Trigger, TriggerError> {
-        let error = |message: String| TriggerError {
-            path: path.to_path_buf(),
-            message,
-        };
-        let bytes = std::fs::read(path).map_err(|e| error(e.to_string()))?;
-        let is_json = path.extension().is_some_and(|e| e == "json");
-        let json = if is_json {
-            bytes
+    /// Reads one trigger file (`.yaml`, `.yml` or `.json`) and checks it on
+    /// its own; every problem found is returned.
+    pub fn load(path: &Path) -> Result<Trigger, Vec<TriggerError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![TriggerError {
+                file: path.to_path_buf(),
+                line: None,
+                field: None,
+                message: e.to_string(),
+            }]
+        })?;
+        let trigger = parse(&text).map_err(|(field, line, message)| {
+            vec![TriggerError {
+                file: path.to_path_buf(),
+                line: line.or_else(|| field.as_deref().and_then(|f| line_of(&text, f))),
+                field,
+                message,
+            }]
+        })?;
+        let problems = trigger.problems();
+        if problems.is_empty() {
+            Ok(trigger)
         } else {
-            let value: Value =
-                serde_norway::from_slice(&bytes).map_err(|e| error(format!("YAML: {e}")))?;
-            serde_json::to_vec(&value).map_err(|e| error(e.to_string()))?
-        };
-        codec::decode(&json, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
-            .map_err(|e| error(e.to_string()))
+            Err(locate(path, &text, problems))
+        }
     }
 
     /// Reads every trigger file in `dir`. A broken file is reported and
-    /// skipped; the others load.
+    /// skipped; the others load. Two files with one id: the second is
+    /// reported.
     pub fn load_dir(dir: &Path) -> (BTreeMap<String, Trigger>, Vec<TriggerError>) {
-        let mut triggers = BTreeMap::new();
-        let mut errors = Vec::new();
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) => {
-                errors.push(TriggerError {
-                    path: dir.to_path_buf(),
-                    message: e.to_string(),
-                });
-                return (triggers, errors);
-            }
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.extension()
-                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-            })
-            .collect();
-        paths.sort();
-        for path in paths {
-            match Trigger::load(&path) {
-                Ok(t) if triggers.contains_key(&t.id) => errors.push(TriggerError {
-                    path,
-                    message: format!("id `{}` is used by another trigger", t.id),
-                }),
-                Ok(t) => {
-                    triggers.insert(t.id.clone(), t);
-                }
-                Err(e) => errors.push(e),
-            }
-        }
+        let (files, errors) = load_files(dir);
+        let triggers = files.into_iter().map(|(_, t)| (t.id.clone(), t)).collect();
         (triggers, errors)
     }
 
-    /// Checks the trigger against the known agents: the step's agent exists
-    /// and has the action.
-    pub fn check_agents(&self, cards: &BTreeMap<AgentName, AgentCard>) -> Result<(), String> {
-        let step = &self.steps[0];
-        let card = cards
-            .get(&step.agent)
-            .ok_or_else(|| format!("steps[0].agent: no agent `{}` is known", step.agent))?;
-        if card.skill(step.action.as_str()).is_none() {
-            return Err(format!(
-                "steps[0].action: agent `{}` has no skill `{}`",
-                step.agent, step.action
-            ));
-        }
-        Ok(())
+    /// A digest of the definition: a run records the one it started with.
+    pub fn hash(&self) -> String {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(Sha256::digest(&bytes))
     }
 
-    /// Checks `input` against `input_schema`'s `required` list and property
-    /// `type`s, naming the first field that fails.
+    /// Every step, branches and compensations included, depth first.
+    pub fn all_steps(&self) -> Vec<&Step> {
+        self.steps.iter().flat_map(Step::walk).collect()
+    }
+
+    /// The step with this id, wherever it is.
+    pub fn step(&self, id: &str) -> Option<&Step> {
+        self.all_steps().into_iter().find(|s| s.id == id)
+    }
+
+    /// Checks `input` against `input_schema`, naming the first field that
+    /// fails.
     pub fn check_input(&self, input: &Value) -> Result<(), DecodeError> {
         let Some(schema) = &self.input_schema else {
             return Ok(());
         };
-        if schema.get("type").and_then(Value::as_str) == Some("object") && !input.is_object() {
-            return Err(DecodeError::invalid("input", "must be an object"));
-        }
-        for name in schema
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            if input.get(name).is_none() {
-                return Err(DecodeError::MissingField {
-                    field: format!("input.{name}"),
-                });
-            }
-        }
-        let properties = schema.get("properties").and_then(Value::as_object);
-        for (name, spec) in properties.into_iter().flatten() {
-            let (Some(value), Some(want)) =
-                (input.get(name), spec.get("type").and_then(Value::as_str))
-            else {
-                continue;
-            };
-            let ok = match want {
-                "string" => value.is_string(),
-                "number" => value.is_number(),
-                "integer" => value.is_i64() || value.is_u64(),
-                "boolean" => value.is_boolean(),
-                "object" => value.is_object(),
-                "array" => value.is_array(),
-                "null" => value.is_null(),
-                _ => true,
-            };
-            if !ok {
-                return Err(DecodeError::invalid(
-                    format!("input.{name}"),
-                    format!("must be of type {want}"),
-                ));
-            }
-        }
-        Ok(())
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| DecodeError::invalid("input_schema", e.to_string()))?;
+        crate::codec::check_schema(
+            &validator,
+            input,
+            "input",
+            &format!("trigger `{}`'s input_schema", self.id),
+        )
     }
+}
+
+/// The triggers loaded from a directory, and what could not be loaded.
+#[derive(Debug, Clone, Default)]
+pub struct Triggers {
+    /// The usable triggers, by id.
+    pub loaded: BTreeMap<String, std::sync::Arc<Trigger>>,
+    /// Every problem found, by file and line; those files are skipped.
+    pub errors: Vec<TriggerError>,
+}
+
+impl Triggers {
+    /// Loads `dir` and checks each trigger against `cards` (when there are
+    /// cards): a trigger with a problem is skipped and its problems kept.
+    pub fn load(
+        dir: &Path,
+        cards: &BTreeMap<crate::envelope::AgentName, crate::agent::AgentCard>,
+    ) -> Triggers {
+        let (files, mut errors) = load_files(dir);
+        let mut loaded = BTreeMap::new();
+        for (file, trigger) in files {
+            let problems = if cards.is_empty() {
+                Vec::new()
+            } else {
+                trigger.problems_with(cards)
+            };
+            if problems.is_empty() {
+                loaded.insert(trigger.id.clone(), std::sync::Arc::new(trigger));
+            } else {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                errors.extend(locate(&file, &text, problems));
+            }
+        }
+        Triggers { loaded, errors }
+    }
+
+    /// Triggers given directly (tests, embedding).
+    pub fn of(triggers: impl IntoIterator<Item = Trigger>) -> Triggers {
+        Triggers {
+            loaded: triggers
+                .into_iter()
+                .map(|t| (t.id.clone(), std::sync::Arc::new(t)))
+                .collect(),
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// Every trigger file of `dir` that loads, with its path, and the
+/// problems of those that do not; a second file with an id already seen
+/// is a problem.
+fn load_files(dir: &Path) -> (Vec<(PathBuf, Trigger)>, Vec<TriggerError>) {
+    let mut files: Vec<(PathBuf, Trigger)> = Vec::new();
+    let mut errors = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            errors.push(TriggerError {
+                file: dir.to_path_buf(),
+                line: None,
+                field: None,
+                message: e.to_string(),
+            });
+            return (files, errors);
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| is_trigger_file(p))
+        .collect();
+    paths.sort();
+    for path in paths {
+        match Trigger::load(&path) {
+            Ok(t) if files.iter().any(|(_, f)| f.id == t.id) => errors.push(TriggerError {
+                line: std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|text| line_of(&text, "id")),
+                file: path,
+                field: Some("id".into()),
+                message: format!("`{}` is the id of another trigger", t.id),
+            }),
+            Ok(t) => files.push((path, t)),
+            Err(e) => errors.extend(e),
+        }
+    }
+    (files, errors)
+}
+
+/// Whether `path` names a trigger file (by its extension).
+pub fn is_trigger_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+}
+
+/// Turns problems found after parsing into errors with lines.
+pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<TriggerError> {
+    problems
+        .into_iter()
+        .map(|p| TriggerError {
+            file: file.to_path_buf(),
+            line: line_of(text, &p.path),
+            field: Some(p.path),
+            message: p.message,
+        })
+        .collect()
+}
+
+/// Parses a trigger from YAML (JSON is YAML too), strictly: the error is
+/// (field, line, message).
+fn parse(text: &str) -> Result<Trigger, (Option<String>, Option<usize>, String)> {
+    let mut unknown: Option<String> = None;
+    let de = serde_norway::Deserializer::from_str(text);
+    let mut track = serde_path_to_error::Track::new();
+    let parsed: Result<Trigger, _> = {
+        let mut note = |path: serde_ignored::Path<'_>| {
+            if unknown.is_none() {
+                unknown = Some(path.to_string());
+            }
+        };
+        let ignored = serde_ignored::Deserializer::new(de, &mut note);
+        let tracked = serde_path_to_error::Deserializer::new(ignored, &mut track);
+        serde::Deserialize::deserialize(tracked)
+    };
+    match parsed {
+        Ok(trigger) => match unknown {
+            Some(field) => Err((Some(bracketed(&field)), None, "unknown field".into())),
+            None => Ok(trigger),
+        },
+        Err(e) => {
+            let path = track.path().to_string();
+            let field = (path != "." && !path.is_empty()).then_some(path);
+            // The field's own line when it can be found; serde_norway's
+            // location otherwise (a syntax error has no field).
+            let line = field
+                .as_deref()
+                .and_then(|f| line_of(text, f))
+                .or_else(|| e.location().map(|l| l.line()));
+            // serde_norway's message is "<its path>: <what> at line N
+            // column M"; the field and line are reported separately.
+            let mut message = e.to_string();
+            if let Some(i) = message.rfind(" at line ") {
+                message.truncate(i);
+            }
+            if let Some((head, rest)) = message.split_once(": ")
+                && !head.contains(' ')
+                && field.as_deref().is_some_and(|f| f.starts_with(head))
+            {
+                message = rest.to_string();
+            }
+            Err((field, line, message))
+        }
+    }
+}
+
+/// `steps.0.foo` (serde_ignored's form) as `steps[0].foo`.
+fn bracketed(path: &str) -> String {
+    let mut out = String::new();
+    for part in path.split('.') {
+        if part.bytes().all(|b| b.is_ascii_digit()) && !part.is_empty() {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -283,13 +437,13 @@ mod tests {
     const GOOD: &str = "id: summarize\ndefault_system_prompt: Be brief.\ninput_schema: { type: object, required: [query], properties: { query: { type: string } } }\nsteps:\n  - id: search\n    agent: knowledge-agent\n    action: search:kb\n    params: { query: \"{{ input.query }}\" }\n";
 
     #[test]
-    fn a_directory_loads_good_files_and_reports_broken_ones() {
+    fn a_directory_loads_good_files_and_reports_broken_ones_with_lines() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "a.yaml", GOOD);
         write(
             dir.path(),
             "b.yaml",
-            "id: two\nsteps:\n  - {id: a, agent: x, action: y}\n  - {id: b, agent: x, action: y}\n",
+            "id: two\nsteps:\n  - id: a\n    agent: x\n    action: y\n  - id: b\n    agent: x\n    action: y\n    agnet: x\n",
         );
         write(dir.path(), "c.yml", "id: [unclosed\n");
         write(
@@ -297,18 +451,24 @@ mod tests {
             "d.json",
             r#"{"id": "d", "steps": [{"id": "s", "agent": "x", "action": "y"}], "colour": 1}"#,
         );
+        write(
+            dir.path(),
+            "e.yaml",
+            &GOOD.replace("id: search", "id: Search"),
+        );
         write(dir.path(), "notes.txt", "ignored");
         let (triggers, errors) = Trigger::load_dir(dir.path());
         assert_eq!(triggers.keys().collect::<Vec<_>>(), ["summarize"]);
         let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert_eq!(errors[0].line, Some(9), "{}", messages[0]);
         assert!(
-            messages[0].contains("b.yaml") && messages[0].contains("multi-step"),
+            messages[0].ends_with("b.yaml:9: steps[1].agnet: unknown field"),
             "{}",
             messages[0]
         );
         assert!(
-            messages[1].contains("c.yml") && messages[1].contains("line"),
+            messages[1].contains("c.yml:") && errors[1].line.is_some(),
             "{}",
             messages[1]
         );
@@ -317,6 +477,11 @@ mod tests {
             "{}",
             messages[2]
         );
+        assert!(
+            messages[3].contains("e.yaml:5") && messages[3].contains("Search"),
+            "{}",
+            messages[3]
+        );
     }
 
     #[test]
@@ -324,10 +489,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = Trigger::load(&write(dir.path(), "a.yaml", GOOD)).unwrap();
         assert!(t.check_input(&json!({"query": "x"})).is_ok());
-        assert_eq!(
-            t.check_input(&json!({})).unwrap_err().field(),
-            Some("input.query")
-        );
+        assert!(t.check_input(&json!({})).is_err());
         assert_eq!(
             t.check_input(&json!({"query": 1})).unwrap_err().field(),
             Some("input.query")
@@ -336,10 +498,18 @@ mod tests {
     }
 
     #[test]
-    fn steps_may_only_use_the_input() {
+    fn a_definition_survives_a_round_trip_and_its_hash_follows_it() {
         let dir = tempfile::tempdir().unwrap();
-        let text = GOOD.replace("input.query", "steps.other.result");
-        let err = Trigger::load(&write(dir.path(), "a.yaml", &text)).unwrap_err();
-        assert!(err.message.contains("steps.other.result"), "{err}");
+        let t = Trigger::load(&write(dir.path(), "a.yaml", GOOD)).unwrap();
+        let back: Trigger = serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.hash(), t.hash());
+        let other = Trigger::load(&write(
+            dir.path(),
+            "b.yaml",
+            &GOOD.replace("Be brief", "Be long"),
+        ))
+        .unwrap();
+        assert_ne!(other.hash(), t.hash());
     }
 }

@@ -60,6 +60,7 @@ pub fn new_task(env: Envelope) -> NewTask {
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
             tracestate: None,
         }),
+        step: None,
     }
 }
 

@@ -1,7 +1,6 @@
 //! A whole system for tests: a real nats-server, an orchestrator serving
 //! HTTP on a free port, and in-process workers.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +11,7 @@ use orchestrator::auth::settings::key_dir;
 use orchestrator::bus::{Bus, BusConfig};
 use orchestrator::service::{Orchestrator, ServiceConfig};
 use orchestrator::task::RetryPolicy;
-use orchestrator::trigger::Trigger;
+use orchestrator::trigger::Triggers;
 use orchestrator::worker::{Handler, Worker, WorkerConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +24,7 @@ pub struct System {
     pub http: String,
     pub data: tempfile::TempDir,
     pub bus_config: BusConfig,
-    pub triggers: BTreeMap<String, Trigger>,
+    pub triggers: Triggers,
     pub client: reqwest::Client,
     /// Settings the orchestrator starts with (paths and broker filled in).
     pub service: ServiceConfig,
@@ -115,7 +114,7 @@ impl System {
             http: String::new(),
             data,
             bus_config,
-            triggers: BTreeMap::new(),
+            triggers: Triggers::default(),
             client: client_with(admin_key.as_deref()),
             service,
             admin_key,

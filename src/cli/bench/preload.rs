@@ -73,6 +73,7 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
             fingerprint,
             actor: "bench".into(),
             trace: None,
+            step: None,
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -1,0 +1,189 @@
+//! `/v1/runs`: read runs, answer their approval gates, cancel them.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{ApiError, Requester};
+use crate::codec::{self, DecodeError, Strictness, Validate};
+use crate::service::{Answer, Orchestrator, RunView};
+use crate::workflow::{RunId, RunState};
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/v1/runs", get(list))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/approve", post(approve))
+        .route("/v1/runs/{id}/reject", post(reject))
+        .route("/v1/runs/{id}/input", post(input))
+        .route("/v1/runs/{id}/cancel", post(cancel))
+}
+
+fn parse_id(id: &str) -> Result<RunId, ApiError> {
+    id.parse().map_err(|e: String| ApiError::bad_param("id", e))
+}
+
+/// `GET /v1/runs/{id}?wait=30s`: with `wait`, answers once the run has
+/// ended or waits at a gate, or when `wait` has passed (a long poll, at
+/// most the request timeout less a second).
+#[derive(Deserialize)]
+struct GetQuery {
+    wait: Option<String>,
+}
+
+/// How often a long poll looks at the run again.
+const POLL: Duration = Duration::from_millis(100);
+
+async fn get_run(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Path(id): Path<String>,
+    Query(q): Query<GetQuery>,
+) -> Result<Json<RunView>, ApiError> {
+    let id = parse_id(&id)?;
+    let not_found = || ApiError::not_found(format!("run {id} not found"));
+    let wait = match q.wait {
+        None => Duration::ZERO,
+        Some(w) => {
+            let w = humantime::parse_duration(&w).map_err(|e| {
+                ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
+            })?;
+            w.min(
+                o.config()
+                    .http_request_timeout
+                    .saturating_sub(Duration::from_secs(1)),
+            )
+        }
+    };
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let view = o.run(id, &caller).await?.ok_or_else(not_found)?;
+        let settled = view.state.is_terminal() || view.state == RunState::InputRequired;
+        if settled || tokio::time::Instant::now() >= until {
+            return Ok(Json(view));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    trigger_id: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// A page of runs, newest first; `next_cursor` continues it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunPage {
+    /// The runs.
+    pub runs: Vec<RunView>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next_cursor: Option<RunId>,
+}
+
+async fn list(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let limit = super::page_size(q.limit, 50);
+    let cursor = q.cursor.as_deref().map(parse_id).transpose()?;
+    let state = q
+        .state
+        .as_deref()
+        .map(|s| {
+            s.parse::<RunState>()
+                .map_err(|e| ApiError::bad_param("state", e))
+        })
+        .transpose()?;
+    let fetched = o
+        .runs(q.trigger_id.as_deref(), state, cursor, limit + 1, &caller)
+        .await?;
+    let (runs, next_cursor) = super::page(fetched, limit, |r: &RunView| r.run_id);
+    Ok(Json(RunPage { runs, next_cursor }))
+}
+
+/// The body of approve, reject, input and cancel (all optional but
+/// `input` for `/input`).
+#[derive(Debug, Default, Deserialize)]
+struct AnswerBody {
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+impl Validate for AnswerBody {
+    fn validate(&self) -> Result<(), DecodeError> {
+        Ok(())
+    }
+}
+
+fn body(o: &Orchestrator, bytes: &Bytes) -> Result<AnswerBody, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(AnswerBody::default());
+    }
+    Ok(codec::decode(
+        bytes,
+        Strictness::Strict,
+        o.config().max_envelope_bytes,
+    )?)
+}
+
+async fn answer(
+    o: Orchestrator,
+    caller: crate::service::Caller,
+    id: String,
+    bytes: Bytes,
+    answer: Answer,
+) -> Result<Json<RunView>, ApiError> {
+    let b = body(&o, &bytes)?;
+    let view = o
+        .answer(parse_id(&id)?, answer, b.reason, b.input, &caller)
+        .await?;
+    Ok(Json(view))
+}
+
+async fn approve(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<RunView>, ApiError> {
+    answer(o, caller, id, bytes, Answer::Approve).await
+}
+
+async fn reject(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<RunView>, ApiError> {
+    answer(o, caller, id, bytes, Answer::Reject).await
+}
+
+async fn input(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<RunView>, ApiError> {
+    answer(o, caller, id, bytes, Answer::Input).await
+}
+
+async fn cancel(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<RunView>, ApiError> {
+    let b = body(&o, &bytes)?;
+    Ok(Json(o.cancel_run(parse_id(&id)?, b.reason, &caller).await?))
+}

@@ -1,0 +1,481 @@
+//! Workflow runs as callers use them: start one, read one or a list (with
+//! every step's state), answer an approval gate, cancel.
+//!
+//! A caller sees its own runs, or every run with `orch:tasks:read_all`;
+//! it answers the gates of its own runs, or of every run with
+//! `orch:runs:approve`; it cancels its own runs, or every run with
+//! `orch:tasks:cancel_all`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Caller, Orchestrator, ServiceError};
+use crate::access::grants;
+use crate::codec::DecodeError;
+use crate::envelope::{CorrelationId, TaskId, Timestamp};
+use crate::event::ErrorInfo;
+use crate::store::{Fingerprint, NewRun, RunStarted, StoreError};
+use crate::task::TaskState;
+use crate::telemetry::context::StoredTrace;
+use crate::trigger::{StepKind, Trigger};
+use crate::workflow::{
+    CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
+    RunState, StepState, StepTask, plan,
+};
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    /// Its id.
+    pub run_id: RunId,
+    /// The trigger it runs.
+    pub trigger_id: String,
+    /// Where it stands.
+    pub state: RunState,
+    /// Its input.
+    pub input: Value,
+    /// Its result (the last step's), once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The gate it waits at, when `input_required`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// Who started it.
+    pub started_by: String,
+    /// How.
+    pub origin: Origin,
+    /// The digest of the definition it runs.
+    pub definition_hash: String,
+    /// Shared by its tasks.
+    pub correlation_id: CorrelationId,
+    /// Its trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The trace's page in the Jaeger UI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_url: Option<String>,
+    /// When it must have ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// A cancel asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<CancelRequest>,
+    /// Every step, in definition order (branches after their step).
+    pub steps: Vec<StepView>,
+    /// When it started.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The gate a run waits at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The approval step.
+    pub step: String,
+    /// What the person is asked.
+    pub prompt: String,
+}
+
+/// One step of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepView {
+    /// Its id.
+    pub id: String,
+    /// `task`, `parallel`, `approval` or `route`.
+    pub kind: String,
+    /// The parallel step it is a branch of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_of: Option<String>,
+    /// The step it compensates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensates: Option<String>,
+    /// Where it stands.
+    pub state: StepState,
+    /// Its task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    /// Its task's own state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<TaskState>,
+    /// The agent its task is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Its task's attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The answer at its gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// Its router's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteChoice>,
+    /// When its task was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// When its task ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Timestamp>,
+}
+
+/// A person's answer at a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Go on.
+    Approve,
+    /// Stop: the run ends `rejected`.
+    Reject,
+    /// Go on, with this input (the step's result carries it).
+    Input,
+}
+
+impl Orchestrator {
+    /// Starts a run of trigger `id` with `input` (checked against its
+    /// schema) for `caller`, who must hold the trigger's scopes. The same
+    /// idempotency key with the same input returns the run it started.
+    pub async fn start_run(
+        &self,
+        id: &str,
+        input: Value,
+        idempotency_key: Option<String>,
+        origin: Origin,
+        caller: &Caller,
+    ) -> Result<RunStarted, ServiceError> {
+        let trigger = self
+            .trigger(id)
+            .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
+        trigger
+            .check_input(&input)
+            .map_err(ServiceError::BadInput)?;
+        caller.require(
+            format_args!("trigger `{id}`"),
+            trigger.required_scopes.iter().map(|s| s.as_str()),
+        )?;
+        let run_id = RunId::new();
+        let span = crate::telemetry::spans::run_started(id, &run_id.to_string());
+        let now = Timestamp::now();
+        let record = RunRecord {
+            run_id,
+            trigger_id: trigger.id.clone(),
+            definition: serde_json::to_value(&*trigger).map_err(|e| {
+                ServiceError::BadInput(DecodeError::invalid("trigger", e.to_string()))
+            })?,
+            definition_hash: trigger.hash(),
+            input: input.clone(),
+            origin,
+            started_by: caller.principal.clone(),
+            grants: caller.grants.clone(),
+            correlation_id: run_id
+                .to_string()
+                .parse()
+                .map_err(|e: String| ServiceError::BadInput(DecodeError::invalid("run_id", e)))?,
+            state: RunState::Working,
+            result: None,
+            error: None,
+            decisions: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            step_errors: BTreeMap::new(),
+            cancel: None,
+            deadline: trigger.deadline.map(|d| now.after(d)),
+            trace: Some(StoredTrace::of(&span)),
+            created_at: now,
+            updated_at: now,
+        };
+        let started = self
+            .inner
+            .store
+            .start_run(NewRun {
+                record,
+                key: idempotency_key.map(|k| (caller.principal.clone(), k)),
+                fingerprint: Fingerprint::of(&(id, &input)),
+            })
+            .await?;
+        if let RunStarted::Created(r) = &started {
+            crate::telemetry::metrics::run_started(id);
+            span.in_scope(|| tracing::info!(run_id = %r.run_id, trigger_id = %id, "run started"));
+            self.inner.engine.nudge(r.run_id);
+        }
+        Ok(started)
+    }
+
+    /// The trigger with this id, as loaded now.
+    pub fn trigger(&self, id: &str) -> Option<std::sync::Arc<Trigger>> {
+        self.triggers().loaded.get(id).cloned()
+    }
+
+    /// Whether the caller may see the run.
+    fn may_see_run(caller: &Caller, run: &RunRecord) -> bool {
+        run.started_by == caller.principal || caller.grants.covers(grants::READ_ALL)
+    }
+
+    /// The run with this id, if the caller may see it.
+    pub async fn run(&self, id: RunId, caller: &Caller) -> Result<Option<RunView>, ServiceError> {
+        let store = &self.inner.store;
+        let Some(run) = store.run(id)?.filter(|r| Self::may_see_run(caller, r)) else {
+            return Ok(None);
+        };
+        let view = self.view(run)?;
+        store.settled().await?;
+        Ok(Some(view))
+    }
+
+    /// Up to `limit` runs the caller may see, newest first, before run
+    /// `before`, of trigger `trigger` and in `state` when given.
+    pub async fn runs(
+        &self,
+        trigger: Option<&str>,
+        state: Option<RunState>,
+        before: Option<RunId>,
+        limit: usize,
+        caller: &Caller,
+    ) -> Result<Vec<RunView>, ServiceError> {
+        let store = &self.inner.store;
+        let mut out = Vec::new();
+        let mut cursor = before;
+        // A caller who sees only its own runs walks past the others.
+        while out.len() < limit {
+            let page = store.runs(trigger, state, cursor, limit.max(50))?;
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.run_id);
+            let full = page.len() >= limit.max(50);
+            for run in page {
+                if out.len() < limit && Self::may_see_run(caller, &run) {
+                    out.push(self.view(run)?);
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        store.settled().await?;
+        Ok(out)
+    }
+
+    /// Answers the gate run `id` waits at, as `caller`, with `reason` (and
+    /// `input` for [`Answer::Input`], checked against the gate's schema).
+    pub async fn answer(
+        &self,
+        id: RunId,
+        answer: Answer,
+        reason: String,
+        input: Option<Value>,
+        caller: &Caller,
+    ) -> Result<RunView, ServiceError> {
+        let store = &self.inner.store;
+        let run = store
+            .run(id)?
+            .filter(|r| Self::may_see_run(caller, r))
+            .ok_or(StoreError::RunNotFound(id))?;
+        if run.started_by != caller.principal {
+            caller.require("answering another principal's run", [grants::RUNS_APPROVE])?;
+        }
+        let view = self.view(run)?;
+        let waiting = view
+            .waiting
+            .ok_or(StoreError::RunRefused(RunRefused::NotWaiting {
+                run: id,
+                step: None,
+            }))?;
+        if answer == Answer::Input {
+            let input = input.as_ref().ok_or_else(|| {
+                ServiceError::BadInput(DecodeError::MissingField {
+                    field: "input".into(),
+                })
+            })?;
+            let trigger: Trigger =
+                serde_json::from_value(store.run(id)?.map(|r| r.definition).unwrap_or_default())
+                    .map_err(|e| {
+                        ServiceError::BadInput(DecodeError::invalid("definition", e.to_string()))
+                    })?;
+            if let Some(StepKind::Approval(a)) = trigger.step(&waiting.step).map(|s| &s.kind)
+                && let Some(schema) = &a.input_schema
+            {
+                let validator = jsonschema::validator_for(schema).map_err(|e| {
+                    ServiceError::BadInput(DecodeError::invalid("input_schema", e.to_string()))
+                })?;
+                crate::codec::check_schema(
+                    &validator,
+                    input,
+                    "input",
+                    &format!("step `{}`'s input_schema", waiting.step),
+                )
+                .map_err(ServiceError::BadInput)?;
+            }
+        }
+        let decision = Decision {
+            approved: answer != Answer::Reject,
+            by: caller.principal.clone(),
+            reason,
+            input,
+            at: Timestamp::now(),
+        };
+        let change = RunChange::Decide {
+            step: waiting.step,
+            decision,
+        };
+        store.change_run(id, change, &caller.principal).await?;
+        self.inner.engine.nudge(id);
+        self.run(id, caller)
+            .await?
+            .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))
+    }
+
+    /// Cancels run `id` (idempotent while it runs): its running steps are
+    /// canceled and it ends `canceled`.
+    pub async fn cancel_run(
+        &self,
+        id: RunId,
+        reason: String,
+        caller: &Caller,
+    ) -> Result<RunView, ServiceError> {
+        let store = &self.inner.store;
+        let run = store
+            .run(id)?
+            .filter(|r| Self::may_see_run(caller, r))
+            .ok_or(StoreError::RunNotFound(id))?;
+        if run.started_by != caller.principal {
+            caller.require("canceling another principal's run", [grants::CANCEL_ALL])?;
+        }
+        let request = CancelRequest {
+            by: caller.principal.clone(),
+            reason,
+            at: Timestamp::now(),
+        };
+        match store
+            .change_run(id, RunChange::Cancel(request), &caller.principal)
+            .await
+        {
+            Ok(_) => {}
+            // Canceling a canceled run is done already.
+            Err(StoreError::RunRefused(RunRefused::Ended {
+                state: RunState::Canceled,
+                ..
+            })) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.inner.engine.nudge(id);
+        self.run(id, caller)
+            .await?
+            .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))
+    }
+
+    /// The view of a run: its steps' states from the same plan the engine
+    /// makes, their details from their tasks.
+    fn view(&self, run: RunRecord) -> Result<RunView, ServiceError> {
+        let store = &self.inner.store;
+        let trigger: Option<Trigger> = serde_json::from_value(run.definition.clone()).ok();
+        let mut tasks = BTreeMap::new();
+        let mut statuses = BTreeMap::new();
+        for (step, task_id) in store.run_steps(run.run_id)? {
+            if let Some(s) = store.status(task_id)? {
+                tasks.insert(
+                    step.clone(),
+                    StepTask {
+                        task_id,
+                        state: s.state,
+                        result: s.result.clone(),
+                        error: s.error.clone(),
+                        updated_at: s.updated_at,
+                    },
+                );
+                statuses.insert(step, s);
+            }
+        }
+        let mut steps = Vec::new();
+        let mut waiting = None;
+        if let Some(trigger) = &trigger {
+            let planned = plan(trigger, &run, &tasks, Timestamp::now());
+            for (step, parent, compensates) in placed(trigger) {
+                let state = planned
+                    .steps
+                    .get(&step.id)
+                    .copied()
+                    .unwrap_or(StepState::Pending);
+                if state == StepState::Waiting
+                    && let StepKind::Approval(a) = &step.kind
+                    && run.state == RunState::InputRequired
+                {
+                    waiting = Some(Waiting {
+                        step: step.id.clone(),
+                        prompt: a.prompt.clone(),
+                    });
+                }
+                let status = statuses.get(&step.id);
+                let decision = run.decisions.get(&step.id).cloned();
+                steps.push(StepView {
+                    id: step.id.clone(),
+                    kind: step.kind_name().to_string(),
+                    branch_of: parent,
+                    compensates,
+                    state,
+                    task_id: status.map(|s| s.task_id),
+                    task_state: status.map(|s| s.state),
+                    agent: status.map(|s| s.agent.to_string()),
+                    attempt: status.map(|s| s.attempt),
+                    result: status.and_then(|s| s.result.clone()).or_else(|| {
+                        decision
+                            .as_ref()
+                            .map(|d| serde_json::json!({"approved": d.approved, "input": d.input}))
+                    }),
+                    error: status
+                        .and_then(|s| s.error.clone())
+                        .or_else(|| run.step_errors.get(&step.id).cloned()),
+                    decision,
+                    route: run.routes.get(&step.id).cloned(),
+                    started_at: status.map(|s| s.created_at),
+                    ended_at: status
+                        .filter(|s| s.state.is_terminal())
+                        .map(|s| s.updated_at),
+                });
+            }
+        }
+        let trace_id = run.trace.as_ref().and_then(|t| t.trace_id());
+        Ok(RunView {
+            run_id: run.run_id,
+            trigger_id: run.trigger_id,
+            state: run.state,
+            input: run.input,
+            result: run.result,
+            error: run.error,
+            waiting,
+            started_by: run.started_by,
+            origin: run.origin,
+            definition_hash: run.definition_hash,
+            correlation_id: run.correlation_id,
+            trace_url: trace_id.as_deref().map(|t| self.trace_url(t)),
+            trace_id,
+            deadline: run.deadline,
+            cancel: run.cancel,
+            steps,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+        })
+    }
+}
+
+/// Every step with the parallel step it is a branch of, or the step it
+/// compensates.
+fn placed(trigger: &Trigger) -> Vec<(&crate::trigger::Step, Option<String>, Option<String>)> {
+    let mut out = Vec::new();
+    for step in &trigger.steps {
+        out.push((step, None, None));
+        if let StepKind::Parallel(p) = &step.kind {
+            out.extend(p.branches.iter().map(|b| (b, Some(step.id.clone()), None)));
+        }
+        if let crate::trigger::OnFailure::Compensate(c) = &step.on_failure {
+            out.push((c.as_ref(), None, Some(step.id.clone())));
+        }
+    }
+    out
+}

@@ -1,0 +1,319 @@
+//! Workflow runs in the store, in the one `runs` tree, by key prefix:
+//!
+//! | key | value | |
+//! |---|---|---|
+//! | `r` run id | [`RunRecord`] | the run's own facts |
+//! | `s` run id, step id | task id | which task a step is: written in the transaction that creates the task, so a step is one task forever |
+//! | `k` scope `0` key | [`RunKey`] | a run's idempotency key (runs start once per key) |
+//! | `l` run id | nothing | the runs not yet ended, for resuming them on start |
+//!
+//! Every change is audited (kind `run.*`, the run's correlation id) and
+//! flushed before it is reported, like a task's.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::idempotency::Fingerprint;
+use super::tasks::abort;
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use crate::envelope::{TaskId, Timestamp};
+use crate::workflow::{RunChange, RunId, RunRecord, RunState};
+
+const RECORD: u8 = b'r';
+const STEP: u8 = b's';
+const KEY: u8 = b'k';
+const LIVE: u8 = b'l';
+
+fn record_key(id: RunId) -> [u8; 17] {
+    prefixed(RECORD, id)
+}
+
+fn live_key(id: RunId) -> [u8; 17] {
+    prefixed(LIVE, id)
+}
+
+fn prefixed(prefix: u8, id: RunId) -> [u8; 17] {
+    let mut key = [0u8; 17];
+    key[0] = prefix;
+    key[1..].copy_from_slice(id.as_bytes());
+    key
+}
+
+fn step_key(id: RunId, step: &str) -> Vec<u8> {
+    let mut key = prefixed(STEP, id).to_vec();
+    key.extend_from_slice(step.as_bytes());
+    key
+}
+
+fn run_key(scope: &str, key: &str) -> Vec<u8> {
+    let mut out = vec![KEY];
+    out.extend(keys::idempotency(scope, key));
+    out
+}
+
+fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
+    let bytes: [u8; 16] = key
+        .get(1..17)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| StoreError::Decode {
+            tree: "runs",
+            key: keys::describe("runs", key),
+            message: "a run key without its run id".into(),
+        })?;
+    Ok(RunId::from_bytes(bytes))
+}
+
+/// Which step of which run a task is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepLink {
+    /// The run.
+    pub run: RunId,
+    /// The step's id.
+    pub step: String,
+}
+
+impl StepLink {
+    pub(super) fn key(&self) -> Vec<u8> {
+        step_key(self.run, &self.step)
+    }
+}
+
+/// What a run's idempotency key holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RunKey {
+    run_id: RunId,
+    fingerprint: Fingerprint,
+}
+
+/// A run to start.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// The run, in its first state.
+    pub record: RunRecord,
+    /// Its idempotency key and the key's scope (the starter, or the
+    /// schedule or subject): the same key starts one run.
+    pub key: Option<(String, String)>,
+    /// The request, to tell a repeat from a conflicting reuse of the key.
+    pub fingerprint: Fingerprint,
+}
+
+/// What [`Store::start_run`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStarted {
+    /// A new run.
+    Created(RunRecord),
+    /// The key's run, started before.
+    Existing(RunRecord),
+}
+
+impl RunStarted {
+    /// The run, new or existing.
+    pub fn record(&self) -> &RunRecord {
+        match self {
+            RunStarted::Created(r) | RunStarted::Existing(r) => r,
+        }
+    }
+}
+
+fn read_run(tx: &Tx<'_>, id: RunId) -> Result<RunRecord, Abort> {
+    let key = record_key(id);
+    let bytes = tx
+        .runs
+        .get(key)?
+        .ok_or_else(|| abort(StoreError::RunNotFound(id)))?;
+    keys::decode_value("runs", &key, &bytes).map_err(abort)
+}
+
+/// The task a step link names, inside a transaction.
+pub(super) fn linked_task(tx: &Tx<'_>, link: &StepLink) -> Result<Option<TaskId>, Abort> {
+    let key = link.key();
+    match tx.runs.get(&key)? {
+        Some(bytes) => decode_task_id(&key, &bytes).map(Some).map_err(abort),
+        None => Ok(None),
+    }
+}
+
+/// Records `link` → `task` (in the task's creating transaction).
+pub(super) fn link(tx: &Tx<'_>, link: &StepLink, task: TaskId) -> Result<(), Abort> {
+    tx.runs.insert(link.key(), &task.as_bytes()[..])?;
+    Ok(())
+}
+
+fn decode_task_id(key: &[u8], bytes: &[u8]) -> Result<TaskId, StoreError> {
+    let id: [u8; 16] = bytes.try_into().map_err(|_| StoreError::Decode {
+        tree: "runs",
+        key: keys::describe("runs", key),
+        message: "a step link that is not a task id".into(),
+    })?;
+    Ok(TaskId::from_bytes(id))
+}
+
+fn entry(record: &RunRecord, actor: &str, kind: &str, mut detail: serde_json::Value) -> AuditEntry {
+    detail["run_id"] = json!(record.run_id);
+    detail["trigger_id"] = json!(record.trigger_id);
+    AuditEntry {
+        actor: actor.to_string(),
+        kind: kind.to_string(),
+        task_id: None,
+        correlation_id: Some(record.correlation_id.clone()),
+        trace_id: record.trace.as_ref().and_then(|t| t.trace_id()),
+        detail,
+    }
+}
+
+impl Store {
+    /// Stores a new run (and claims its key), or returns the run that holds
+    /// the key for the same request; the key with another request is
+    /// [`StoreError::RunKeyConflict`].
+    pub async fn start_run(&self, new: NewRun) -> Result<RunStarted, StoreError> {
+        let now = Timestamp::now();
+        let record = new.record;
+        let id = record.run_id;
+        let bytes = keys::encode(&record);
+        let claim = new.key.as_ref().map(|(scope, key)| {
+            let value = RunKey {
+                run_id: id,
+                fingerprint: new.fingerprint.clone(),
+            };
+            (run_key(scope, key), key.clone(), keys::encode(&value))
+        });
+        let started = entry(
+            &record,
+            &record.started_by,
+            "run.started",
+            json!({
+                "origin": record.origin,
+                "definition_hash": record.definition_hash,
+                "idempotency_key": new.key.as_ref().map(|(_, k)| k),
+            }),
+        );
+        let fingerprint = new.fingerprint;
+        let existing = self
+            .transact(Box::new(move |tx, head| {
+                if let Some((key, name, value)) = &claim {
+                    if let Some(held) = tx.runs.get(key)? {
+                        let held: RunKey = keys::decode_value("runs", key, &held).map_err(abort)?;
+                        if held.fingerprint != fingerprint {
+                            return Err(abort(StoreError::RunKeyConflict {
+                                key: name.clone(),
+                                existing: held.run_id,
+                            }));
+                        }
+                        return Ok((head, Some(held.run_id)));
+                    }
+                    tx.runs.insert(key.as_slice(), value.as_slice())?;
+                }
+                tx.runs.insert(&record_key(id), bytes.as_slice())?;
+                tx.runs.insert(&live_key(id), &[][..])?;
+                let head = audit::append(tx, head, &started, now)?;
+                Ok((head, None))
+            }))
+            .await?;
+        self.inner.commit.durable().await?;
+        match existing {
+            Some(id) => Ok(RunStarted::Existing(
+                self.run(id)?.ok_or(StoreError::RunNotFound(id))?,
+            )),
+            None => Ok(RunStarted::Created(
+                self.run(id)?.ok_or(StoreError::RunNotFound(id))?,
+            )),
+        }
+    }
+
+    /// Applies `change` to run `id` as `actor` (audited, flushed); the run
+    /// as it is after. A refused change is [`StoreError::RunRefused`].
+    pub async fn change_run(
+        &self,
+        id: RunId,
+        change: RunChange,
+        actor: &str,
+    ) -> Result<RunRecord, StoreError> {
+        let now = Timestamp::now();
+        let actor = actor.to_string();
+        let record = self
+            .transact(Box::new(move |tx, head| {
+                let mut record = read_run(tx, id)?;
+                let (kind, detail) = record
+                    .apply(&change, now)
+                    .map_err(|e| abort(StoreError::RunRefused(e)))?;
+                tx.runs
+                    .insert(&record_key(id), keys::encode(&record).as_slice())?;
+                if record.state.is_terminal() {
+                    tx.runs.remove(&live_key(id))?;
+                }
+                let head = audit::append(tx, head, &entry(&record, &actor, kind, detail), now)?;
+                Ok((head, record))
+            }))
+            .await?;
+        self.inner.commit.durable().await?;
+        Ok(record)
+    }
+
+    /// The run with this id, if any.
+    pub fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        let key = record_key(id);
+        match self.inner.runs.get(key)? {
+            Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The tasks of run `id`'s steps that have started, by step id.
+    pub fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
+        let prefix = prefixed(STEP, id);
+        let mut out = BTreeMap::new();
+        for item in self.inner.runs.scan_prefix(prefix) {
+            let (key, value) = item?;
+            let step = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            out.insert(step, decode_task_id(&key, &value)?);
+        }
+        Ok(out)
+    }
+
+    /// The runs that have not ended, oldest first.
+    pub fn live_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        self.inner
+            .runs
+            .scan_prefix([LIVE])
+            .map(|item| run_id_at(&item?.0))
+            .collect()
+    }
+
+    /// Up to `limit` runs started before run `before` (newest first),
+    /// of trigger `trigger` and in `state` when given.
+    pub fn runs(
+        &self,
+        trigger: Option<&str>,
+        state: Option<RunState>,
+        before: Option<RunId>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let end = match before {
+            Some(id) => Bound::Excluded(record_key(id).to_vec()),
+            None => Bound::Excluded(vec![RECORD + 1]),
+        };
+        let mut out = Vec::new();
+        for item in self
+            .inner
+            .runs
+            .range((Bound::Included(vec![RECORD]), end))
+            .rev()
+        {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, bytes) = item?;
+            let record: RunRecord = keys::decode_value("runs", &key, &bytes)?;
+            if trigger.is_some_and(|t| t != record.trigger_id)
+                || state.is_some_and(|s| s != record.state)
+            {
+                continue;
+            }
+            out.push(record);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,765 @@
+//! The engine's one decision, as a pure function: given a run's definition,
+//! its own facts and what its steps' tasks did, where does every step stand
+//! and what must happen next? The engine runs it after every change and
+//! carries out the actions; running it twice on the same facts gives the
+//! same answer, so a restart simply runs it again.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::record::{RunRecord, RunState};
+use crate::envelope::{Action, AgentName, TaskId, Timestamp};
+use crate::event::{ErrorCode, ErrorInfo};
+use crate::task::TaskState;
+use crate::trigger::{
+    FailurePolicy, Merge, OnFailure, Parallel, Step, StepKind, Trigger, condition, render,
+    render_text,
+};
+
+/// What a step's task did, as the store has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTask {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its state.
+    pub state: TaskState,
+    /// Its result.
+    pub result: Option<Value>,
+    /// Its error.
+    pub error: Option<ErrorInfo>,
+    /// When it last changed (for `merge: first`, the order branches ended).
+    pub updated_at: Timestamp,
+}
+
+/// Where a step stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    /// Not reached yet.
+    Pending,
+    /// Its `when` was false.
+    Skipped,
+    /// Its task is queued or running (the task's own state says which).
+    Running,
+    /// An approval gate waiting for a person.
+    Waiting,
+    /// Ended well.
+    Completed,
+    /// Ended badly.
+    Failed,
+    /// Canceled.
+    Canceled,
+    /// Rejected at its gate.
+    Rejected,
+}
+
+/// Something the engine must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Act {
+    /// Submit the task of a step (the store returns the existing one if it
+    /// was submitted before).
+    Start {
+        /// The step's id.
+        step: String,
+        /// The agent.
+        agent: AgentName,
+        /// The skill.
+        action: Action,
+        /// The rendered params.
+        params: Map<String, Value>,
+    },
+    /// Choose the agent of a route step for `text`, and record the choice.
+    Route {
+        /// The step's id.
+        step: String,
+        /// The rendered request.
+        text: String,
+    },
+    /// Cancel a step's task.
+    Cancel(TaskId),
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Every step that has a state, by id.
+    pub steps: BTreeMap<String, StepState>,
+    /// What to do now.
+    pub acts: Vec<Act>,
+    /// The state the run should be in.
+    pub state: RunState,
+    /// The run's result, when it completes.
+    pub result: Option<Value>,
+    /// The run's error, when it fails.
+    pub error: Option<ErrorInfo>,
+}
+
+/// How a step came out, so far.
+enum Outcome {
+    /// Ended, with what the templates see of it; `cleanup` cancels what
+    /// is still running under it.
+    Ended {
+        state: StepState,
+        result: Value,
+        error: Option<ErrorInfo>,
+        cleanup: Vec<Act>,
+    },
+    /// Not ended; these acts move it on (none: it waits).
+    Going { acts: Vec<Act>, waiting: bool },
+}
+
+/// A run's or step's error: `code` is one of this module's constants.
+pub fn error(code: &str, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo {
+        code: ErrorCode::try_from(code.to_string()).expect("a valid error code"),
+        message: message.into(),
+        retryable: false,
+    }
+}
+
+struct Planner<'a> {
+    run: &'a RunRecord,
+    tasks: &'a BTreeMap<String, StepTask>,
+    /// What templates see: `input`, `steps`, `run`, `trigger`.
+    context: Value,
+    steps: BTreeMap<String, StepState>,
+}
+
+/// Decides where run `run` (of definition `trigger`) stands, given its
+/// steps' tasks, at time `now`.
+pub fn plan(
+    trigger: &Trigger,
+    run: &RunRecord,
+    tasks: &BTreeMap<String, StepTask>,
+    now: Timestamp,
+) -> Plan {
+    let mut p = Planner {
+        run,
+        tasks,
+        context: json!({
+            "input": run.input,
+            "steps": {},
+            "run": { "id": run.run_id, "started_by": run.started_by,
+                     "correlation_id": run.correlation_id },
+            "trigger": { "id": trigger.id },
+        }),
+        steps: BTreeMap::new(),
+    };
+    let stop = if run.cancel.is_some() {
+        Some((RunState::Canceled, None))
+    } else if run.deadline.is_some_and(|d| d <= now) {
+        Some((
+            RunState::Failed,
+            Some(error(
+                "deadline_exceeded",
+                "the run did not end before its deadline",
+            )),
+        ))
+    } else {
+        None
+    };
+    if let Some((state, error)) = stop {
+        // Whatever is still running is canceled; the states shown are the
+        // tasks'.
+        let mut acts = Vec::new();
+        for step in trigger.all_steps() {
+            if let Some(t) = tasks.get(&step.id) {
+                p.steps.insert(step.id.clone(), task_state(t.state));
+                if !t.state.is_terminal() {
+                    acts.push(Act::Cancel(t.task_id));
+                }
+            }
+        }
+        return p.finish(state, None, error, acts);
+    }
+    let mut last = Value::Null;
+    for step in &trigger.steps {
+        match p.outcome(step) {
+            Outcome::Going { acts, waiting } => {
+                let state = if waiting && acts.is_empty() {
+                    RunState::InputRequired
+                } else {
+                    RunState::Working
+                };
+                return p.finish(state, None, None, acts);
+            }
+            Outcome::Ended {
+                state: StepState::Completed | StepState::Skipped,
+                result,
+                cleanup,
+                ..
+            } => {
+                if !result.is_null() {
+                    last = result;
+                }
+                if !cleanup.is_empty() {
+                    // A fan-out that ended early: its stragglers are
+                    // canceled before anything else starts.
+                    return p.finish(RunState::Working, None, None, cleanup);
+                }
+            }
+            Outcome::Ended {
+                state: StepState::Rejected,
+                cleanup,
+                ..
+            } => return p.finish(RunState::Rejected, None, None, cleanup),
+            Outcome::Ended { error, cleanup, .. } => {
+                let error = error.unwrap_or_else(|| error_of(&step.id, "failed"));
+                match &step.on_failure {
+                    OnFailure::Continue => {
+                        if !cleanup.is_empty() {
+                            return p.finish(RunState::Working, None, None, cleanup);
+                        }
+                    }
+                    OnFailure::Fail => {
+                        return p.finish(RunState::Failed, None, Some(error), cleanup);
+                    }
+                    OnFailure::Compensate(c) => match p.outcome(c) {
+                        Outcome::Going { mut acts, .. } => {
+                            acts.extend(cleanup);
+                            return p.finish(RunState::Working, None, None, acts);
+                        }
+                        Outcome::Ended { .. } => {
+                            return p.finish(RunState::Failed, None, Some(error), cleanup);
+                        }
+                    },
+                }
+            }
+        }
+    }
+    p.finish(RunState::Completed, Some(last), None, Vec::new())
+}
+
+fn error_of(step: &str, what: &str) -> ErrorInfo {
+    error("step_failed", format!("step `{step}` {what}"))
+}
+
+fn task_state(state: TaskState) -> StepState {
+    match state {
+        TaskState::Completed => StepState::Completed,
+        TaskState::Failed => StepState::Failed,
+        TaskState::Canceled => StepState::Canceled,
+        TaskState::Rejected => StepState::Rejected,
+        _ => StepState::Running,
+    }
+}
+
+impl Planner<'_> {
+    fn finish(
+        self,
+        state: RunState,
+        result: Option<Value>,
+        error: Option<ErrorInfo>,
+        acts: Vec<Act>,
+    ) -> Plan {
+        Plan {
+            steps: self.steps,
+            acts,
+            state,
+            result,
+            error,
+        }
+    }
+
+    /// Records what templates see of an ended step.
+    fn ended(
+        &mut self,
+        step: &Step,
+        state: StepState,
+        result: Value,
+        error: Option<ErrorInfo>,
+        cleanup: Vec<Act>,
+    ) -> Outcome {
+        self.steps.insert(step.id.clone(), state);
+        let task_id = self.tasks.get(&step.id).map(|t| t.task_id);
+        self.context["steps"][&step.id] = json!({
+            "state": state, "result": result, "error": error, "task_id": task_id,
+        });
+        Outcome::Ended {
+            state,
+            result,
+            error,
+            cleanup,
+        }
+    }
+
+    fn outcome(&mut self, step: &Step) -> Outcome {
+        // A step that started is past its `when`.
+        let started = self.tasks.contains_key(&step.id)
+            || self.run.decisions.contains_key(&step.id)
+            || self.run.step_errors.contains_key(&step.id)
+            || self.run.routes.contains_key(&step.id)
+            || step
+                .walk()
+                .iter()
+                .skip(1)
+                .any(|s| self.tasks.contains_key(&s.id));
+        if !started && let Some(when) = &step.when {
+            match condition(when, &self.context) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return self.ended(step, StepState::Skipped, Value::Null, None, Vec::new());
+                }
+                Err(e) => {
+                    let e = error("template_error", format!("step `{}` when: {e}", step.id));
+                    return self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new());
+                }
+            }
+        }
+        match &step.kind {
+            StepKind::Task(t) => {
+                self.task(step, || Ok((t.agent.clone(), t.action.clone())), &t.params)
+            }
+            StepKind::Route(r) => {
+                if !self.tasks.contains_key(&step.id)
+                    && !self.run.routes.contains_key(&step.id)
+                    && !self.run.step_errors.contains_key(&step.id)
+                {
+                    return match render_text(&r.text, &self.context) {
+                        Ok(text) => {
+                            self.steps.insert(step.id.clone(), StepState::Running);
+                            Outcome::Going {
+                                acts: vec![Act::Route {
+                                    step: step.id.clone(),
+                                    text,
+                                }],
+                                waiting: false,
+                            }
+                        }
+                        Err(e) => {
+                            let e = error("template_error", format!("step `{}`: {e}", step.id));
+                            self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new())
+                        }
+                    };
+                }
+                let choice = self.run.routes.get(&step.id).cloned();
+                self.task(
+                    step,
+                    || {
+                        let c = choice.ok_or("the route was chosen but not recorded")?;
+                        let action = c
+                            .skill
+                            .parse()
+                            .map_err(|_| "the route chose an invalid skill")?;
+                        Ok((c.agent, action))
+                    },
+                    &r.params,
+                )
+            }
+            StepKind::Approval(_) => match self.run.decisions.get(&step.id) {
+                Some(d) if d.approved => {
+                    let result = json!({
+                        "approved": true, "by": d.by, "reason": d.reason, "input": d.input,
+                    });
+                    self.ended(step, StepState::Completed, result, None, Vec::new())
+                }
+                Some(d) => {
+                    let e = error(
+                        "rejected",
+                        format!("rejected at `{}` by {}: {}", step.id, d.by, d.reason),
+                    );
+                    self.ended(step, StepState::Rejected, Value::Null, Some(e), Vec::new())
+                }
+                None => {
+                    self.steps.insert(step.id.clone(), StepState::Waiting);
+                    Outcome::Going {
+                        acts: Vec::new(),
+                        waiting: true,
+                    }
+                }
+            },
+            StepKind::Parallel(p) => self.parallel(step, p),
+        }
+    }
+
+    /// A step that is one task: ended if its task has, else started.
+    fn task(
+        &mut self,
+        step: &Step,
+        target: impl FnOnce() -> Result<(AgentName, Action), &'static str>,
+        params: &Map<String, Value>,
+    ) -> Outcome {
+        if let Some(e) = self.run.step_errors.get(&step.id) {
+            let e = e.clone();
+            return self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new());
+        }
+        if let Some(t) = self.tasks.get(&step.id) {
+            let state = task_state(t.state);
+            if state == StepState::Running {
+                self.steps.insert(step.id.clone(), state);
+                return Outcome::Going {
+                    acts: Vec::new(),
+                    waiting: false,
+                };
+            }
+            let (result, error) = (t.result.clone().unwrap_or(Value::Null), t.error.clone());
+            return self.ended(step, state, result, error, Vec::new());
+        }
+        let rendered = target()
+            .map_err(|why| format!("step `{}`: {why}", step.id))
+            .and_then(|(agent, action)| {
+                render(params, &self.context)
+                    .map(|params| (agent, action, params))
+                    .map_err(|e| format!("step `{}` params: {e}", step.id))
+            });
+        match rendered {
+            Ok((agent, action, params)) => {
+                self.steps.insert(step.id.clone(), StepState::Running);
+                Outcome::Going {
+                    acts: vec![Act::Start {
+                        step: step.id.clone(),
+                        agent,
+                        action,
+                        params,
+                    }],
+                    waiting: false,
+                }
+            }
+            Err(message) => {
+                let e = error("template_error", message);
+                self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new())
+            }
+        }
+    }
+
+    fn parallel(&mut self, step: &Step, p: &Parallel) -> Outcome {
+        let mut acts = Vec::new();
+        let mut running = Vec::new();
+        // (branch, state, result, error, ended at)
+        let mut ended = Vec::new();
+        for b in &p.branches {
+            match self.outcome(b) {
+                Outcome::Going { acts: a, .. } => {
+                    acts.extend(a);
+                    if let Some(t) = self.tasks.get(&b.id) {
+                        running.push(t.task_id);
+                    }
+                }
+                Outcome::Ended {
+                    state,
+                    result,
+                    error,
+                    ..
+                } => {
+                    let at = self.tasks.get(&b.id).map(|t| t.updated_at);
+                    let failed = matches!(state, StepState::Failed | StepState::Canceled)
+                        && matches!(b.on_failure, OnFailure::Fail);
+                    ended.push((b, state, result, error, at, failed));
+                }
+            }
+        }
+        let cancel_rest = || {
+            running
+                .iter()
+                .map(|id| Act::Cancel(*id))
+                .collect::<Vec<_>>()
+        };
+        if p.merge == Merge::First {
+            let first = ended
+                .iter()
+                .filter(|e| e.1 == StepState::Completed)
+                .min_by_key(|e| e.4);
+            if let Some(first) = first {
+                let result = first.2.clone();
+                return self.ended(step, StepState::Completed, result, None, cancel_rest());
+            }
+        } else if p.failure == FailurePolicy::FailFast
+            && let Some(failed) = ended.iter().find(|e| e.5)
+        {
+            let e = failed
+                .3
+                .clone()
+                .unwrap_or_else(|| error_of(&failed.0.id, "failed"));
+            let e = error(
+                "step_failed",
+                format!(
+                    "branch `{}` of `{}` failed: {}",
+                    failed.0.id, step.id, e.message
+                ),
+            );
+            return self.ended(step, StepState::Failed, Value::Null, Some(e), cancel_rest());
+        }
+        if ended.len() < p.branches.len() {
+            self.steps.insert(step.id.clone(), StepState::Running);
+            return Outcome::Going {
+                acts,
+                waiting: false,
+            };
+        }
+        if ended.iter().all(|e| e.5) {
+            let e = error(
+                "step_failed",
+                format!("every branch of `{}` failed", step.id),
+            );
+            return self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new());
+        }
+        let result = match p.merge {
+            Merge::Object => Value::Object(
+                ended
+                    .iter()
+                    .map(|e| (e.0.id.clone(), e.2.clone()))
+                    .collect(),
+            ),
+            Merge::List => Value::Array(ended.iter().map(|e| e.2.clone()).collect()),
+            // Every branch ended and none completed: all failed (above),
+            // or were allowed to fail or skipped.
+            Merge::First => Value::Null,
+        };
+        self.ended(step, StepState::Completed, result, None, Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::Grants;
+    use crate::workflow::{CancelRequest, Decision, Origin, RunId};
+
+    fn trigger(yaml: &str) -> Trigger {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    fn run(input: Value) -> RunRecord {
+        let id = RunId::new();
+        RunRecord {
+            run_id: id,
+            trigger_id: "t".into(),
+            definition: Value::Null,
+            definition_hash: String::new(),
+            input,
+            origin: Origin::Request,
+            started_by: "alice".into(),
+            grants: Grants::all(),
+            correlation_id: id.to_string().parse().unwrap(),
+            state: RunState::Working,
+            result: None,
+            error: None,
+            decisions: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            step_errors: BTreeMap::new(),
+            cancel: None,
+            deadline: None,
+            trace: None,
+            created_at: Timestamp::now(),
+            updated_at: Timestamp::now(),
+        }
+    }
+
+    fn done(state: TaskState, result: Value) -> StepTask {
+        StepTask {
+            task_id: TaskId::new(),
+            state,
+            result: Some(result),
+            error: None,
+            updated_at: Timestamp::now(),
+        }
+    }
+
+    fn started(acts: &[Act]) -> Vec<(&str, &Map<String, Value>)> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Act::Start { step, params, .. } => Some((step.as_str(), params)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const CASCADE: &str = r#"
+id: t
+steps:
+  - { id: a, agent: x, action: y, params: { q: "{{ input.q }}" } }
+  - { id: b, agent: x, action: y, params: { n: "{{ steps.a.result.n }}", s: "n={{ steps.a.result.n }}" } }
+  - { id: gate, approval: { prompt: "go?" } }
+  - { id: c, agent: x, action: y, when: "steps.b.result.ok" }
+"#;
+
+    #[test]
+    fn a_cascade_moves_one_step_at_a_time_and_keeps_json_types() {
+        let t = trigger(CASCADE);
+        let mut r = run(serde_json::json!({"q": "hi"}));
+        let mut tasks = BTreeMap::new();
+        let p = plan(&t, &r, &tasks, Timestamp::now());
+        assert_eq!(
+            started(&p.acts),
+            [(
+                "a",
+                &serde_json::json!({"q": "hi"}).as_object().unwrap().clone()
+            )]
+        );
+        assert_eq!(p.state, RunState::Working);
+        // The same facts give the same plan: a restart starts `a` again,
+        // and the store returns its task.
+        assert_eq!(plan(&t, &r, &tasks, Timestamp::now()).acts, p.acts);
+
+        tasks.insert(
+            "a".into(),
+            done(TaskState::Completed, serde_json::json!({"n": 3})),
+        );
+        let p = plan(&t, &r, &tasks, Timestamp::now());
+        let s = started(&p.acts);
+        assert_eq!(s[0].0, "b");
+        assert_eq!(s[0].1["n"], 3, "a lone placeholder keeps the number");
+        assert_eq!(s[0].1["s"], "n=3");
+
+        tasks.insert(
+            "b".into(),
+            done(TaskState::Completed, serde_json::json!({"ok": false})),
+        );
+        let p = plan(&t, &r, &tasks, Timestamp::now());
+        assert_eq!(p.state, RunState::InputRequired);
+        assert!(p.acts.is_empty());
+        assert_eq!(p.steps["gate"], StepState::Waiting);
+
+        r.decisions.insert(
+            "gate".into(),
+            Decision {
+                approved: true,
+                by: "bob".into(),
+                reason: "ok".into(),
+                input: None,
+                at: Timestamp::now(),
+            },
+        );
+        let p = plan(&t, &r, &tasks, Timestamp::now());
+        assert_eq!(p.steps["c"], StepState::Skipped, "its when is false");
+        assert_eq!(p.state, RunState::Completed);
+        assert_eq!(
+            p.result,
+            Some(serde_json::json!({"approved": true, "by": "bob", "reason": "ok", "input": null}))
+        );
+
+        r.decisions.get_mut("gate").unwrap().approved = false;
+        assert_eq!(
+            plan(&t, &r, &tasks, Timestamp::now()).state,
+            RunState::Rejected
+        );
+    }
+
+    #[test]
+    fn failures_follow_on_failure_and_cancel_and_deadline_stop_everything() {
+        let t = trigger(
+            r#"
+id: t
+steps:
+  - { id: a, agent: x, action: y, on_failure: continue }
+  - { id: b, agent: x, action: y, on_failure: compensate, compensate: { id: undo, agent: x, action: z } }
+  - { id: c, agent: x, action: y }
+"#,
+        );
+        let mut r = run(Value::Null);
+        let mut tasks = BTreeMap::new();
+        tasks.insert("a".into(), done(TaskState::Failed, Value::Null));
+        assert_eq!(
+            started(&plan(&t, &r, &tasks, Timestamp::now()).acts)[0].0,
+            "b"
+        );
+        tasks.insert("b".into(), done(TaskState::Failed, Value::Null));
+        assert_eq!(
+            started(&plan(&t, &r, &tasks, Timestamp::now()).acts)[0].0,
+            "undo"
+        );
+        tasks.insert("undo".into(), done(TaskState::Completed, Value::Null));
+        let p = plan(&t, &r, &tasks, Timestamp::now());
+        assert_eq!(p.state, RunState::Failed);
+        assert!(p.acts.is_empty(), "c never starts");
+
+        let mut running = BTreeMap::new();
+        running.insert("a".into(), done(TaskState::Working, Value::Null));
+        let id = running["a"].task_id;
+        r.deadline = Some(Timestamp::now().before(std::time::Duration::from_secs(1)));
+        let p = plan(&t, &r, &running, Timestamp::now());
+        assert_eq!(
+            (p.state, p.acts.clone()),
+            (RunState::Failed, vec![Act::Cancel(id)])
+        );
+        assert_eq!(p.error.unwrap().code.as_str(), "deadline_exceeded");
+        r.deadline = None;
+        r.cancel = Some(CancelRequest {
+            by: "alice".into(),
+            reason: String::new(),
+            at: Timestamp::now(),
+        });
+        let p = plan(&t, &r, &running, Timestamp::now());
+        assert_eq!(
+            (p.state, p.acts),
+            (RunState::Canceled, vec![Act::Cancel(id)])
+        );
+    }
+
+    #[test]
+    fn a_fan_out_starts_every_branch_and_merges_by_its_policy() {
+        let yaml = |merge: &str, failure: &str| {
+            trigger(&format!(
+                r#"
+id: t
+steps:
+  - id: fan
+    merge: {merge}
+    failure: {failure}
+    parallel:
+      - {{ id: a, agent: x, action: y }}
+      - {{ id: b, agent: x, action: y }}
+"#
+            ))
+        };
+        let r = run(Value::Null);
+        let none = BTreeMap::new();
+        let p = plan(&yaml("object", "fail_fast"), &r, &none, Timestamp::now());
+        assert_eq!(
+            started(&p.acts).iter().map(|s| s.0).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+
+        let mut both = BTreeMap::new();
+        both.insert("a".into(), done(TaskState::Completed, serde_json::json!(1)));
+        both.insert("b".into(), done(TaskState::Completed, serde_json::json!(2)));
+        let merged = |m: &str| plan(&yaml(m, "fail_fast"), &r, &both, Timestamp::now()).result;
+        assert_eq!(merged("object"), Some(serde_json::json!({"a": 1, "b": 2})));
+        assert_eq!(merged("list"), Some(serde_json::json!([1, 2])));
+
+        let mut one_failed = BTreeMap::new();
+        one_failed.insert("a".into(), done(TaskState::Failed, Value::Null));
+        one_failed.insert("b".into(), done(TaskState::Working, Value::Null));
+        let b = one_failed["b"].task_id;
+        let p = plan(
+            &yaml("object", "fail_fast"),
+            &r,
+            &one_failed,
+            Timestamp::now(),
+        );
+        assert_eq!((p.state, p.acts), (RunState::Failed, vec![Act::Cancel(b)]));
+        let p = plan(
+            &yaml("object", "collect"),
+            &r,
+            &one_failed,
+            Timestamp::now(),
+        );
+        assert_eq!(
+            (p.state, p.acts.len()),
+            (RunState::Working, 0),
+            "collect waits for b"
+        );
+        one_failed.insert("b".into(), done(TaskState::Completed, serde_json::json!(2)));
+        let p = plan(&yaml("list", "collect"), &r, &one_failed, Timestamp::now());
+        assert_eq!(
+            (p.state, p.result),
+            (RunState::Completed, Some(serde_json::json!([null, 2])))
+        );
+
+        let mut first = BTreeMap::new();
+        first.insert("a".into(), done(TaskState::Working, Value::Null));
+        first.insert(
+            "b".into(),
+            done(TaskState::Completed, serde_json::json!("fast")),
+        );
+        let a = first["a"].task_id;
+        let p = plan(&yaml("first", "fail_fast"), &r, &first, Timestamp::now());
+        assert_eq!(
+            p.acts,
+            vec![Act::Cancel(a)],
+            "the slower branch is canceled"
+        );
+    }
+}
