@@ -136,14 +136,14 @@ async fn client_commands_work_against_a_running_orchestrator() {
         "{tasks_table}"
     );
     let audit_table = String::from_utf8_lossy(&audit_table.stdout).to_string();
-    assert!(audit_table.contains("task.submitted"), "{audit_table}");
+    assert!(audit_table.contains("run.started"), "{audit_table}");
     assert!(
         audit_table.contains("more: --cursor 1"),
         "a further page must be offered: {audit_table}"
     );
     assert_eq!(bad_input.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&bad_input.stderr).contains("input.text"),
+        String::from_utf8_lossy(&bad_input.stderr).contains("\"text\" is a required property"),
         "{}",
         String::from_utf8_lossy(&bad_input.stderr)
     );

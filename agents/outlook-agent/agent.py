@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""Outlook agent: writes email drafts into an outbox, once per idempotency key.
+"""Outlook agent: writes email drafts into an outbox and sends them, each once.
 
-Reads a task envelope on stdin; writes outbox/<key>.json (ORCH_OUTBOX sets
-the directory) unless a draft with that key exists, and prints
-{"draft_id": ..., "path": ..., "created": true|false}. The file is created
-with O_EXCL, so two runs of one task can never both write it.
+Reads a task envelope on stdin and runs its action:
+
+- compose:draft writes outbox/<draft_id>.json (ORCH_OUTBOX sets the
+  directory; the draft id is derived from the idempotency key) unless that
+  draft exists, and prints {"draft_id", "path", "created": true|false}. The
+  file is created with O_EXCL, so two runs of one task never both write it.
+- send:draft "sends" draft <draft_id> by moving it from the outbox to
+  <outbox>/sent/ with one atomic rename, and prints {"draft_id", "path",
+  "sent": true, "already_sent": true|false}. A retry finds the draft in
+  sent/ and sends nothing again; a draft in neither place is a failure.
 """
 import hashlib
 import json
@@ -13,18 +19,24 @@ import pathlib
 import sys
 
 
-def main():
-    envelope = json.load(sys.stdin)
-    params = envelope.get("payload", {}).get("params", {})
+def fail(message):
+    print(message, file=sys.stderr)
+    return 1
+
+
+def outbox():
+    return pathlib.Path(os.environ.get("ORCH_OUTBOX", "outbox"))
+
+
+def compose(envelope, params):
     for field in ("subject", "body"):
         if not isinstance(params.get(field), str):
-            print(f"params.{field} is required (a string)", file=sys.stderr)
-            return 1
+            return fail(f"params.{field} is required (a string)")
     key = envelope["control"]["idempotency_key"]
     draft_id = "draft-" + hashlib.sha256(key.encode()).hexdigest()[:16]
-    outbox = pathlib.Path(os.environ.get("ORCH_OUTBOX", "outbox"))
-    outbox.mkdir(parents=True, exist_ok=True)
-    path = outbox / f"{draft_id}.json"
+    box = outbox()
+    box.mkdir(parents=True, exist_ok=True)
+    path = box / f"{draft_id}.json"
     draft = {
         "draft_id": draft_id,
         "to": params.get("to", []),
@@ -46,6 +58,37 @@ def main():
         created = True
     json.dump({"draft_id": draft_id, "path": str(path), "created": created}, sys.stdout)
     return 0
+
+
+def send(params):
+    draft_id = params.get("draft_id")
+    if not isinstance(draft_id, str) or "/" in draft_id or not draft_id.startswith("draft-"):
+        return fail("params.draft_id is required (a draft id from compose:draft)")
+    box = outbox()
+    sent_dir = box / "sent"
+    sent_dir.mkdir(parents=True, exist_ok=True)
+    source, target = box / f"{draft_id}.json", sent_dir / f"{draft_id}.json"
+    already = False
+    try:
+        os.rename(source, target)
+    except FileNotFoundError:
+        if not target.exists():
+            return fail(f"no draft {draft_id} in {box}")
+        already = True
+    json.dump({"draft_id": draft_id, "path": str(target), "sent": True, "already_sent": already}, sys.stdout)
+    return 0
+
+
+def main():
+    envelope = json.load(sys.stdin)
+    payload = envelope.get("payload", {})
+    params = payload.get("params", {})
+    action = payload.get("action")
+    if action == "compose:draft":
+        return compose(envelope, params)
+    if action == "send:draft":
+        return send(params)
+    return fail(f"unknown action {action!r}")
 
 
 if __name__ == "__main__":

@@ -178,9 +178,10 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
     let trigger: Trigger = match serde_json::from_value(run.definition.clone()) {
         Ok(t) => t,
         Err(e) => {
-            let error = crate::workflow::error(
+            let error = ErrorInfo::new(
                 "definition_unreadable",
                 format!("the run's stored definition cannot be read: {e}"),
+                false,
             );
             settle(
                 o,
@@ -229,7 +230,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                 }
                 Err(e) => {
                     let error =
-                        crate::workflow::error("step_refused", format!("step `{step}`: {e}"));
+                        ErrorInfo::new("step_refused", format!("step `{step}`: {e}"), false);
                     change(o, id, RunChange::StepFailed { step, error }).await?;
                     again = true;
                 }
@@ -245,9 +246,10 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                         RunChange::Route { step, choice }
                     }
                     None => RunChange::StepFailed {
-                        error: crate::workflow::error(
+                        error: ErrorInfo::new(
                             "no_route",
                             format!("step `{step}`: no agent's skills or signals match `{text}`"),
+                            false,
                         ),
                         step,
                     },

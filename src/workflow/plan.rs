@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::record::{RunRecord, RunState};
 use crate::envelope::{Action, AgentName, TaskId, Timestamp};
-use crate::event::{ErrorCode, ErrorInfo};
+use crate::event::ErrorInfo;
 use crate::task::TaskState;
 use crate::trigger::{
     FailurePolicy, Merge, OnFailure, Parallel, Step, StepKind, Trigger, condition, render,
@@ -110,13 +110,10 @@ enum Outcome {
     Going { acts: Vec<Act>, waiting: bool },
 }
 
-/// A run's or step's error: `code` is one of this module's constants.
-pub fn error(code: &str, message: impl Into<String>) -> ErrorInfo {
-    ErrorInfo {
-        code: ErrorCode::try_from(code.to_string()).expect("a valid error code"),
-        message: message.into(),
-        retryable: false,
-    }
+/// A run's or step's error (never retryable: the step's task had its
+/// attempts).
+fn error(code: &'static str, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo::new(code, message, false)
 }
 
 struct Planner<'a> {

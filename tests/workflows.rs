@@ -1,0 +1,375 @@
+//! Workflow runs against a real broker and an in-process orchestrator and
+//! workers: cascades, fan-out, approval gates, cancel, a restart between
+//! steps. Each handler run is recorded, so the tests count real runs.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::system::{System, card, fast_bus};
+use futures::future::BoxFuture;
+use orchestrator::agent::AgentCard;
+use orchestrator::trigger::{Trigger, Triggers};
+use orchestrator::worker::{Handler, Outcome, Task};
+use serde_json::{Value, json};
+
+/// One handler run: the step, its params, when it started and ended.
+#[derive(Debug, Clone)]
+struct Ran {
+    step: String,
+    params: Value,
+    started: Instant,
+    ended: Instant,
+}
+
+/// Echoes its params after sleeping `sleep_ms` (a param), or until
+/// canceled; fails when `fail` is true. Records every run.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Ran>>>);
+
+impl Recorder {
+    fn runs(&self) -> Vec<Ran> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn count(&self, step: &str) -> usize {
+        self.runs().iter().filter(|r| r.step == step).count()
+    }
+}
+
+impl Handler for Recorder {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let log = Arc::clone(&self.0);
+        Box::pin(async move {
+            let started = Instant::now();
+            let params = Value::Object(task.envelope.payload.params.clone());
+            let sleep = params["sleep_ms"].as_u64().unwrap_or(0);
+            let canceled = tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(sleep)) => false,
+                () = task.cancel.cancelled() => true,
+            };
+            log.lock().unwrap().push(Ran {
+                step: task
+                    .envelope
+                    .payload
+                    .meta
+                    .step_id
+                    .clone()
+                    .unwrap_or_default(),
+                params: params.clone(),
+                started,
+                ended: Instant::now(),
+            });
+            if canceled {
+                Outcome::Canceled
+            } else if params["fail"] == true {
+                Outcome::permanent("told_to", "this step was told to fail")
+            } else {
+                Outcome::completed(json!({ "echo": params }))
+            }
+        })
+    }
+}
+
+fn agents() -> Vec<AgentCard> {
+    vec![card("work", &["do"])]
+}
+
+fn trigger(yaml: &str) -> Trigger {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    Trigger::load(&path).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+/// A system with `yaml`'s trigger and one worker running a [`Recorder`].
+async fn system(yaml: &str) -> (System, Recorder) {
+    let mut sys = System::start(agents(), fast_bus()).await;
+    sys.stop_orchestrator().await;
+    sys.triggers = Triggers::of([trigger(yaml)]);
+    sys.start_orchestrator(agents()).await;
+    let recorder = Recorder::default();
+    sys.worker(agents().remove(0), Arc::new(recorder.clone()))
+        .await;
+    (sys, recorder)
+}
+
+async fn start(sys: &System, input: Value) -> String {
+    let (status, run) = sys
+        .post("/v1/triggers/t/runs", json!({ "input": input }))
+        .await;
+    assert_eq!(status, 201, "{run:#}");
+    run["run_id"].as_str().unwrap().to_string()
+}
+
+/// Waits until run `id` is in one of `states`.
+async fn wait_for(sys: &System, id: &str, states: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, run) = sys.get(&format!("/v1/runs/{id}?wait=1s")).await;
+        assert_eq!(status, 200, "{run:#}");
+        if states.contains(&run["state"].as_str().unwrap_or_default()) {
+            return run;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {id} never reached {states:?}: {run:#}"
+        );
+    }
+}
+
+fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no step {id} in {run:#}"))
+}
+
+/// A cascade passes each step's result to the next with its JSON type
+/// kept, skips a step whose `when` is false, and ends with the last
+/// result; every step's task carries the trigger, run and step in meta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_passes_results_forward_with_json_types() {
+    let (sys, rec) = system(
+        r#"
+id: t
+default_system_prompt: Be brief.
+input_schema: { type: object, required: [n], properties: { n: { type: integer } } }
+steps:
+  - { id: first, agent: work, action: do, params: { n: "{{ input.n }}", tags: [a, b] } }
+  - id: second
+    agent: work
+    action: do
+    params: { n: "{{ steps.first.result.echo.n }}", tags: "{{ steps.first.result.echo.tags }}", text: "n is {{ steps.first.result.echo.n }}" }
+  - { id: never, agent: work, action: do, when: "steps.second.result.echo.n > 100" }
+"#,
+    )
+    .await;
+    let (status, refused) = sys
+        .post("/v1/triggers/t/runs", json!({"input": {"n": "7"}}))
+        .await;
+    assert_eq!(
+        (status, refused["error"]["field"].as_str()),
+        (422, Some("input.n")),
+        "{refused:#}"
+    );
+    let id = start(&sys, json!({"n": 7})).await;
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    let second = &rec
+        .runs()
+        .into_iter()
+        .find(|r| r.step == "second")
+        .unwrap()
+        .params;
+    assert_eq!(second["n"], 7, "a lone placeholder keeps the number");
+    assert_eq!(second["tags"], json!(["a", "b"]));
+    assert_eq!(second["text"], "n is 7");
+    assert_eq!(step(&run, "never")["state"], "skipped");
+    assert_eq!(rec.count("never"), 0);
+    assert_eq!(run["result"]["echo"]["n"], 7);
+    let task_id = step(&run, "second")["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, task) = sys.get(&format!("/v1/tasks/{task_id}")).await;
+    assert_eq!(task["correlation_id"], run["correlation_id"]);
+    let bus_env = sys.get(&format!("/v1/audit?task_id={task_id}")).await.1;
+    assert!(bus_env["records"].as_array().is_some_and(|r| !r.is_empty()));
+}
+
+/// Two slow branches run at the same time, and their results merge as an
+/// object keyed by branch id; a failing branch fails the fan-out fast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_runs_branches_together_and_merges_them() {
+    let (sys, rec) = system(
+        r#"
+id: t
+steps:
+  - id: fan
+    parallel:
+      - { id: left, agent: work, action: do, params: { sleep_ms: 800, side: "l" } }
+      - { id: right, agent: work, action: do, params: { sleep_ms: 800, side: "r", fail: "{{ input.fail }}" } }
+  - { id: after, agent: work, action: do, params: { merged: "{{ steps.fan.result }}" } }
+"#,
+    )
+    .await;
+    let id = start(&sys, json!({"fail": false})).await;
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    let runs = rec.runs();
+    let (l, r) = (
+        runs.iter().find(|x| x.step == "left").unwrap(),
+        runs.iter().find(|x| x.step == "right").unwrap(),
+    );
+    assert!(
+        l.started < r.ended && r.started < l.ended,
+        "the branches did not overlap: {l:?} {r:?}"
+    );
+    let merged = &runs.iter().find(|x| x.step == "after").unwrap().params["merged"];
+    assert_eq!(merged["left"]["echo"]["side"], "l");
+    assert_eq!(merged["right"]["echo"]["side"], "r");
+
+    let id = start(&sys, json!({"fail": true})).await;
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "failed", "{run:#}");
+    assert!(
+        run["error"]["message"].as_str().unwrap().contains("right"),
+        "{run:#}"
+    );
+    assert_eq!(step(&run, "after")["state"], "pending");
+    assert_eq!(
+        rec.count("after"),
+        1,
+        "the failed run never reached `after`"
+    );
+}
+
+const GATED: &str = r#"
+id: t
+steps:
+  - { id: draft, agent: work, action: do, params: { text: "{{ input.text }}" } }
+  - id: confirm
+    approval:
+      prompt: Send it?
+      input_schema: { type: object, required: [note] }
+  - { id: send, agent: work, action: do, params: { text: "{{ steps.draft.result.echo.text }}", note: "{{ steps.confirm.result.input.note if steps.confirm.result.input else '' }}" } }
+"#;
+
+/// A run waits at its gate in `input_required`; approve resumes it, reject
+/// ends it `rejected` without running the rest; who answered and why is
+/// in the run and the audit trail; answering a run not waiting is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_gate_waits_resumes_on_approve_and_ends_on_reject() {
+    let (sys, rec) = system(GATED).await;
+    let approved = start(&sys, json!({"text": "hello"})).await;
+    let run = wait_for(&sys, &approved, &["input_required"]).await;
+    assert_eq!(
+        run["waiting"],
+        json!({"step": "confirm", "prompt": "Send it?"})
+    );
+    assert_eq!(rec.count("send"), 0);
+    let (status, body) = sys
+        .post(
+            &format!("/v1/runs/{approved}/input"),
+            json!({"input": {"wrong": 1}}),
+        )
+        .await;
+    assert_eq!(status, 422, "the gate's input_schema is checked: {body:#}");
+    let (status, body) = sys
+        .post(
+            &format!("/v1/runs/{approved}/input"),
+            json!({"input": {"note": "ship it"}, "reason": "read it twice"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    let run = wait_for(&sys, &approved, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    let send = rec.runs().into_iter().find(|r| r.step == "send").unwrap();
+    assert_eq!(send.params, json!({"text": "hello", "note": "ship it"}));
+    let confirm = step(&run, "confirm");
+    assert_eq!(confirm["decision"]["reason"], "read it twice");
+    assert!(confirm["decision"]["by"].is_string());
+    let (status, _) = sys
+        .post(&format!("/v1/runs/{approved}/approve"), json!({}))
+        .await;
+    assert_eq!(status, 409, "a run that is not waiting cannot be approved");
+
+    let rejected = start(&sys, json!({"text": "no"})).await;
+    wait_for(&sys, &rejected, &["input_required"]).await;
+    let (status, _) = sys
+        .post(
+            &format!("/v1/runs/{rejected}/reject"),
+            json!({"reason": "wrong audience"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let run = wait_for(&sys, &rejected, &["rejected", "completed", "failed"]).await;
+    assert_eq!(run["state"], "rejected", "{run:#}");
+    assert_eq!(rec.count("send"), 1, "the rejected run never sent");
+    let correlation = run["correlation_id"].as_str().unwrap();
+    let (_, audit) = sys
+        .get(&format!("/v1/audit?correlation_id={correlation}"))
+        .await;
+    let kinds: Vec<&str> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"run.started") && kinds.contains(&"run.rejected"),
+        "{kinds:?}"
+    );
+}
+
+/// Canceling a run cancels its running step (the handler stops) and ends
+/// the run `canceled`; the steps after it never start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_run_cancels_its_running_step() {
+    let (sys, rec) = system(
+        r#"
+id: t
+steps:
+  - { id: long, agent: work, action: do, params: { sleep_ms: 60000 } }
+  - { id: next, agent: work, action: do }
+"#,
+    )
+    .await;
+    let id = start(&sys, json!({})).await;
+    common::eventually("the long step runs", Duration::from_secs(20), || async {
+        let (_, run) = sys.get(&format!("/v1/runs/{id}")).await;
+        step(&run, "long")["task_state"] == "working"
+    })
+    .await;
+    let (status, body) = sys
+        .post(
+            &format!("/v1/runs/{id}/cancel"),
+            json!({"reason": "changed my mind"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    let run = wait_for(&sys, &id, &["canceled"]).await;
+    common::eventually("the handler stops", Duration::from_secs(20), || async {
+        rec.count("long") == 1
+    })
+    .await;
+    let run_after = sys.get(&format!("/v1/runs/{id}")).await.1;
+    assert_eq!(
+        step(&run_after, "long")["state"],
+        "canceled",
+        "{run_after:#}"
+    );
+    assert_eq!(run["cancel"]["reason"], "changed my mind");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rec.count("next"), 0);
+}
+
+/// The orchestrator stopped while a run waits at its gate, and started
+/// again: the run is still waiting, resumes on approve, and no step ran
+/// twice or was skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_survives_a_restart_between_steps() {
+    let (mut sys, rec) = system(GATED).await;
+    let id = start(&sys, json!({"text": "kept"})).await;
+    wait_for(&sys, &id, &["input_required"]).await;
+    sys.stop_orchestrator().await;
+    sys.start_orchestrator(agents()).await;
+    let run = wait_for(&sys, &id, &["input_required"]).await;
+    assert_eq!(run["waiting"]["step"], "confirm");
+    let (status, body) = sys
+        .post(
+            &format!("/v1/runs/{id}/input"),
+            json!({"input": {"note": "after restart"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    assert_eq!((rec.count("draft"), rec.count("send")), (1, 1));
+    let (_, list) = sys.get("/v1/runs?trigger_id=t&state=completed").await;
+    assert_eq!(list["runs"][0]["run_id"], id.as_str());
+}
