@@ -164,34 +164,15 @@ impl Orchestrator {
         )?;
         let run_id = RunId::new();
         let span = crate::telemetry::spans::run_started(id, &run_id.to_string());
-        let now = Timestamp::now();
-        let record = RunRecord {
+        let mut record = RunRecord::new(
             run_id,
-            trigger_id: trigger.id.clone(),
-            definition: serde_json::to_value(&*trigger).map_err(|e| {
-                ServiceError::BadInput(DecodeError::invalid("trigger", e.to_string()))
-            })?,
-            definition_hash: trigger.hash(),
-            input: input.clone(),
+            &trigger,
+            input.clone(),
             origin,
-            started_by: caller.principal.clone(),
-            grants: caller.grants.clone(),
-            correlation_id: run_id
-                .to_string()
-                .parse()
-                .map_err(|e: String| ServiceError::BadInput(DecodeError::invalid("run_id", e)))?,
-            state: RunState::Working,
-            result: None,
-            error: None,
-            decisions: BTreeMap::new(),
-            routes: BTreeMap::new(),
-            step_errors: BTreeMap::new(),
-            cancel: None,
-            deadline: trigger.deadline.map(|d| now.after(d)),
-            trace: Some(StoredTrace::of(&span)),
-            created_at: now,
-            updated_at: now,
-        };
+            caller.principal.clone(),
+            caller.grants.clone(),
+        );
+        record.trace = Some(StoredTrace::of(&span));
         let started = self
             .inner
             .store

@@ -519,29 +519,15 @@ mod tests {
     }
 
     fn run(input: Value) -> RunRecord {
-        let id = RunId::new();
-        RunRecord {
-            run_id: id,
-            trigger_id: "t".into(),
-            definition: Value::Null,
-            definition_hash: String::new(),
+        let t = trigger("id: t\nsteps: [{id: a, agent: x, action: y}]");
+        RunRecord::new(
+            RunId::new(),
+            &t,
             input,
-            origin: Origin::Request,
-            started_by: "alice".into(),
-            grants: Grants::all(),
-            correlation_id: id.to_string().parse().unwrap(),
-            state: RunState::Working,
-            result: None,
-            error: None,
-            decisions: BTreeMap::new(),
-            routes: BTreeMap::new(),
-            step_errors: BTreeMap::new(),
-            cancel: None,
-            deadline: None,
-            trace: None,
-            created_at: Timestamp::now(),
-            updated_at: Timestamp::now(),
-        }
+            Origin::Request,
+            "alice".into(),
+            Grants::all(),
+        )
     }
 
     fn done(state: TaskState, result: Value) -> StepTask {

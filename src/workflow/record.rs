@@ -314,6 +314,44 @@ pub enum RunRefused {
 }
 
 impl RunRecord {
+    /// A run of `trigger` starting now, `working`, nothing decided yet;
+    /// its correlation id is its id, its deadline the trigger's.
+    pub fn new(
+        run_id: RunId,
+        trigger: &crate::trigger::Trigger,
+        input: Value,
+        origin: Origin,
+        started_by: String,
+        grants: Grants,
+    ) -> RunRecord {
+        let now = Timestamp::now();
+        RunRecord {
+            run_id,
+            trigger_id: trigger.id.clone(),
+            definition: serde_json::to_value(trigger).unwrap_or_default(),
+            definition_hash: trigger.hash(),
+            input,
+            origin,
+            started_by,
+            grants,
+            correlation_id: run_id
+                .to_string()
+                .parse()
+                .expect("a UUID is a valid correlation id"),
+            state: RunState::Working,
+            result: None,
+            error: None,
+            decisions: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            step_errors: BTreeMap::new(),
+            cancel: None,
+            deadline: trigger.deadline.map(|d| now.after(d)),
+            trace: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// Applies `change` (a pure function); returns the audit kind and
     /// detail for it, or why it was refused. Settling an ended run, or
     /// canceling one, is refused; a repeated route choice keeps the first.
