@@ -238,8 +238,8 @@ async fn a_trigger_needs_its_scopes() {
         "id: mail\nrequired_scopes: [Mail.Send]\nsteps:\n  - {id: s, agent: mail, action: read, params: {}}\n",
     )
     .unwrap();
-    let (triggers, errors) = orchestrator::trigger::Trigger::load_dir(dir.path());
-    assert!(errors.is_empty(), "{errors:?}");
+    let triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
+    assert!(triggers.errors.is_empty(), "{:?}", triggers.errors);
     let (alice, alice_entry) = key_for("alice", &["Files.Read"]);
     let (dora, dora_entry) = key_for("dora", &["Files.Read", "Mail.Send"]);
     let mut sys = System::start_with(
@@ -250,7 +250,7 @@ async fn a_trigger_needs_its_scopes() {
     )
     .await;
     sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::of(triggers.into_values());
+    sys.triggers = triggers;
     sys.start_orchestrator(vec![mail_card()]).await;
     let run = Some(json!({"input": {}}));
     let (status, body, _) = sys

@@ -47,11 +47,11 @@ async fn client_commands_work_against_a_running_orchestrator() {
         "id: say\ndefault_system_prompt: Be brief.\ninput_schema: {type: object, required: [text]}\nsteps:\n  - {id: s, agent: echo, action: echo, params: {said: \"{{ input.text }}\"}}\n",
     )
     .unwrap();
-    let (triggers, errors) = orchestrator::trigger::Trigger::load_dir(dir.path());
-    assert!(errors.is_empty(), "{errors:?}");
+    let triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
+    assert!(triggers.errors.is_empty(), "{:?}", triggers.errors);
     let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
     sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::of(triggers.into_values());
+    sys.triggers = triggers;
     sys.start_orchestrator(vec![echo.clone()]).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let server: Server = (sys.http.clone(), sys.admin_key.clone());

@@ -380,44 +380,24 @@ async fn one_request_is_one_trace_across_processes() {
     let get = |m: &BTreeMap<String, f64>, k: &str| {
         *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:#?}"))
     };
-    assert_eq!(
-        get(
-            &orchestrator,
-            r#"orch_tasks_total{agent="tracer",state="submitted"}"#
+    for (key, want) in [
+        (r#"orch_tasks_total{agent="tracer",state="submitted"}"#, 3.0),
+        (r#"orch_tasks_total{agent="tracer",state="completed"}"#, 2.0),
+        (
+            r#"orch_task_duration_seconds_count{agent="tracer",state="completed"}"#,
+            2.0,
         ),
-        3.0
-    );
-    assert_eq!(
-        get(
-            &orchestrator,
-            r#"orch_tasks_total{agent="tracer",state="completed"}"#
+        (r#"orch_queue_depth{agent="tracer",priority="normal"}"#, 0.0),
+        ("orch_dlq_messages", 0.0),
+        (
+            r#"orch_http_requests_total{method="POST",route="/v1/tasks",status="201"}"#,
+            2.0,
         ),
-        2.0
-    );
-    assert_eq!(
-        get(
-            &orchestrator,
-            r#"orch_task_duration_seconds_count{agent="tracer",state="completed"}"#
-        ),
-        2.0
-    );
-    assert_eq!(
-        get(
-            &orchestrator,
-            r#"orch_queue_depth{agent="tracer",priority="normal"}"#
-        ),
-        0.0
-    );
-    assert_eq!(get(&orchestrator, "orch_dlq_messages"), 0.0);
+    ] {
+        assert_eq!(get(&orchestrator, key), want, "{key}");
+    }
     assert!(get(&orchestrator, "orch_store_flush_seconds_count") >= 1.0);
     assert!(get(&orchestrator, "orch_store_flush_batch_size_count") >= 1.0);
-    assert_eq!(
-        get(
-            &orchestrator,
-            r#"orch_http_requests_total{method="POST",route="/v1/tasks",status="201"}"#
-        ),
-        2.0
-    );
     assert!(get(&orchestrator, "process_resident_memory_bytes") > 0.0);
     assert_eq!(
         get(&worker, r#"orch_worker_deliveries_total{agent="tracer"}"#),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{envelope, new_task, temp_store};
 use orchestrator::event::ErrorInfo;
-use orchestrator::store::{Applied, AuditEntry, AuditFilter, Change, Submitted};
+use orchestrator::store::{Applied, AuditEntry, AuditFilter, Change, StepLink, Submitted};
 use orchestrator::{Store, StoreConfig, StoreError, TaskEvent, TaskState};
 use serde_json::json;
 
@@ -481,4 +481,30 @@ async fn a_reopened_store_has_every_acknowledged_write() {
     store.apply(ids[1], change(TaskEvent::Start)).await.unwrap();
     let report = store.verify_audit().unwrap();
     assert!(report.ok && report.records == 22, "{report:?}");
+}
+
+/// A workflow step is one task forever: a second submit for the same step
+/// returns the first task, even under another idempotency key (as after
+/// the key's retention), and the step's link names it.
+#[tokio::test]
+async fn a_workflow_step_is_one_task_whatever_the_key() {
+    let (_dir, store) = temp_store();
+    let link = StepLink {
+        run: orchestrator::workflow::RunId::new(),
+        step: "draft".into(),
+    };
+    let mut first = new_task(envelope("mail", "draft", json!({}), "key-1"));
+    first.step = Some(link.clone());
+    let Submitted::Created(first) = store.submit(first).await.unwrap() else {
+        panic!("the first submit creates the task");
+    };
+    let mut again = new_task(envelope("mail", "draft", json!({}), "key-2"));
+    again.step = Some(link.clone());
+    match store.submit(again).await.unwrap() {
+        Submitted::Existing(r) => assert_eq!(r.task_id(), first.task_id()),
+        other => panic!("a second task for one step: {other:?}"),
+    }
+    let tasks = store.run_tasks(link.run).unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks["draft"].task_id, first.task_id());
 }

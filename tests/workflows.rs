@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::agent::AgentCard;
-use orchestrator::trigger::{Trigger, Triggers};
+use orchestrator::trigger::Triggers;
 use orchestrator::worker::{Handler, Outcome, Task};
 use serde_json::{Value, json};
 
@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 struct Ran {
     step: String,
     params: Value,
+    /// The envelope's `payload.meta`.
+    meta: Value,
     started: Instant,
     ended: Instant,
 }
@@ -58,6 +60,7 @@ impl Handler for Recorder {
                     .clone()
                     .unwrap_or_default(),
                 params: params.clone(),
+                meta: serde_json::to_value(&task.envelope.payload.meta).unwrap(),
                 started,
                 ended: Instant::now(),
             });
@@ -76,18 +79,15 @@ fn agents() -> Vec<AgentCard> {
     vec![card("work", &["do"])]
 }
 
-fn trigger(yaml: &str) -> Trigger {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    Trigger::load(&path).unwrap_or_else(|e| panic!("{e:?}"))
-}
-
 /// A system with `yaml`'s trigger and one worker running a [`Recorder`].
 async fn system(yaml: &str) -> (System, Recorder) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
+    let triggers = Triggers::load(dir.path(), &Default::default());
+    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
     let mut sys = System::start(agents(), fast_bus()).await;
     sys.stop_orchestrator().await;
-    sys.triggers = Triggers::of([trigger(yaml)]);
+    sys.triggers = triggers;
     sys.start_orchestrator(agents()).await;
     let recorder = Recorder::default();
     sys.worker(agents().remove(0), Arc::new(recorder.clone()))
@@ -159,12 +159,12 @@ steps:
     let id = start(&sys, json!({"n": 7})).await;
     let run = wait_for(&sys, &id, &["completed", "failed"]).await;
     assert_eq!(run["state"], "completed", "{run:#}");
-    let second = &rec
-        .runs()
-        .into_iter()
-        .find(|r| r.step == "second")
-        .unwrap()
-        .params;
+    let second_run = rec.runs().into_iter().find(|r| r.step == "second").unwrap();
+    assert_eq!(
+        second_run.meta,
+        json!({"trigger_id": "t", "system_prompt": "Be brief.", "run_id": id, "step_id": "second"})
+    );
+    let second = &second_run.params;
     assert_eq!(second["n"], 7, "a lone placeholder keeps the number");
     assert_eq!(second["tags"], json!(["a", "b"]));
     assert_eq!(second["text"], "n is 7");
@@ -177,8 +177,11 @@ steps:
         .to_string();
     let (_, task) = sys.get(&format!("/v1/tasks/{task_id}")).await;
     assert_eq!(task["correlation_id"], run["correlation_id"]);
-    let bus_env = sys.get(&format!("/v1/audit?task_id={task_id}")).await.1;
-    assert!(bus_env["records"].as_array().is_some_and(|r| !r.is_empty()));
+    assert_eq!(
+        task["correlation_id"],
+        id.as_str(),
+        "a run's tasks share its id"
+    );
 }
 
 /// Two slow branches run at the same time, and their results merge as an

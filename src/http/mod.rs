@@ -46,6 +46,29 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
     }
 }
 
+/// A long poll's `?wait=`: absent, none; else the duration, at most the
+/// request timeout less a second.
+#[derive(serde::Deserialize)]
+struct WaitQuery {
+    wait: Option<String>,
+}
+
+impl WaitQuery {
+    fn within(&self, o: &Orchestrator) -> Result<Option<std::time::Duration>, ApiError> {
+        let Some(wait) = &self.wait else {
+            return Ok(None);
+        };
+        let wait = humantime::parse_duration(wait).map_err(|e| {
+            ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
+        })?;
+        let most = o
+            .config()
+            .http_request_timeout
+            .saturating_sub(std::time::Duration::from_secs(1));
+        Ok(Some(wait.min(most)))
+    }
+}
+
 /// The page size asked for: `default` when absent, at most 1,000.
 fn page_size(asked: Option<usize>, default: usize) -> usize {
     asked.unwrap_or(default).clamp(1, 1000)

@@ -1,7 +1,5 @@
 //! `/v1/runs`: read runs, answer their approval gates, cancel them.
 
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
@@ -31,44 +29,19 @@ fn parse_id(id: &str) -> Result<RunId, ApiError> {
 /// `GET /v1/runs/{id}?wait=30s`: with `wait`, answers once the run has
 /// ended or waits at a gate, or when `wait` has passed (a long poll, at
 /// most the request timeout less a second).
-#[derive(Deserialize)]
-struct GetQuery {
-    wait: Option<String>,
-}
-
-/// How often a long poll looks at the run again.
-const POLL: Duration = Duration::from_millis(100);
-
 async fn get_run(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    Query(q): Query<GetQuery>,
+    Query(q): Query<super::WaitQuery>,
 ) -> Result<Json<RunView>, ApiError> {
     let id = parse_id(&id)?;
-    let not_found = || ApiError::not_found(format!("run {id} not found"));
-    let wait = match q.wait {
-        None => Duration::ZERO,
-        Some(w) => {
-            let w = humantime::parse_duration(&w).map_err(|e| {
-                ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
-            })?;
-            w.min(
-                o.config()
-                    .http_request_timeout
-                    .saturating_sub(Duration::from_secs(1)),
-            )
-        }
-    };
-    let until = tokio::time::Instant::now() + wait;
-    loop {
-        let view = o.run(id, &caller).await?.ok_or_else(not_found)?;
-        let settled = view.state.is_terminal() || view.state == RunState::InputRequired;
-        if settled || tokio::time::Instant::now() >= until {
-            return Ok(Json(view));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let wait = q.within(&o)?.unwrap_or_default();
+    let view = o
+        .run_when_settled(id, wait, &caller)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+    Ok(Json(view))
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,7 +1,5 @@
 //! `/v1/tasks`: submit, get, list, cancel.
 
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -103,30 +101,16 @@ fn parse_id(id: &str) -> Result<TaskId, ApiError> {
 /// `GET /v1/tasks/{id}?wait=10s`: with `wait`, answers when the task has
 /// ended or `wait` has passed, whichever comes first (a long poll, at most
 /// the request timeout less a second).
-#[derive(Deserialize)]
-struct GetQuery {
-    wait: Option<String>,
-}
-
 async fn get_task(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    Query(q): Query<GetQuery>,
+    Query(q): Query<super::WaitQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     let id = parse_id(&id)?;
-    let record = match q.wait {
+    let record = match q.within(&o)? {
         None => o.task(id, &caller).await?,
-        Some(wait) => {
-            let wait = humantime::parse_duration(&wait).map_err(|e| {
-                ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
-            })?;
-            let most = o
-                .config()
-                .http_request_timeout
-                .saturating_sub(Duration::from_secs(1));
-            o.task_when_ended(id, wait.min(most), &caller).await?
-        }
+        Some(wait) => o.task_when_ended(id, wait, &caller).await?,
     };
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
     Ok(Json(TaskView::new(&record, &o)))

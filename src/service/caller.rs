@@ -3,6 +3,7 @@
 
 use crate::access::{Grants, grants};
 use crate::task::TaskStatus;
+use crate::workflow::RunRecord;
 
 use super::ServiceError;
 
@@ -40,6 +41,27 @@ impl Caller {
                 what: what.to_string(),
                 missing,
             })
+        }
+    }
+
+    /// Whether the caller may see the run: its own, or any with
+    /// `orch:tasks:read_all`. A run it may not see is, to it, not there.
+    pub fn may_see_run(&self, run: &RunRecord) -> bool {
+        run.started_by == self.principal || self.grants.covers(grants::READ_ALL)
+    }
+
+    /// Refuses `what` on another principal's run unless `grant` is held
+    /// (a caller acts on its own runs freely).
+    pub fn require_on_run(
+        &self,
+        run: &RunRecord,
+        what: &str,
+        grant: &str,
+    ) -> Result<(), ServiceError> {
+        if run.started_by == self.principal {
+            Ok(())
+        } else {
+            self.require(what, [grant])
         }
     }
 

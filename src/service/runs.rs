@@ -7,6 +7,7 @@
 //! `orch:tasks:cancel_all`.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,11 +18,11 @@ use crate::codec::DecodeError;
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{Fingerprint, NewRun, RunStarted, StoreError};
-use crate::task::TaskState;
+use crate::task::{TaskState, TaskStatus};
 use crate::telemetry::context::StoredTrace;
-use crate::trigger::{StepKind, Trigger};
+use crate::trigger::{Approval, StepKind, Trigger};
 use crate::workflow::{
-    CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
+    CancelRequest, Decision, Origin, Plan, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
     RunState, StepState, StepTask, plan,
 };
 
@@ -163,7 +164,7 @@ impl Orchestrator {
             trigger.required_scopes.iter().map(|s| s.as_str()),
         )?;
         let run_id = RunId::new();
-        let span = crate::telemetry::spans::run_started(id, &run_id.to_string());
+        let span = crate::telemetry::spans::run(id, &run_id.to_string(), None);
         let mut record = RunRecord::new(
             run_id,
             &trigger,
@@ -195,20 +196,43 @@ impl Orchestrator {
         self.triggers().loaded.get(id).cloned()
     }
 
-    /// Whether the caller may see the run.
-    fn may_see_run(caller: &Caller, run: &RunRecord) -> bool {
-        run.started_by == caller.principal || caller.grants.covers(grants::READ_ALL)
-    }
-
     /// The run with this id, if the caller may see it.
     pub async fn run(&self, id: RunId, caller: &Caller) -> Result<Option<RunView>, ServiceError> {
+        self.run_when_settled(id, Duration::ZERO, caller).await
+    }
+
+    /// The run once it has ended or waits at a gate, or as it is when
+    /// `within` has passed (whichever comes first), if the caller may see
+    /// it. Only the run's record is read while waiting.
+    pub async fn run_when_settled(
+        &self,
+        id: RunId,
+        within: Duration,
+        caller: &Caller,
+    ) -> Result<Option<RunView>, ServiceError> {
         let store = &self.inner.store;
-        let Some(run) = store.run(id)?.filter(|r| Self::may_see_run(caller, r)) else {
-            return Ok(None);
-        };
-        let view = self.view(run)?;
-        store.settled().await?;
-        Ok(Some(view))
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let Some(run) = store.run(id)?.filter(|r| caller.may_see_run(r)) else {
+                return Ok(None);
+            };
+            let settled = run.state.is_terminal() || run.state == RunState::InputRequired;
+            if settled || tokio::time::Instant::now() >= until {
+                let view = self.view(run)?;
+                store.settled().await?;
+                return Ok(Some(view));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The run with this id, if the caller may see it; not found otherwise.
+    fn visible_run(&self, id: RunId, caller: &Caller) -> Result<RunRecord, ServiceError> {
+        self.inner
+            .store
+            .run(id)?
+            .filter(|r| caller.may_see_run(r))
+            .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))
     }
 
     /// Up to `limit` runs the caller may see, newest first, before run
@@ -231,7 +255,7 @@ impl Orchestrator {
             cursor = Some(last.run_id);
             let full = page.len() >= limit.max(50);
             for run in page {
-                if out.len() < limit && Self::may_see_run(caller, &run) {
+                if out.len() < limit && caller.may_see_run(&run) {
                     out.push(self.view(run)?);
                 }
             }
@@ -254,34 +278,29 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
-        let run = store
-            .run(id)?
-            .filter(|r| Self::may_see_run(caller, r))
-            .ok_or(StoreError::RunNotFound(id))?;
-        if run.started_by != caller.principal {
-            caller.require("answering another principal's run", [grants::RUNS_APPROVE])?;
-        }
-        let view = self.view(run)?;
-        let waiting = view
-            .waiting
-            .ok_or(StoreError::RunRefused(RunRefused::NotWaiting {
+        let run = self.visible_run(id, caller)?;
+        caller.require_on_run(
+            &run,
+            "answering another principal's run",
+            grants::RUNS_APPROVE,
+        )?;
+        let not_waiting = || {
+            StoreError::RunRefused(RunRefused::NotWaiting {
                 run: id,
                 step: None,
-            }))?;
+            })
+        };
+        let trigger = run.trigger().map_err(|_| not_waiting())?;
+        let tasks = step_tasks(&store.run_tasks(id)?);
+        let planned = plan(&trigger, &run, &tasks, Timestamp::now());
+        let (step, gate) = waiting_gate(&trigger, &run, &planned).ok_or_else(not_waiting)?;
         if answer == Answer::Input {
             let input = input.as_ref().ok_or_else(|| {
                 ServiceError::BadInput(DecodeError::MissingField {
                     field: "input".into(),
                 })
             })?;
-            let trigger: Trigger =
-                serde_json::from_value(store.run(id)?.map(|r| r.definition).unwrap_or_default())
-                    .map_err(|e| {
-                        ServiceError::BadInput(DecodeError::invalid("definition", e.to_string()))
-                    })?;
-            if let Some(StepKind::Approval(a)) = trigger.step(&waiting.step).map(|s| &s.kind)
-                && let Some(schema) = &a.input_schema
-            {
+            if let Some(schema) = &gate.input_schema {
                 let validator = jsonschema::validator_for(schema).map_err(|e| {
                     ServiceError::BadInput(DecodeError::invalid("input_schema", e.to_string()))
                 })?;
@@ -289,7 +308,7 @@ impl Orchestrator {
                     &validator,
                     input,
                     "input",
-                    &format!("step `{}`'s input_schema", waiting.step),
+                    &format!("step `{step}`'s input_schema"),
                 )
                 .map_err(ServiceError::BadInput)?;
             }
@@ -302,7 +321,7 @@ impl Orchestrator {
             at: Timestamp::now(),
         };
         let change = RunChange::Decide {
-            step: waiting.step,
+            step: step.to_string(),
             decision,
         };
         store.change_run(id, change, &caller.principal).await?;
@@ -321,13 +340,12 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
-        let run = store
-            .run(id)?
-            .filter(|r| Self::may_see_run(caller, r))
-            .ok_or(StoreError::RunNotFound(id))?;
-        if run.started_by != caller.principal {
-            caller.require("canceling another principal's run", [grants::CANCEL_ALL])?;
-        }
+        let run = self.visible_run(id, caller)?;
+        caller.require_on_run(
+            &run,
+            "canceling another principal's run",
+            grants::CANCEL_ALL,
+        )?;
         let request = CancelRequest {
             by: caller.principal.clone(),
             reason,
@@ -354,52 +372,25 @@ impl Orchestrator {
     /// The view of a run: its steps' states from the same plan the engine
     /// makes, their details from their tasks.
     fn view(&self, run: RunRecord) -> Result<RunView, ServiceError> {
-        let store = &self.inner.store;
-        let trigger: Option<Trigger> = serde_json::from_value(run.definition.clone()).ok();
-        let mut tasks = BTreeMap::new();
-        let mut statuses = BTreeMap::new();
-        for (step, task_id) in store.run_steps(run.run_id)? {
-            if let Some(s) = store.status(task_id)? {
-                tasks.insert(
-                    step.clone(),
-                    StepTask {
-                        task_id,
-                        state: s.state,
-                        result: s.result.clone(),
-                        error: s.error.clone(),
-                        updated_at: s.updated_at,
-                    },
-                );
-                statuses.insert(step, s);
-            }
-        }
+        let statuses = self.inner.store.run_tasks(run.run_id)?;
         let mut steps = Vec::new();
         let mut waiting = None;
-        if let Some(trigger) = &trigger {
-            let planned = plan(trigger, &run, &tasks, Timestamp::now());
-            for (step, parent, compensates) in placed(trigger) {
-                let state = planned
-                    .steps
-                    .get(&step.id)
-                    .copied()
-                    .unwrap_or(StepState::Pending);
-                if state == StepState::Waiting
-                    && let StepKind::Approval(a) = &step.kind
-                    && run.state == RunState::InputRequired
-                {
-                    waiting = Some(Waiting {
-                        step: step.id.clone(),
-                        prompt: a.prompt.clone(),
-                    });
-                }
-                let status = statuses.get(&step.id);
-                let decision = run.decisions.get(&step.id).cloned();
+        if let Ok(trigger) = run.trigger() {
+            let planned = plan(&trigger, &run, &step_tasks(&statuses), Timestamp::now());
+            waiting = waiting_gate(&trigger, &run, &planned).map(|(step, gate)| Waiting {
+                step: step.to_string(),
+                prompt: gate.prompt.clone(),
+            });
+            for placed in trigger.placed() {
+                let id = &placed.step.id;
+                let status = statuses.get(id);
+                let decision = run.decisions.get(id).cloned();
                 steps.push(StepView {
-                    id: step.id.clone(),
-                    kind: step.kind_name().to_string(),
-                    branch_of: parent,
-                    compensates,
-                    state,
+                    id: id.clone(),
+                    kind: placed.step.kind_name().to_string(),
+                    branch_of: placed.branch_of.map(str::to_string),
+                    compensates: placed.compensates.map(str::to_string),
+                    state: planned.steps.get(id).copied().unwrap_or(StepState::Pending),
                     task_id: status.map(|s| s.task_id),
                     task_state: status.map(|s| s.state),
                     agent: status.map(|s| s.agent.to_string()),
@@ -411,9 +402,9 @@ impl Orchestrator {
                     }),
                     error: status
                         .and_then(|s| s.error.clone())
-                        .or_else(|| run.step_errors.get(&step.id).cloned()),
+                        .or_else(|| run.step_errors.get(id).cloned()),
                     decision,
-                    route: run.routes.get(&step.id).cloned(),
+                    route: run.routes.get(id).cloned(),
                     started_at: status.map(|s| s.created_at),
                     ended_at: status
                         .filter(|s| s.state.is_terminal())
@@ -445,18 +436,33 @@ impl Orchestrator {
     }
 }
 
-/// Every step with the parallel step it is a branch of, or the step it
-/// compensates.
-fn placed(trigger: &Trigger) -> Vec<(&crate::trigger::Step, Option<String>, Option<String>)> {
-    let mut out = Vec::new();
-    for step in &trigger.steps {
-        out.push((step, None, None));
-        if let StepKind::Parallel(p) = &step.kind {
-            out.extend(p.branches.iter().map(|b| (b, Some(step.id.clone()), None)));
-        }
-        if let crate::trigger::OnFailure::Compensate(c) = &step.on_failure {
-            out.push((c.as_ref(), None, Some(step.id.clone())));
-        }
+/// How often a wait for a run looks at its record again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// What the plan reads of a run's step tasks.
+fn step_tasks(statuses: &BTreeMap<String, TaskStatus>) -> BTreeMap<String, StepTask> {
+    statuses
+        .iter()
+        .map(|(step, status)| (step.clone(), StepTask::from(status)))
+        .collect()
+}
+
+/// The approval gate run `run` waits at: its step id and its settings.
+fn waiting_gate<'t>(
+    trigger: &'t Trigger,
+    run: &RunRecord,
+    planned: &Plan,
+) -> Option<(&'t str, &'t Approval)> {
+    if run.state != RunState::InputRequired {
+        return None;
     }
-    out
+    trigger
+        .all_steps()
+        .into_iter()
+        .find_map(|step| match &step.kind {
+            StepKind::Approval(a) if planned.steps.get(&step.id) == Some(&StepState::Waiting) => {
+                Some((step.id.as_str(), a))
+            }
+            _ => None,
+        })
 }

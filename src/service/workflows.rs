@@ -14,7 +14,7 @@
 //! flushed before it is acted on. So a restart plans from the same facts
 //! and gets the same answer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,8 +28,10 @@ use crate::envelope::{Meta, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{StepLink, StoreError};
 use crate::telemetry::{context, spans};
-use crate::trigger::{StepKind, Trigger};
-use crate::workflow::{Act, RunChange, RunId, RunRecord, RunRefused, StepTask, plan, route};
+use crate::trigger::{Step, StepKind, Trigger};
+use crate::workflow::{
+    Act, RunChange, RunId, RunRecord, RunRefused, RunState, StepTask, plan, route,
+};
 
 /// How long a step whose task could not be submitted for a passing reason
 /// (the store or broker) waits before the run is advanced again.
@@ -175,42 +177,20 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
         return Ok(());
     }
     let engine = &o.inner.engine;
-    let trigger: Trigger = match serde_json::from_value(run.definition.clone()) {
+    let trigger = match run.trigger() {
         Ok(t) => t,
-        Err(e) => {
-            let error = ErrorInfo::new(
-                "definition_unreadable",
-                format!("the run's stored definition cannot be read: {e}"),
-                false,
-            );
-            settle(
-                o,
-                &run,
-                crate::workflow::RunState::Failed,
-                None,
-                Some(error),
-            )
-            .await?;
+        Err(message) => {
+            let error = ErrorInfo::new("definition_unreadable", message, false);
+            settle(o, &run, RunState::Failed, None, Some(error)).await?;
             return Ok(());
         }
     };
-    let mut tasks = std::collections::BTreeMap::new();
-    for (step, task_id) in store.run_steps(id)? {
-        if let Some(s) = store.status(task_id)? {
-            if !s.state.is_terminal() {
-                engine.watch(o, task_id, id);
-            }
-            tasks.insert(
-                step,
-                StepTask {
-                    task_id,
-                    state: s.state,
-                    result: s.result,
-                    error: s.error,
-                    updated_at: s.updated_at,
-                },
-            );
+    let mut tasks = BTreeMap::new();
+    for (step, status) in store.run_tasks(id)? {
+        if !status.state.is_terminal() {
+            engine.watch(o, status.task_id, id);
         }
+        tasks.insert(step, StepTask::from(&status));
     }
     engine.time(&run);
     let decided = plan(&trigger, &run, &tasks, Timestamp::now());
@@ -225,22 +205,19 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
             } => match start_step(o, &trigger, &run, &step, agent, action, params).await {
                 Ok(task) => engine.watch(o, task, id),
                 Err(e) if passing(&e) => {
-                    warn!(run_id = %id, step = %step, error = %e, "step not submitted; trying again shortly");
+                    warn!(run_id = %id, step = %step.id, error = %e, "step not submitted; trying again shortly");
                     engine.later(id, RETRY_AFTER);
                 }
                 Err(e) => {
+                    let step = step.id;
                     let error =
                         ErrorInfo::new("step_refused", format!("step `{step}`: {e}"), false);
                     change(o, id, RunChange::StepFailed { step, error }).await?;
                     again = true;
                 }
             },
-            Act::Route { step, text } => {
-                let allowed = match trigger.step(&step).map(|s| &s.kind) {
-                    Some(StepKind::Route(r)) => r.agents.clone(),
-                    _ => Vec::new(),
-                };
-                let change_made = match route::choose(&text, o.cards(), &allowed) {
+            Act::Route { step, text, agents } => {
+                let change_made = match route::choose(&text, o.cards(), &agents) {
                     Some(choice) => {
                         info!(run_id = %id, step = %step, agent = %choice.agent, skill = %choice.skill, "routed");
                         RunChange::Route { step, choice }
@@ -279,14 +256,14 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// Records a change the engine made; a run that moved meanwhile is
-/// advanced again instead.
-async fn change(o: &Orchestrator, id: RunId, c: RunChange) -> Result<(), ServiceError> {
+/// Records a change the engine made; whether it was made. A run that
+/// moved meanwhile is advanced again instead.
+async fn change(o: &Orchestrator, id: RunId, c: RunChange) -> Result<bool, ServiceError> {
     match o.store().change_run(id, c, "orchestrator").await {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(StoreError::RunRefused(RunRefused::Stale { .. } | RunRefused::Ended { .. })) => {
             o.inner.engine.nudge(id);
-            Ok(())
+            Ok(false)
         }
         Err(e) => Err(e.into()),
     }
@@ -295,7 +272,7 @@ async fn change(o: &Orchestrator, id: RunId, c: RunChange) -> Result<(), Service
 async fn settle(
     o: &Orchestrator,
     run: &RunRecord,
-    state: crate::workflow::RunState,
+    state: RunState,
     result: Option<serde_json::Value>,
     error: Option<ErrorInfo>,
 ) -> Result<(), ServiceError> {
@@ -305,7 +282,9 @@ async fn settle(
         result,
         error,
     };
-    change(o, run.run_id, c).await?;
+    if !change(o, run.run_id, c).await? {
+        return Ok(());
+    }
     if state.is_terminal() {
         crate::telemetry::metrics::run_ended(&run.trigger_id, state.as_str(), &run.created_at);
         info!(run_id = %run.run_id, trigger_id = %run.trigger_id, state = %state, "run ended");
@@ -315,23 +294,20 @@ async fn settle(
     Ok(())
 }
 
-/// Submits the task of step `step` of `run`: the run's starter is its
-/// actor and the limit of its scopes; its idempotency key is the run id
-/// and step id; it is linked to the step in the transaction that creates
-/// it, so submitting it again returns it.
-#[allow(clippy::too_many_arguments)]
+/// Submits the task of `step` of `run`: the run's starter is its actor
+/// and the limit of its scopes; its idempotency key is the run id and step
+/// id; it is linked to the step in the transaction that creates it, so
+/// submitting it again returns it.
 async fn start_step(
     o: &Orchestrator,
     trigger: &Trigger,
     run: &RunRecord,
-    step_id: &str,
+    step: &Step,
     agent: crate::envelope::AgentName,
     action: crate::envelope::Action,
     params: serde_json::Map<String, serde_json::Value>,
 ) -> Result<TaskId, ServiceError> {
-    let step = trigger
-        .step(step_id)
-        .ok_or_else(|| ServiceError::UnknownTrigger(format!("{}/{step_id}", trigger.id)))?;
+    let step_id = step.id.as_str();
     let defaults = &trigger.defaults;
     let system_prompt = match &step.kind {
         StepKind::Task(t) => t.system_prompt.clone(),
@@ -372,7 +348,7 @@ async fn start_step(
         run: run.run_id,
         step: step_id.to_string(),
     };
-    let span = spans::run_step(&trigger.id, &run.run_id.to_string(), step_id);
+    let span = spans::run(&trigger.id, &run.run_id.to_string(), Some(step_id));
     if let Some(stored) = &run.trace {
         context::follow_stored(&span, stored);
     }

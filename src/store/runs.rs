@@ -217,9 +217,7 @@ impl Store {
             Some(id) => Ok(RunStarted::Existing(
                 self.run(id)?.ok_or(StoreError::RunNotFound(id))?,
             )),
-            None => Ok(RunStarted::Created(
-                self.run(id)?.ok_or(StoreError::RunNotFound(id))?,
-            )),
+            None => Ok(RunStarted::Created(record)),
         }
     }
 
@@ -262,13 +260,27 @@ impl Store {
     }
 
     /// The tasks of run `id`'s steps that have started, by step id.
-    pub fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
+    fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
         let prefix = prefixed(STEP, id);
         let mut out = BTreeMap::new();
         for item in self.inner.runs.scan_prefix(prefix) {
             let (key, value) = item?;
             let step = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
             out.insert(step, decode_task_id(&key, &value)?);
+        }
+        Ok(out)
+    }
+
+    /// The statuses of the tasks of run `id`'s steps that have started,
+    /// by step id.
+    pub fn run_tasks(
+        &self,
+        id: RunId,
+    ) -> Result<BTreeMap<String, crate::task::TaskStatus>, StoreError> {
+        let mut out = BTreeMap::new();
+        for (step, task_id) in self.run_steps(id)? {
+            let status = self.status(task_id)?.ok_or(StoreError::NotFound(task_id))?;
+            out.insert(step, status);
         }
         Ok(out)
     }

@@ -153,30 +153,22 @@ pub fn failed(span: &Span, why: &str) {
     span.set_attribute("error.message", why.to_string());
 }
 
-/// A workflow run's start: `run <trigger>`. Its context is stored with the
-/// run, so every step (and every step's task) is in its trace, across
-/// restarts.
-pub fn run_started(trigger: &str, run_id: &str) -> Span {
+/// A workflow run's start, `run <trigger>`, or, with `step`, the start of
+/// one of its steps, `step <id>`. The run span's context is stored with
+/// the run; each step span is its child (across restarts) and the parent
+/// of the step's task, so a run is one trace.
+pub fn run(trigger: &str, run_id: &str, step: Option<&str>) -> Span {
+    let name = match step {
+        Some(step) => format!("step {step}"),
+        None => format!("run {trigger}"),
+    };
     tracing::info_span!(
         "run",
-        otel.name = %format_args!("run {trigger}"),
+        otel.name = %name,
         otel.kind = "internal",
         run_id = %run_id,
         trigger_id = %trigger,
-        otel.status_code = field::Empty,
-    )
-}
-
-/// One step of a run being started: `step <id>`, a child of the run's
-/// stored context; the step's task is submitted inside it.
-pub fn run_step(trigger: &str, run_id: &str, step: &str) -> Span {
-    tracing::info_span!(
-        "step",
-        otel.name = %format_args!("step {step}"),
-        otel.kind = "internal",
-        run_id = %run_id,
-        trigger_id = %trigger,
-        step_id = %step,
+        step_id = step,
         otel.status_code = field::Empty,
     )
 }

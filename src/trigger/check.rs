@@ -34,10 +34,17 @@ pub const STEP_FIELDS: [&str; 4] = ["result", "state", "error", "task_id"];
 /// The roots a template may read.
 const ROOTS: [&str; 4] = ["input", "steps", "run", "trigger"];
 
-/// A step with its path in the file (`steps[1].parallel[0]`).
-struct Placed<'a> {
-    step: &'a Step,
-    path: String,
+/// Where a step stands in its trigger.
+#[derive(Debug)]
+pub struct Placed<'a> {
+    /// The step.
+    pub step: &'a Step,
+    /// Its path in the file (`steps[1].parallel[0]`).
+    pub path: String,
+    /// The parallel step it is a branch of.
+    pub branch_of: Option<&'a str>,
+    /// The step it compensates.
+    pub compensates: Option<&'a str>,
     /// The ids of the steps that have ended before it starts.
     before: BTreeSet<&'a str>,
 }
@@ -58,12 +65,13 @@ impl Trigger {
         if self.steps.is_empty() {
             out.push(problem("steps", "a trigger needs at least one step"));
         }
-        for (field, schema) in [("input_schema", &self.input_schema)] {
-            if let Some(schema) = schema
-                && let Err(e) = jsonschema::validator_for(schema)
-            {
-                out.push(problem(field, format!("not a valid JSON Schema: {e}")));
-            }
+        if let Some(schema) = &self.input_schema
+            && let Err(e) = jsonschema::validator_for(schema)
+        {
+            out.push(problem(
+                "input_schema",
+                format!("not a valid JSON Schema: {e}"),
+            ));
         }
         self.check_run_mode(&mut out);
         let placed = self.placed();
@@ -203,10 +211,11 @@ impl Trigger {
         }
     }
 
-    /// Every step with its path and the steps ended before it starts: the
-    /// earlier top-level steps (and their branches); a compensation also
-    /// sees the step it compensates.
-    fn placed(&self) -> Vec<Placed<'_>> {
+    /// Every step in definition order (a step, then its branches, then
+    /// its compensation), with its path and, for the checks, the steps
+    /// ended before it starts: the earlier top-level steps (and their
+    /// branches); a compensation also sees the step it compensates.
+    pub fn placed(&self) -> Vec<Placed<'_>> {
         let mut out = Vec::new();
         let mut before: BTreeSet<&str> = BTreeSet::new();
         for (i, step) in self.steps.iter().enumerate() {
@@ -214,6 +223,8 @@ impl Trigger {
             out.push(Placed {
                 step,
                 path: path.clone(),
+                branch_of: None,
+                compensates: None,
                 before: before.clone(),
             });
             if let StepKind::Parallel(p) = &step.kind {
@@ -221,6 +232,8 @@ impl Trigger {
                     out.push(Placed {
                         step: b,
                         path: format!("{path}.parallel[{j}]"),
+                        branch_of: Some(&step.id),
+                        compensates: None,
                         before: before.clone(),
                     });
                 }
@@ -232,6 +245,8 @@ impl Trigger {
                 out.push(Placed {
                     step: c,
                     path: format!("{path}.compensate"),
+                    branch_of: None,
+                    compensates: Some(&step.id),
                     before: seen,
                 });
             }

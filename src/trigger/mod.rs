@@ -13,7 +13,7 @@ mod locate;
 mod step;
 mod template;
 
-pub use check::Problem;
+pub use check::{Placed, Problem};
 pub use locate::line_of;
 pub use step::{
     Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep,
@@ -212,15 +212,6 @@ impl Trigger {
         }
     }
 
-    /// Reads every trigger file in `dir`. A broken file is reported and
-    /// skipped; the others load. Two files with one id: the second is
-    /// reported.
-    pub fn load_dir(dir: &Path) -> (BTreeMap<String, Trigger>, Vec<TriggerError>) {
-        let (files, errors) = load_files(dir);
-        let triggers = files.into_iter().map(|(_, t)| (t.id.clone(), t)).collect();
-        (triggers, errors)
-    }
-
     /// A digest of the definition: a run records the one it started with.
     pub fn hash(&self) -> String {
         let bytes = serde_json::to_vec(self).unwrap_or_default();
@@ -230,11 +221,6 @@ impl Trigger {
     /// Every step, branches and compensations included, depth first.
     pub fn all_steps(&self) -> Vec<&Step> {
         self.steps.iter().flat_map(Step::walk).collect()
-    }
-
-    /// The step with this id, wherever it is.
-    pub fn step(&self, id: &str) -> Option<&Step> {
-        self.all_steps().into_iter().find(|s| s.id == id)
     }
 
     /// Checks `input` against `input_schema`, naming the first field that
@@ -286,17 +272,6 @@ impl Triggers {
             }
         }
         Triggers { loaded, errors }
-    }
-
-    /// Triggers given directly (tests, embedding).
-    pub fn of(triggers: impl IntoIterator<Item = Trigger>) -> Triggers {
-        Triggers {
-            loaded: triggers
-                .into_iter()
-                .map(|t| (t.id.clone(), std::sync::Arc::new(t)))
-                .collect(),
-            errors: Vec::new(),
-        }
     }
 }
 
@@ -457,7 +432,10 @@ mod tests {
             &GOOD.replace("id: search", "id: Search"),
         );
         write(dir.path(), "notes.txt", "ignored");
-        let (triggers, errors) = Trigger::load_dir(dir.path());
+        let Triggers {
+            loaded: triggers,
+            errors,
+        } = Triggers::load(dir.path(), &BTreeMap::new());
         assert_eq!(triggers.keys().collect::<Vec<_>>(), ["summarize"]);
         let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         assert_eq!(messages.len(), 4, "{messages:?}");

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::record::{RunRecord, RunState};
 use crate::envelope::{Action, AgentName, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::task::TaskState;
+use crate::task::{TaskState, TaskStatus};
 use crate::trigger::{
     FailurePolicy, Merge, OnFailure, Parallel, Step, StepKind, Trigger, condition, render,
     render_text,
@@ -31,6 +31,18 @@ pub struct StepTask {
     pub error: Option<ErrorInfo>,
     /// When it last changed (for `merge: first`, the order branches ended).
     pub updated_at: Timestamp,
+}
+
+impl From<&TaskStatus> for StepTask {
+    fn from(s: &TaskStatus) -> StepTask {
+        StepTask {
+            task_id: s.task_id,
+            state: s.state,
+            result: s.result.clone(),
+            error: s.error.clone(),
+            updated_at: s.updated_at,
+        }
+    }
 }
 
 /// Where a step stands.
@@ -61,8 +73,9 @@ pub enum Act {
     /// Submit the task of a step (the store returns the existing one if it
     /// was submitted before).
     Start {
-        /// The step's id.
-        step: String,
+        /// The step (its timeout, attempts, priority and system prompt
+        /// are its task's).
+        step: Box<Step>,
         /// The agent.
         agent: AgentName,
         /// The skill.
@@ -76,6 +89,8 @@ pub enum Act {
         step: String,
         /// The rendered request.
         text: String,
+        /// The agents it may choose from; empty = every known agent.
+        agents: Vec<AgentName>,
     },
     /// Cancel a step's task.
     Cancel(TaskId),
@@ -203,7 +218,9 @@ pub fn plan(
                 ..
             } => return p.finish(RunState::Rejected, None, None, cleanup),
             Outcome::Ended { error, cleanup, .. } => {
-                let error = error.unwrap_or_else(|| error_of(&step.id, "failed"));
+                let error = error.unwrap_or_else(|| {
+                    self::error("step_failed", format!("step `{}` failed", step.id))
+                });
                 match &step.on_failure {
                     OnFailure::Continue => {
                         if !cleanup.is_empty() {
@@ -227,10 +244,6 @@ pub fn plan(
         }
     }
     p.finish(RunState::Completed, Some(last), None, Vec::new())
-}
-
-fn error_of(step: &str, what: &str) -> ErrorInfo {
-    error("step_failed", format!("step `{step}` {what}"))
 }
 
 fn task_state(state: TaskState) -> StepState {
@@ -321,6 +334,7 @@ impl Planner<'_> {
                                 acts: vec![Act::Route {
                                     step: step.id.clone(),
                                     text,
+                                    agents: r.agents.clone(),
                                 }],
                                 waiting: false,
                             }
@@ -406,7 +420,7 @@ impl Planner<'_> {
                 self.steps.insert(step.id.clone(), StepState::Running);
                 Outcome::Going {
                     acts: vec![Act::Start {
-                        step: step.id.clone(),
+                        step: Box::new(step.clone()),
                         agent,
                         action,
                         params,
@@ -422,9 +436,18 @@ impl Planner<'_> {
     }
 
     fn parallel(&mut self, step: &Step, p: &Parallel) -> Outcome {
+        /// A branch that has ended.
+        struct Branch<'s> {
+            step: &'s Step,
+            state: StepState,
+            result: Value,
+            error: Option<ErrorInfo>,
+            at: Option<Timestamp>,
+            /// Failed, and not allowed to (`on_failure: fail`).
+            failed: bool,
+        }
         let mut acts = Vec::new();
         let mut running = Vec::new();
-        // (branch, state, result, error, ended at)
         let mut ended = Vec::new();
         for b in &p.branches {
             match self.outcome(b) {
@@ -439,12 +462,15 @@ impl Planner<'_> {
                     result,
                     error,
                     ..
-                } => {
-                    let at = self.tasks.get(&b.id).map(|t| t.updated_at);
-                    let failed = matches!(state, StepState::Failed | StepState::Canceled)
-                        && matches!(b.on_failure, OnFailure::Fail);
-                    ended.push((b, state, result, error, at, failed));
-                }
+                } => ended.push(Branch {
+                    step: b,
+                    state,
+                    result,
+                    error,
+                    at: self.tasks.get(&b.id).map(|t| t.updated_at),
+                    failed: matches!(state, StepState::Failed | StepState::Canceled)
+                        && matches!(b.on_failure, OnFailure::Fail),
+                }),
             }
         }
         let cancel_rest = || {
@@ -456,25 +482,22 @@ impl Planner<'_> {
         if p.merge == Merge::First {
             let first = ended
                 .iter()
-                .filter(|e| e.1 == StepState::Completed)
-                .min_by_key(|e| e.4);
+                .filter(|b| b.state == StepState::Completed)
+                .min_by_key(|b| b.at);
             if let Some(first) = first {
-                let result = first.2.clone();
+                let result = first.result.clone();
                 return self.ended(step, StepState::Completed, result, None, cancel_rest());
             }
         } else if p.failure == FailurePolicy::FailFast
-            && let Some(failed) = ended.iter().find(|e| e.5)
+            && let Some(failed) = ended.iter().find(|b| b.failed)
         {
-            let e = failed
-                .3
-                .clone()
-                .unwrap_or_else(|| error_of(&failed.0.id, "failed"));
+            let why = failed
+                .error
+                .as_ref()
+                .map_or("failed", |e| e.message.as_str());
             let e = error(
                 "step_failed",
-                format!(
-                    "branch `{}` of `{}` failed: {}",
-                    failed.0.id, step.id, e.message
-                ),
+                format!("branch `{}` of `{}` failed: {why}", failed.step.id, step.id),
             );
             return self.ended(step, StepState::Failed, Value::Null, Some(e), cancel_rest());
         }
@@ -485,7 +508,7 @@ impl Planner<'_> {
                 waiting: false,
             };
         }
-        if ended.iter().all(|e| e.5) {
+        if ended.iter().all(|b| b.failed) {
             let e = error(
                 "step_failed",
                 format!("every branch of `{}` failed", step.id),
@@ -495,11 +518,11 @@ impl Planner<'_> {
         let result = match p.merge {
             Merge::Object => Value::Object(
                 ended
-                    .iter()
-                    .map(|e| (e.0.id.clone(), e.2.clone()))
+                    .into_iter()
+                    .map(|b| (b.step.id.clone(), b.result))
                     .collect(),
             ),
-            Merge::List => Value::Array(ended.iter().map(|e| e.2.clone()).collect()),
+            Merge::List => Value::Array(ended.into_iter().map(|b| b.result).collect()),
             // Every branch ended and none completed: all failed (above),
             // or were allowed to fail or skipped.
             Merge::First => Value::Null,
@@ -543,7 +566,7 @@ mod tests {
     fn started(acts: &[Act]) -> Vec<(&str, &Map<String, Value>)> {
         acts.iter()
             .filter_map(|a| match a {
-                Act::Start { step, params, .. } => Some((step.as_str(), params)),
+                Act::Start { step, params, .. } => Some((step.id.as_str(), params)),
                 _ => None,
             })
             .collect()

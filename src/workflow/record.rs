@@ -352,6 +352,14 @@ impl RunRecord {
         }
     }
 
+    /// The definition the run started with. A stored definition a newer
+    /// format cannot read fails this run only, not the record.
+    pub fn trigger(&self) -> Result<crate::trigger::Trigger, String> {
+        serde::Deserialize::deserialize(&self.definition).map_err(|e: serde_json::Error| {
+            format!("the run's stored definition cannot be read: {e}")
+        })
+    }
+
     /// Applies `change` (a pure function); returns the audit kind and
     /// detail for it, or why it was refused. Settling an ended run, or
     /// canceling one, is refused; a repeated route choice keeps the first.
