@@ -94,6 +94,9 @@ enum Command {
         #[command(flatten)]
         trace: cli::trace::TraceArgs,
     },
+    /// Check trigger files and agent cards offline: every problem, with
+    /// its file and line.
+    Validate(cli::validate::ValidateArgs),
     /// Measure the full path against a bare JetStream round trip.
     Bench(cli::bench::BenchArgs),
     /// Check envelopes and worker events against wire format v1.
@@ -173,6 +176,7 @@ fn main() -> ExitCode {
             Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
             Command::Agents { client, command } => cli::client::agents(&client, command).await,
             Command::Trace { client, trace } => cli::trace::trace(&client, trace).await,
+            Command::Validate(args) => cli::validate::validate(args),
             Command::Bench(args) => cli::bench::bench(args).await,
             Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
             Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),

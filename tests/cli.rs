@@ -148,3 +148,175 @@ async fn store_verify_checks_the_chain_and_indexes() {
     assert_eq!(damaged.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&damaged.stderr).contains(&store_path.display().to_string()));
 }
+
+/// `validate` passes what ships, and lists each kind of mistake with its
+/// file, line and field, exiting 1; a path that is not there is a problem
+/// too.
+#[test]
+fn validate_lists_every_mistake_with_file_and_line() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shipped: Vec<String> = ["triggers", "agents", "docs/examples/triggers"]
+        .iter()
+        .map(|d| root.join(d).display().to_string())
+        .collect();
+    let mut args = vec!["validate", "--json"];
+    args.extend(shipped.iter().map(String::as_str));
+    let ok = orchestrator(&args);
+    let report = stdout_json(&ok);
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(
+        report["triggers"].as_array().unwrap().len() >= 4,
+        "{report}"
+    );
+    assert_eq!(
+        report["agents"],
+        json!(["knowledge-agent", "outlook-agent"]),
+        "{report}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents");
+    for name in ["knowledge-agent", "outlook-agent"] {
+        std::fs::create_dir_all(agents.join(name)).unwrap();
+        std::fs::copy(
+            root.join("agents").join(name).join("agent.json"),
+            agents.join(name).join("agent.json"),
+        )
+        .unwrap();
+    }
+    // A card broken on a known line: the first skill's id emptied.
+    let card = agents.join("outlook-agent/agent.json");
+    let text = std::fs::read_to_string(&card).unwrap();
+    let mut value: Value = serde_json::from_str(&text).unwrap();
+    value["skills"][0]["id"] = json!("");
+    let text = serde_json::to_string_pretty(&value).unwrap();
+    let card_line = text
+        .lines()
+        .position(|l| l.trim() == r#""id": "","#)
+        .unwrap()
+        + 1;
+    std::fs::write(&card, text).unwrap();
+    let triggers = dir.path().join("triggers");
+    std::fs::create_dir(&triggers).unwrap();
+    std::fs::write(
+        triggers.join("broken.yaml"),
+        "\
+id: broken
+required_scopes: []
+steps:
+  - id: search
+    agent: knowledge-agent
+    action: search:kb
+    params: { query: \"{{ input.query }}\" }
+  - id: draft
+    agent: nobody
+    action: draft:email
+  - id: summary
+    agent: knowledge-agent
+    action: summarize:nothing
+  - id: early
+    agent: knowledge-agent
+    action: search:kb
+    params:
+      query: \"{{ steps.late.result }}\"
+      typo: \"{{ steps.missing.result }}\"
+  - id: late
+    agent: knowledge-agent
+    action: search:kb
+  - id: search
+    agent: knowledge-agent
+    action: search:kb
+",
+    )
+    .unwrap();
+    std::fs::write(triggers.join("syntax.yaml"), "id: [unclosed\n").unwrap();
+    let missing = dir.path().join("nowhere");
+    let out = orchestrator(&[
+        "validate",
+        "--json",
+        &triggers.display().to_string(),
+        &agents.display().to_string(),
+        &missing.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = stdout_json(&out);
+    assert_eq!(report["ok"], false);
+    let found: Vec<(String, Value, Value, String)> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let file = Path::new(p["file"].as_str().unwrap());
+            (
+                file.file_name().unwrap().to_string_lossy().into_owned(),
+                p["line"].clone(),
+                p["field"].clone(),
+                p["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: [(&str, Value, &str, &str); 10] = [
+        ("nowhere", Value::Null, "", "no such file"),
+        ("agent.json", json!(card_line), "skills[0].id", "non-empty"),
+        ("broken.yaml", json!(6), "steps[0].action", "Files.Read"),
+        (
+            "broken.yaml",
+            json!(9),
+            "steps[1].agent",
+            "no agent `nobody`",
+        ),
+        (
+            "broken.yaml",
+            json!(13),
+            "steps[2].action",
+            "has no skill `summarize:nothing`",
+        ),
+        ("broken.yaml", json!(16), "steps[3].action", "Files.Read"),
+        ("broken.yaml", json!(18), "steps[3].params.query", "a cycle"),
+        (
+            "broken.yaml",
+            json!(19),
+            "steps[3].params.typo",
+            "no step has the id `missing`",
+        ),
+        (
+            "broken.yaml",
+            json!(23),
+            "steps[5].id",
+            "also the id of steps[0]",
+        ),
+        ("syntax.yaml", json!(1), "", ""),
+    ];
+    let mut rest = found.clone();
+    for (file, line, field, words) in expected {
+        let at = rest.iter().position(|(f, l, fd, m)| {
+            f == file && *l == line && (field.is_empty() || fd == field) && m.contains(words)
+        });
+        let Some(at) = at else {
+            panic!("no problem {file}:{line}: {field}: {words} in {found:#?}");
+        };
+        rest.remove(at);
+    }
+    // What is left are the scope problems of the other search steps.
+    assert!(
+        rest.iter().all(|(_, _, _, m)| m.contains("Files.Read")),
+        "{rest:#?}"
+    );
+
+    // Without --json: one `file:line: field: message` line each.
+    let broken = triggers.join("broken.yaml").display().to_string();
+    let out = orchestrator(&["validate", &broken, &agents.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("broken.yaml:9: steps[1].agent: no agent `nobody` is known\n"),
+        "{text}"
+    );
+    assert!(text.contains("broken.yaml:23: steps[5].id:"), "{text}");
+    // Without cards, what needs them is not checked, and that is said.
+    let out = orchestrator(&["validate", &broken]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("no agent `nobody`"), "{text}");
+    assert!(text.contains("were not checked"), "{text}");
+}

@@ -9,3 +9,4 @@ pub mod output;
 pub mod runs;
 pub mod serve;
 pub mod trace;
+pub mod validate;

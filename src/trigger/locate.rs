@@ -72,6 +72,9 @@ fn lines(text: &str) -> Vec<Line<'_>> {
 /// The 1-based line of `path` in `text`, or of its nearest ancestor that
 /// can be found; `None` when not even the first segment is found.
 pub fn line_of(text: &str, path: &str) -> Option<usize> {
+    if text.trim_start().starts_with(['{', '[']) {
+        return json_line_of(text, path);
+    }
     let all = lines(text);
     let mut range: &[Line<'_>] = &all;
     let mut found = None;
@@ -125,6 +128,114 @@ fn find_item<'r, 'a>(range: &'r [Line<'a>], index: usize) -> Option<(usize, &'r 
     Some((item[0].number, item))
 }
 
+/// A container open at the scanner's position in a JSON text.
+enum Frame {
+    /// An object, with the key whose value is being read.
+    Object(Option<String>),
+    /// An array, with the index of the element being read (`None` before
+    /// the first).
+    Array(Option<usize>),
+}
+
+/// `line_of` for JSON: scans the text, keeping the path to where it is,
+/// and gives the line where `path` (or its deepest ancestor found) starts.
+fn json_line_of(text: &str, path: &str) -> Option<usize> {
+    let want = segments(path);
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut best: Option<(usize, usize)> = None;
+    let mut line = 1;
+    let mut chars = text.chars();
+    // Notes the position of the path on the stack: it is found when it
+    // equals `want`, and an ancestor when a prefix of it.
+    let mut at = |stack: &[Frame], line: usize| -> bool {
+        let here: Vec<Segment<'_>> = stack
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Object(Some(k)) => Some(Segment::Key(k.as_str())),
+                Frame::Array(Some(i)) => Some(Segment::Index(*i)),
+                _ => None,
+            })
+            .collect();
+        if here.len() <= want.len()
+            && here.iter().zip(&want).all(|(a, b)| a == b)
+            && best.is_none_or(|(depth, _)| here.len() > depth)
+        {
+            best = Some((here.len(), line));
+        }
+        here.len() == want.len() && best.is_some_and(|(d, _)| d == want.len())
+    };
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+            continue;
+        }
+        if c.is_whitespace() {
+            continue;
+        }
+        // A value starting in an array is its next element.
+        if let Some(Frame::Array(index @ None)) = stack.last_mut()
+            && c != ']'
+        {
+            *index = Some(0);
+            if at(&stack, line) {
+                break;
+            }
+        }
+        match c {
+            '{' => stack.push(Frame::Object(None)),
+            '[' => stack.push(Frame::Array(None)),
+            '}' | ']' => {
+                stack.pop();
+            }
+            ',' => match stack.last_mut() {
+                Some(Frame::Object(key)) => *key = None,
+                Some(Frame::Array(Some(i))) => {
+                    *i += 1;
+                    // The element's line is where its value starts.
+                    let mut rest = chars.clone();
+                    let mut start = line;
+                    for c in rest.by_ref() {
+                        if c == '\n' {
+                            start += 1;
+                        } else if !c.is_whitespace() {
+                            break;
+                        }
+                    }
+                    if at(&stack, start) {
+                        break;
+                    }
+                }
+                _ => {}
+            },
+            '"' => {
+                let mut s = String::new();
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match (escaped, c) {
+                        (false, '\\') => escaped = true,
+                        (false, '"') => break,
+                        (_, c) => {
+                            if c == '\n' {
+                                line += 1;
+                            }
+                            s.push(c);
+                            escaped = false;
+                        }
+                    }
+                }
+                if let Some(Frame::Object(key @ None)) = stack.last_mut() {
+                    *key = Some(s);
+                    if at(&stack, line) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    best.filter(|(depth, _)| *depth > 0).map(|(_, line)| line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +274,32 @@ run_mode: on_demand
         assert_eq!(line_of(TEXT, "run_mode"), Some(17));
         assert_eq!(line_of(TEXT, "steps[7]"), Some(3));
         assert_eq!(line_of(TEXT, "nothing"), None);
+    }
+
+    const JSON: &str = r#"{
+  "name": "outlook-agent",
+  "skills": [
+    {
+      "id": "send:draft",
+      "tags": ["a", "b,\"c"]
+    },
+    { "id": "",
+      "scopes": [] }
+  ],
+  "x": {"skills": 1}
+}"#;
+
+    #[test]
+    fn json_paths_find_their_lines() {
+        assert_eq!(line_of(JSON, "name"), Some(2));
+        assert_eq!(line_of(JSON, "skills"), Some(3));
+        assert_eq!(line_of(JSON, "skills[0]"), Some(4));
+        assert_eq!(line_of(JSON, "skills[0].id"), Some(5));
+        assert_eq!(line_of(JSON, "skills[0].tags[1]"), Some(6));
+        assert_eq!(line_of(JSON, "skills[1]"), Some(8));
+        assert_eq!(line_of(JSON, "skills[1].scopes"), Some(9));
+        assert_eq!(line_of(JSON, "skills[1].nothing"), Some(8));
+        assert_eq!(line_of(JSON, "x.skills"), Some(11));
+        assert_eq!(line_of(JSON, "nothing"), None);
     }
 }

@@ -12,6 +12,7 @@ mod check;
 mod locate;
 mod step;
 mod template;
+mod validate;
 
 pub use check::{Placed, Problem};
 pub use locate::line_of;
@@ -19,6 +20,7 @@ pub use step::{
     Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep,
 };
 pub use template::{TemplateError, condition, paths, render, render_text};
+pub use validate::{Validation, validate};
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -188,6 +190,18 @@ impl Trigger {
     /// Reads one trigger file (`.yaml`, `.yml` or `.json`) and checks it on
     /// its own; every problem found is returned.
     pub fn load(path: &Path) -> Result<Trigger, Vec<TriggerError>> {
+        let (trigger, text) = Trigger::read(path)?;
+        let problems = trigger.problems();
+        if problems.is_empty() {
+            Ok(trigger)
+        } else {
+            Err(locate(path, &text, problems))
+        }
+    }
+
+    /// Parses one trigger file, with its text (for the lines of problems
+    /// found later); nothing beyond the format is checked.
+    fn read(path: &Path) -> Result<(Trigger, String), Vec<TriggerError>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![TriggerError {
                 file: path.to_path_buf(),
@@ -196,19 +210,14 @@ impl Trigger {
                 message: e.to_string(),
             }]
         })?;
-        let trigger = parse(&text).map_err(|(field, line, message)| {
-            vec![TriggerError {
+        match parse(&text) {
+            Ok(trigger) => Ok((trigger, text)),
+            Err((field, line, message)) => Err(vec![TriggerError {
                 file: path.to_path_buf(),
                 line: line.or_else(|| field.as_deref().and_then(|f| line_of(&text, f))),
                 field,
                 message,
-            }]
-        })?;
-        let problems = trigger.problems();
-        if problems.is_empty() {
-            Ok(trigger)
-        } else {
-            Err(locate(path, &text, problems))
+            }]),
         }
     }
 
@@ -250,81 +259,95 @@ pub struct Triggers {
 }
 
 impl Triggers {
-    /// Loads `dir` and checks each trigger against `cards` (when there are
-    /// cards): a trigger with a problem is skipped and its problems kept.
+    /// Loads every trigger file of `dir` and checks each against `cards`
+    /// (when there are cards): a trigger with a problem is skipped and its
+    /// problems kept.
     pub fn load(
         dir: &Path,
         cards: &BTreeMap<crate::envelope::AgentName, crate::agent::AgentCard>,
     ) -> Triggers {
-        let (files, mut errors) = load_files(dir);
+        match trigger_files(dir) {
+            Ok(paths) => Triggers::load_files(&paths, cards),
+            Err(e) => Triggers {
+                loaded: BTreeMap::new(),
+                errors: vec![e],
+            },
+        }
+    }
+
+    /// Loads `paths` in order and checks each trigger on its own and
+    /// against `cards` (when there are cards); every problem of a file is
+    /// kept, and a file with any is skipped. A second file with an id
+    /// already seen is a problem.
+    pub fn load_files(
+        paths: &[PathBuf],
+        cards: &BTreeMap<crate::envelope::AgentName, crate::agent::AgentCard>,
+    ) -> Triggers {
         let mut loaded = BTreeMap::new();
-        for (file, trigger) in files {
-            let problems = if cards.is_empty() {
-                Vec::new()
-            } else {
-                trigger.problems_with(cards)
+        let mut errors = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for path in paths {
+            let (trigger, text) = match Trigger::read(path) {
+                Ok(read) => read,
+                Err(e) => {
+                    errors.extend(e);
+                    continue;
+                }
             };
+            let mut problems = trigger.problems();
+            if !cards.is_empty() {
+                problems.extend(trigger.problems_with(cards));
+            }
+            if !seen.insert(trigger.id.clone()) {
+                problems.push(Problem {
+                    path: "id".into(),
+                    message: format!("`{}` is the id of another trigger", trigger.id),
+                });
+            }
             if problems.is_empty() {
                 loaded.insert(trigger.id.clone(), std::sync::Arc::new(trigger));
             } else {
-                let text = std::fs::read_to_string(&file).unwrap_or_default();
-                errors.extend(locate(&file, &text, problems));
+                errors.extend(locate(path, &text, problems));
             }
         }
         Triggers { loaded, errors }
     }
 }
 
-/// Every trigger file of `dir` that loads, with its path, and the
-/// problems of those that do not; a second file with an id already seen
-/// is a problem.
-fn load_files(dir: &Path) -> (Vec<(PathBuf, Trigger)>, Vec<TriggerError>) {
-    let mut files: Vec<(PathBuf, Trigger)> = Vec::new();
-    let mut errors = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            errors.push(TriggerError {
-                file: dir.to_path_buf(),
-                line: None,
-                field: None,
-                message: e.to_string(),
-            });
-            return (files, errors);
-        }
-    };
+/// The trigger files of `dir`, sorted.
+pub fn trigger_files(dir: &Path) -> Result<Vec<PathBuf>, TriggerError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| TriggerError {
+        file: dir.to_path_buf(),
+        line: None,
+        field: None,
+        message: e.to_string(),
+    })?;
     let mut paths: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
         .filter(|p| is_trigger_file(p))
         .collect();
     paths.sort();
-    for path in paths {
-        match Trigger::load(&path) {
-            Ok(t) if files.iter().any(|(_, f)| f.id == t.id) => errors.push(TriggerError {
-                line: std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|text| line_of(&text, "id")),
-                file: path,
-                field: Some("id".into()),
-                message: format!("`{}` is the id of another trigger", t.id),
-            }),
-            Ok(t) => files.push((path, t)),
-            Err(e) => errors.extend(e),
-        }
-    }
-    (files, errors)
+    Ok(paths)
 }
 
-/// Whether `path` names a trigger file (by its extension).
+/// Whether `path` names a trigger file: by its extension, and not hidden
+/// (editors save through hidden files).
 pub fn is_trigger_file(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    !hidden
+        && path
+            .extension()
+            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
 }
 
-/// Turns problems found after parsing into errors with lines.
+/// Turns problems found after parsing into errors with lines, in the
+/// order of the file.
 pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<TriggerError> {
-    problems
+    let mut errors: Vec<TriggerError> = problems
         .into_iter()
         .map(|p| TriggerError {
             file: file.to_path_buf(),
@@ -332,7 +355,9 @@ pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<TriggerErr
             field: Some(p.path),
             message: p.message,
         })
-        .collect()
+        .collect();
+    errors.sort_by_key(|e| e.line);
+    errors
 }
 
 /// Parses a trigger from YAML (JSON is YAML too), strictly: the error is
