@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,20 +80,28 @@ fn agents() -> Vec<AgentCard> {
     vec![card("work", &["do"])]
 }
 
-/// A system with `yaml`'s trigger and one worker running a [`Recorder`].
+/// A system with `yaml`'s trigger (`t.yaml` in [`triggers_dir`], watched)
+/// and one worker running a [`Recorder`].
 async fn system(yaml: &str) -> (System, Recorder) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
-    let triggers = Triggers::load(dir.path(), &Default::default());
-    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
     let mut sys = System::start(agents(), fast_bus()).await;
     sys.stop_orchestrator().await;
+    let dir = triggers_dir(&sys);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("t.yaml"), yaml).unwrap();
+    let triggers = Triggers::load(&dir, &Default::default());
+    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
     sys.triggers = triggers;
     sys.start_orchestrator(agents()).await;
     let recorder = Recorder::default();
     sys.worker(agents().remove(0), Arc::new(recorder.clone()))
         .await;
     (sys, recorder)
+}
+
+/// The system's triggers directory (in its data directory, so it lives
+/// as long as the system).
+fn triggers_dir(sys: &System) -> PathBuf {
+    sys.data.path().join("triggers")
 }
 
 async fn start(sys: &System, input: Value) -> String {
@@ -375,4 +384,126 @@ async fn a_run_survives_a_restart_between_steps() {
     assert_eq!((rec.count("draft"), rec.count("send")), (1, 1));
     let (_, list) = sys.get("/v1/runs?trigger_id=t&state=completed").await;
     assert_eq!(list["runs"][0]["run_id"], id.as_str());
+}
+
+/// Reads `GET /v1/triggers` until `ready` holds for it.
+async fn triggers_when(sys: &System, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, list) = sys.get("/v1/triggers").await;
+        assert_eq!(status, 200);
+        if ready(&list) {
+            return list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "triggers never changed: {list:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn version_of(list: &Value, id: &str) -> Option<Value> {
+    list["triggers"]
+        .as_array()?
+        .iter()
+        .find(|t| t["id"] == id)
+        .map(|t| t["steps"][1]["params"]["version"].clone())
+}
+
+const VERSIONED: &str = r#"
+id: t
+steps:
+  - { id: confirm, approval: { prompt: go? } }
+  - { id: send, agent: work, action: do, params: { version: 1 } }
+"#;
+
+/// A changed file takes effect for new runs while a running run keeps the
+/// definition it started with; a broken file is reported with its line
+/// and skipped while the others keep working; a removed file's trigger
+/// is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_triggers_directory_is_watched() {
+    let (sys, rec) = system(VERSIONED).await;
+    let dir = triggers_dir(&sys);
+    let old = start(&sys, json!({})).await;
+    wait_for(&sys, &old, &["input_required"]).await;
+
+    std::fs::write(
+        dir.join("t.yaml"),
+        VERSIONED.replace("version: 1", "version: 2"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("u.yaml"),
+        "id: u\nsteps:\n  - id: one\n    agent: work\n    action: do\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken.yaml"),
+        "id: broken\nsteps:\n  - id: a\n    agent: work\n    action: do\n    retries: 3\n",
+    )
+    .unwrap();
+    let list = triggers_when(&sys, |l| {
+        version_of(l, "t") == Some(json!(2)) && version_of(l, "u").is_some()
+    })
+    .await;
+    let errors = list["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{list:#}");
+    assert!(errors[0]["file"].as_str().unwrap().ends_with("broken.yaml"));
+    assert_eq!(errors[0]["line"], 6);
+    assert_eq!(errors[0]["field"], "steps[0].retries");
+
+    // The running run keeps version 1; a new one runs version 2.
+    let new = start(&sys, json!({})).await;
+    for id in [&old, &new] {
+        wait_for(&sys, id, &["input_required"]).await;
+        let (status, _) = sys.post(&format!("/v1/runs/{id}/approve"), json!({})).await;
+        assert_eq!(status, 200);
+        let run = wait_for(&sys, id, &["completed", "failed"]).await;
+        assert_eq!(run["state"], "completed", "{run:#}");
+    }
+    let versions: Vec<Value> = rec
+        .runs()
+        .iter()
+        .filter(|r| r.step == "send")
+        .map(|r| r.params["version"].clone())
+        .collect();
+    assert_eq!(versions, [json!(1), json!(2)]);
+    let (_, old_run) = sys.get(&format!("/v1/runs/{old}")).await;
+    let (_, new_run) = sys.get(&format!("/v1/runs/{new}")).await;
+    assert_ne!(old_run["definition_hash"], new_run["definition_hash"]);
+
+    // Breaking t skips it (with its line) while u keeps working; removing
+    // u removes it.
+    std::fs::write(
+        dir.join("t.yaml"),
+        VERSIONED.replace(
+            "params: { version: 1 }",
+            "params: { version: 1 }, colour: red",
+        ),
+    )
+    .unwrap();
+    let list = triggers_when(&sys, |l| version_of(l, "t").is_none()).await;
+    assert!(
+        list["errors"].as_array().unwrap().iter().any(|e| e["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("t.yaml")
+            && e["line"] == 5),
+        "{list:#}"
+    );
+    let (status, _) = sys.post("/v1/triggers/t/runs", json!({"input": {}})).await;
+    assert_eq!(status, 404);
+    let (status, run) = sys.post("/v1/triggers/u/runs", json!({"input": {}})).await;
+    assert_eq!(status, 201, "{run:#}");
+    let run = wait_for(
+        &sys,
+        run["run_id"].as_str().unwrap(),
+        &["completed", "failed"],
+    )
+    .await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    std::fs::remove_file(dir.join("u.yaml")).unwrap();
+    triggers_when(&sys, |l| version_of(l, "u").is_none()).await;
 }

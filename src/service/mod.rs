@@ -17,6 +17,7 @@ mod orphans;
 mod publisher;
 mod reads;
 mod reaper;
+mod reload;
 mod request;
 mod run;
 mod runs;
@@ -32,7 +33,7 @@ pub use runs::{Answer, RunView, StepView, Waiting};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -232,8 +233,9 @@ struct Inner {
     /// The static agent cards, by id; empty = accept any agent.
     cards: BTreeMap<AgentName, AgentCard>,
     /// The triggers, by id, with the files that did not load; replaced
-    /// whole when the directory changes.
-    triggers: RwLock<Arc<Triggers>>,
+    /// whole when the directory changes, and the schedules and event
+    /// listeners follow.
+    triggers: tokio::sync::watch::Sender<Arc<Triggers>>,
     /// Advances workflow runs (the loop starts with `start`).
     engine: workflows::Engine,
     /// The settings in force.
@@ -298,7 +300,7 @@ impl Orchestrator {
                 bus,
                 claims,
                 cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
-                triggers: RwLock::new(Arc::new(triggers)),
+                triggers: tokio::sync::watch::Sender::new(Arc::new(triggers)),
                 engine,
                 config,
                 max_envelope,
@@ -340,23 +342,18 @@ impl Orchestrator {
 
     /// The triggers as loaded now.
     pub fn triggers(&self) -> Arc<Triggers> {
-        Arc::clone(
-            &self
-                .inner
-                .triggers
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
+        Arc::clone(&self.inner.triggers.borrow())
+    }
+
+    /// The triggers now and each time they are replaced.
+    pub(crate) fn watch_triggers(&self) -> tokio::sync::watch::Receiver<Arc<Triggers>> {
+        self.inner.triggers.subscribe()
     }
 
     /// Replaces the triggers (the directory changed): new runs use the new
     /// definitions; a running run keeps the one it started with.
     pub fn replace_triggers(&self, triggers: Triggers) {
-        *self
-            .inner
-            .triggers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(triggers);
+        self.inner.triggers.send_replace(Arc::new(triggers));
     }
 
     /// The settings in force.

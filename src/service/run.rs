@@ -108,15 +108,23 @@ impl Orchestrator {
             queues.runs,
             stop.clone(),
         ));
+        let mut loops = vec![
+            publishing,
+            applier,
+            dead_letters,
+            sweeper,
+            reaping,
+            workflows,
+        ];
+        if let Some(dir) = self.triggers().dir.clone() {
+            loops.push(tokio::spawn(super::reload::watch(
+                self.clone(),
+                dir,
+                stop.clone(),
+            )));
+        }
         Ok(Background {
-            loops: vec![
-                publishing,
-                applier,
-                dead_letters,
-                sweeper,
-                reaping,
-                workflows,
-            ],
+            loops,
             store: inner.store.clone(),
         })
     }

@@ -256,6 +256,9 @@ pub struct Triggers {
     pub loaded: BTreeMap<String, std::sync::Arc<Trigger>>,
     /// Every problem found, by file and line; those files are skipped.
     pub errors: Vec<TriggerError>,
+    /// The directory they were loaded from, watched while the
+    /// orchestrator runs.
+    pub dir: Option<PathBuf>,
 }
 
 impl Triggers {
@@ -266,13 +269,15 @@ impl Triggers {
         dir: &Path,
         cards: &BTreeMap<crate::envelope::AgentName, crate::agent::AgentCard>,
     ) -> Triggers {
-        match trigger_files(dir) {
+        let mut triggers = match trigger_files(dir) {
             Ok(paths) => Triggers::load_files(&paths, cards),
             Err(e) => Triggers {
-                loaded: BTreeMap::new(),
                 errors: vec![e],
+                ..Triggers::default()
             },
-        }
+        };
+        triggers.dir = Some(dir.to_path_buf());
+        triggers
     }
 
     /// Loads `paths` in order and checks each trigger on its own and
@@ -310,7 +315,11 @@ impl Triggers {
                 errors.extend(locate(path, &text, problems));
             }
         }
-        Triggers { loaded, errors }
+        Triggers {
+            loaded,
+            errors,
+            dir: None,
+        }
     }
 }
 

@@ -1,0 +1,88 @@
+//! Hot reload: the triggers directory is watched, and when a file in it
+//! changes the whole directory is loaded again and replaces the triggers.
+//! New runs use the new definitions; a running run keeps the one it
+//! started with (it is stored with the run). A broken file is reported
+//! (file, line, what is wrong) and skipped; the others keep working.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Orchestrator;
+use crate::trigger::{Triggers, is_trigger_file};
+
+/// How long the directory must be quiet before it is read again: an
+/// editor's save is several events.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Watches `dir` until `stop` fires, replacing the orchestrator's
+/// triggers after each change.
+pub(crate) async fn watch(o: Orchestrator, dir: PathBuf, stop: CancellationToken) {
+    let (tx, mut changes) = mpsc::unbounded_channel();
+    let mut watcher = match notify::recommended_watcher(
+        move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if event.paths.iter().any(|p| is_trigger_file(p)) => {
+                let _ = tx.send(());
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "watching the triggers directory"),
+        },
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(error = %e, dir = %dir.display(), "cannot watch the triggers directory: changes need a restart");
+            return;
+        }
+    };
+    if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+        warn!(error = %e, dir = %dir.display(), "cannot watch the triggers directory: changes need a restart");
+        return;
+    }
+    info!(dir = %dir.display(), "watching the triggers directory");
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = changes.recv() => if changed.is_none() { return },
+        }
+        // Wait for the directory to settle, taking every event meanwhile.
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SETTLE) => break,
+                _ = changes.recv() => {}
+            }
+        }
+        reload(&o, &dir);
+    }
+}
+
+/// Loads `dir` again and replaces the triggers, saying what changed.
+pub(crate) fn reload(o: &Orchestrator, dir: &Path) {
+    let before = o.triggers();
+    let after = Triggers::load(dir, o.cards());
+    let ids = |t: &Triggers| t.loaded.keys().cloned().collect::<BTreeSet<_>>();
+    let (old, new) = (ids(&before), ids(&after));
+    let added: Vec<&String> = new.difference(&old).collect();
+    let removed: Vec<&String> = old.difference(&new).collect();
+    let changed: Vec<&String> = new
+        .intersection(&old)
+        .filter(|id| before.loaded[*id].hash() != after.loaded[*id].hash())
+        .collect();
+    for e in &after.errors {
+        warn!("trigger skipped: {e}");
+    }
+    info!(
+        triggers = after.loaded.len(),
+        ?added,
+        ?changed,
+        ?removed,
+        problems = after.errors.len(),
+        "triggers reloaded"
+    );
+    o.replace_triggers(after);
+}
