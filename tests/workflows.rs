@@ -14,6 +14,8 @@ use orchestrator::agent::AgentCard;
 use orchestrator::trigger::Triggers;
 use orchestrator::worker::{Handler, Outcome, Task};
 use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 /// One handler run: the step, its params, when it started and ended.
 #[derive(Debug, Clone)]
@@ -83,11 +85,19 @@ fn agents() -> Vec<AgentCard> {
 /// A system with `yaml`'s trigger (`t.yaml` in [`triggers_dir`], watched)
 /// and one worker running a [`Recorder`].
 async fn system(yaml: &str) -> (System, Recorder) {
+    system_of(&[("t.yaml", yaml)]).await
+}
+
+/// A system with these trigger files, and one worker running a
+/// [`Recorder`].
+async fn system_of(files: &[(&str, &str)]) -> (System, Recorder) {
     let mut sys = System::start(agents(), fast_bus()).await;
     sys.stop_orchestrator().await;
     let dir = triggers_dir(&sys);
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("t.yaml"), yaml).unwrap();
+    for (name, yaml) in files {
+        std::fs::write(dir.join(name), yaml).unwrap();
+    }
     let triggers = Triggers::load(&dir, &Default::default());
     assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
     sys.triggers = triggers;
@@ -506,4 +516,160 @@ async fn the_triggers_directory_is_watched() {
     assert_eq!(run["state"], "completed", "{run:#}");
     std::fs::remove_file(dir.join("u.yaml")).unwrap();
     triggers_when(&sys, |l| version_of(l, "u").is_none()).await;
+}
+
+/// The scheduled times of trigger `id`'s runs, oldest first.
+async fn scheduled_times(sys: &System, id: &str) -> Vec<OffsetDateTime> {
+    let (status, page) = sys
+        .get(&format!("/v1/runs?trigger_id={id}&limit=100"))
+        .await;
+    assert_eq!(status, 200, "{page:#}");
+    let mut times: Vec<OffsetDateTime> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["origin"]["kind"], "schedule", "{r:#}");
+            assert_eq!(r["started_by"], format!("schedule:{id}"));
+            OffsetDateTime::parse(r["origin"]["at"].as_str().unwrap(), &Rfc3339).unwrap()
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+/// Waits until trigger `id` has at least `n` scheduled runs.
+async fn wait_for_runs(sys: &System, id: &str, n: usize) -> Vec<OffsetDateTime> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let times = scheduled_times(sys, id).await;
+        if times.len() >= n {
+            return times;
+        }
+        assert!(Instant::now() < deadline, "{id}: only {times:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sleeps until wall-clock time `t`.
+async fn sleep_until(t: OffsetDateTime) {
+    let left = t - OffsetDateTime::now_utc();
+    if left.is_positive() {
+        tokio::time::sleep(left.try_into().unwrap()).await;
+    }
+}
+
+/// A schedule fires on its times; after downtime, `catch_up: run_once`
+/// starts one run for the times missed and `catch_up: skip` none; both
+/// go on with the next time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_fires_and_catches_up_as_stated_after_downtime() {
+    let every = |id: &str, catch_up: &str| {
+        format!(
+            "id: {id}\nrun_mode: schedule\nschedule: {{ every: 4s, catch_up: {catch_up}, overlap: allow }}\nsteps:\n  - {{ id: s, agent: work, action: do }}\n"
+        )
+    };
+    let (once, skip) = (every("once", "run_once"), every("skip", "skip"));
+    let (mut sys, _rec) = system_of(&[("once.yaml", &once), ("skip.yaml", &skip)]).await;
+    let first = wait_for_runs(&sys, "once", 1).await[0];
+    let skip_first = wait_for_runs(&sys, "skip", 1).await[0];
+    assert_eq!(
+        first.unix_timestamp() % 4,
+        0,
+        "every: 4s falls on multiples of 4 s"
+    );
+    let four = time::Duration::seconds(4);
+
+    // Down over two times (first + 4 and + 8); back 3 s after the second
+    // (late: more than half a period).
+    sys.stop_orchestrator().await;
+    assert!(
+        OffsetDateTime::now_utc() < first + four,
+        "stopped before the next time"
+    );
+    sleep_until(first + four * 2 + time::Duration::seconds(3)).await;
+    sys.start_orchestrator(agents()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        scheduled_times(&sys, "once").await,
+        [first, first + four * 2],
+        "one run for the missed times"
+    );
+    assert_eq!(
+        scheduled_times(&sys, "skip").await,
+        [skip_first],
+        "no run for the missed times"
+    );
+
+    // Then both go on with the next time.
+    sleep_until(first + four * 3 + time::Duration::seconds(1)).await;
+    let once_times = wait_for_runs(&sys, "once", 3).await;
+    assert_eq!(once_times[2], first + four * 3);
+    let skip_times = wait_for_runs(&sys, "skip", 2).await;
+    assert_eq!(skip_times[1], first + four * 3);
+}
+
+/// A time that comes while the schedule's last run is unfinished: `skip`
+/// starts no run for it, `queue` starts one when the last ends (runs never
+/// overlap either way, and the audit says why), `allow` starts it anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_times_follow_the_overlap_policy() {
+    let slow = |id: &str, overlap: &str| {
+        format!(
+            "id: {id}\nrun_mode: schedule\nschedule: {{ every: 1s, overlap: {overlap}, input: {{ id: {id} }} }}\nsteps:\n  - {{ id: {id}, agent: work, action: do, params: {{ sleep_ms: 2500 }} }}\n"
+        )
+    };
+    let (sys, rec) = system_of(&[
+        ("skip.yaml", &slow("skip", "skip")),
+        ("queue.yaml", &slow("queue", "queue")),
+        ("allow.yaml", &slow("allow", "allow")),
+    ])
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let runs = rec.runs();
+    let of = |id: &str| -> Vec<&Ran> {
+        let mut ran: Vec<&Ran> = runs.iter().filter(|r| r.step == id).collect();
+        ran.sort_by_key(|r| r.started);
+        ran
+    };
+    let overlaps = |ran: &[&Ran]| ran.windows(2).any(|w| w[1].started < w[0].ended);
+    assert!(
+        of("skip").len() >= 2 && !overlaps(&of("skip")),
+        "{:?}",
+        of("skip")
+    );
+    assert!(
+        of("queue").len() >= 2 && !overlaps(&of("queue")),
+        "{:?}",
+        of("queue")
+    );
+    // Allow: each run starts while the one before still runs.
+    assert!(overlaps(&of("allow")), "{:?}", of("allow"));
+    let (_, audit) = sys.get("/v1/audit?limit=1000").await;
+    let kinds: Vec<(&str, &str)> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((r["actor"].as_str()?, r["kind"].as_str()?)))
+        .collect();
+    assert!(
+        kinds.contains(&("schedule:skip", "schedule.skipped")),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&("schedule:queue", "schedule.queued")),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds
+            .iter()
+            .any(|(a, k)| *a == "schedule:allow" && k.starts_with("schedule."))
+    );
+    // Queued times run: more queue runs started than skip runs.
+    let (_, queued) = sys.get("/v1/runs?trigger_id=queue&limit=100").await;
+    let (_, skipped) = sys.get("/v1/runs?trigger_id=skip&limit=100").await;
+    assert!(
+        queued["runs"].as_array().unwrap().len() >= skipped["runs"].as_array().unwrap().len(),
+        "{queued:#} {skipped:#}"
+    );
 }

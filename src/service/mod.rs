@@ -21,6 +21,7 @@ mod reload;
 mod request;
 mod run;
 mod runs;
+mod schedules;
 mod schemas;
 mod workflows;
 

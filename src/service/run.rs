@@ -115,6 +115,7 @@ impl Orchestrator {
             sweeper,
             reaping,
             workflows,
+            tokio::spawn(super::schedules::drive(self.clone(), stop.clone())),
         ];
         if let Some(dir) = self.triggers().dir.clone() {
             loops.push(tokio::spawn(super::reload::watch(

@@ -17,7 +17,7 @@ use crate::access::grants;
 use crate::codec::DecodeError;
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::store::{Fingerprint, NewRun, RunStarted, StoreError};
+use crate::store::{Fingerprint, NewRun, RunStarted, ScheduleCursor, StoreError};
 use crate::task::{TaskState, TaskStatus};
 use crate::telemetry::context::StoredTrace;
 use crate::trigger::{Approval, StepKind, Trigger};
@@ -153,6 +153,22 @@ impl Orchestrator {
         origin: Origin,
         caller: &Caller,
     ) -> Result<RunStarted, ServiceError> {
+        let key = idempotency_key.map(|k| (caller.principal.clone(), k));
+        self.begin_run(id, input, key, origin, caller, None).await
+    }
+
+    /// Starts a run of trigger `id`, with its idempotency key's scope and
+    /// key; a scheduled run also moves its schedule's cursor to `slot` (in
+    /// the same transaction).
+    pub(crate) async fn begin_run(
+        &self,
+        id: &str,
+        input: Value,
+        key: Option<(String, String)>,
+        origin: Origin,
+        caller: &Caller,
+        slot: Option<Timestamp>,
+    ) -> Result<RunStarted, ServiceError> {
         let trigger = self
             .trigger(id)
             .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
@@ -179,8 +195,13 @@ impl Orchestrator {
             .store
             .start_run(NewRun {
                 record,
-                key: idempotency_key.map(|k| (caller.principal.clone(), k)),
+                key,
                 fingerprint: Fingerprint::of(&(id, &input)),
+                schedule: slot.map(|slot| ScheduleCursor {
+                    slot,
+                    run: Some(run_id),
+                    queued: None,
+                }),
             })
             .await?;
         if let RunStarted::Created(r) = &started {

@@ -36,7 +36,7 @@ pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
-pub use runs::{NewRun, RunStarted, StepLink};
+pub use runs::{NewRun, RunStarted, ScheduleCursor, StepLink};
 pub use tasks::{NewTask, Submitted};
 pub use watch::Watch;
 

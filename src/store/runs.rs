@@ -6,6 +6,7 @@
 //! | `s` run id, step id | task id | which task a step is: written in the transaction that creates the task, so a step is one task forever |
 //! | `k` scope `0` key | [`RunKey`] | a run's idempotency key (runs start once per key) |
 //! | `l` run id | nothing | the runs not yet ended, for resuming them on start |
+//! | `c` trigger id | [`ScheduleCursor`] | how far a schedule has been handled: written with the run it starts, so a time starts one run |
 //!
 //! Every change is audited (kind `run.*`, the run's correlation id) and
 //! flushed before it is reported, like a task's.
@@ -26,6 +27,13 @@ const RECORD: u8 = b'r';
 const STEP: u8 = b's';
 const KEY: u8 = b'k';
 const LIVE: u8 = b'l';
+const CURSOR: u8 = b'c';
+
+fn cursor_key(trigger: &str) -> Vec<u8> {
+    let mut key = vec![CURSOR];
+    key.extend_from_slice(trigger.as_bytes());
+    key
+}
 
 fn record_key(id: RunId) -> [u8; 17] {
     prefixed(RECORD, id)
@@ -98,6 +106,23 @@ pub struct NewRun {
     pub key: Option<(String, String)>,
     /// The request, to tell a repeat from a conflicting reuse of the key.
     pub fingerprint: Fingerprint,
+    /// For a scheduled run: its trigger's schedule cursor after it, written
+    /// in the same transaction.
+    pub schedule: Option<ScheduleCursor>,
+}
+
+/// How far a trigger's schedule has been handled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleCursor {
+    /// The last time handled (a run started, or none by policy).
+    pub slot: Timestamp,
+    /// The last run the schedule started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunId>,
+    /// A time that came while that run was unfinished, waiting for it to
+    /// end (`overlap: queue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Timestamp>,
 }
 
 /// What [`Store::start_run`] did.
@@ -191,6 +216,9 @@ impl Store {
             }),
         );
         let fingerprint = new.fingerprint;
+        let cursor = new
+            .schedule
+            .map(|c| (cursor_key(&record.trigger_id), keys::encode(&c)));
         let existing = self
             .transact(Box::new(move |tx, head| {
                 if let Some((key, name, value)) = &claim {
@@ -208,6 +236,9 @@ impl Store {
                 }
                 tx.runs.insert(&record_key(id), bytes.as_slice())?;
                 tx.runs.insert(&live_key(id), &[][..])?;
+                if let Some((key, value)) = &cursor {
+                    tx.runs.insert(key.as_slice(), value.as_slice())?;
+                }
                 let head = audit::append(tx, head, &started, now)?;
                 Ok((head, None))
             }))
@@ -248,6 +279,44 @@ impl Store {
             .await?;
         self.inner.commit.durable().await?;
         Ok(record)
+    }
+
+    /// Trigger `trigger`'s schedule cursor, if its schedule has run.
+    pub fn schedule_cursor(&self, trigger: &str) -> Result<Option<ScheduleCursor>, StoreError> {
+        let key = cursor_key(trigger);
+        match self.inner.runs.get(&key)? {
+            Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves trigger `trigger`'s schedule cursor without starting a run (a
+    /// time skipped or queued by policy), audited as `kind` by `actor`.
+    pub async fn set_schedule_cursor(
+        &self,
+        trigger: &str,
+        cursor: ScheduleCursor,
+        actor: &str,
+        kind: &str,
+    ) -> Result<(), StoreError> {
+        let now = Timestamp::now();
+        let key = cursor_key(trigger);
+        let value = keys::encode(&cursor);
+        let entry = AuditEntry {
+            actor: actor.to_string(),
+            kind: kind.to_string(),
+            task_id: None,
+            correlation_id: None,
+            trace_id: None,
+            detail: json!({ "trigger_id": trigger, "cursor": cursor }),
+        };
+        self.transact(Box::new(move |tx, head| {
+            tx.runs.insert(key.as_slice(), value.as_slice())?;
+            let head = audit::append(tx, head, &entry, now)?;
+            Ok((head, ()))
+        }))
+        .await?;
+        self.inner.commit.durable().await
     }
 
     /// The run with this id, if any.

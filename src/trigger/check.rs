@@ -197,6 +197,13 @@ impl Trigger {
                     "needs exactly one of `cron` and `every`",
                 )),
             }
+            let input = s.input.clone().unwrap_or_else(|| serde_json::json!({}));
+            if let Err(e) = self.check_input(&input) {
+                out.push(problem(
+                    "schedule.input",
+                    format!("each run's input must match input_schema: {e}"),
+                ));
+            }
         }
         if let Some(e) = &self.event {
             let ok = !e.subject.is_empty()

@@ -10,6 +10,7 @@
 
 mod check;
 mod locate;
+mod schedule;
 mod step;
 mod template;
 mod validate;
@@ -469,6 +470,7 @@ mod tests {
         let Triggers {
             loaded: triggers,
             errors,
+            ..
         } = Triggers::load(dir.path(), &BTreeMap::new());
         assert_eq!(triggers.keys().collect::<Vec<_>>(), ["summarize"]);
         let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();

@@ -1,0 +1,295 @@
+//! Scheduled triggers: each `run_mode: schedule` trigger starts a run at
+//! each time of its schedule, follows its catch-up policy for times missed
+//! while the orchestrator was down, and its overlap policy for a time that
+//! comes while its last run is unfinished (docs/triggers.md states them).
+//!
+//! How far a schedule has been handled is one record, its cursor, written
+//! in the same transaction as the run it starts: a crash at any point
+//! starts a time's run once or not yet, never twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{Caller, Orchestrator, ServiceError};
+use crate::access::Grants;
+use crate::envelope::Timestamp;
+use crate::store::ScheduleCursor;
+use crate::trigger::{CatchUp, Overlap, RunMode, Schedule, Trigger};
+use crate::workflow::Origin;
+
+/// The longest the loop sleeps: the clock is read again at least this
+/// often.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// How often a queued time checks whether the run it waits for ended,
+/// and how soon a failed turn is tried again.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// How late a time may be seen and still count as on time, at most: a
+/// time seen later was missed (the orchestrator was down).
+const GRACE: Duration = Duration::from_secs(5);
+
+/// What a schedule does now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Nothing until this time.
+    Wait(Timestamp),
+    /// Start a run for this time (on time, or the one run that makes up
+    /// for missed times).
+    Fire(Timestamp),
+    /// No run for the missed times up to this one (`catch_up: skip`).
+    Miss(Timestamp),
+}
+
+/// Decides what `schedule` does at `now`, given how far it was handled.
+/// A schedule seen for the first time does not make up for times before.
+pub(crate) fn turn(schedule: &Schedule, handled: Option<Timestamp>, now: Timestamp) -> Turn {
+    let next = schedule.next_after(now).unwrap_or(now.after(MAX_SLEEP));
+    let Some(latest) = schedule.latest_at_or_before(now) else {
+        return Turn::Wait(next);
+    };
+    if handled.is_some_and(|h| h >= latest) {
+        return Turn::Wait(next);
+    }
+    let period: Duration = (next.as_offset_date_time() - latest.as_offset_date_time())
+        .try_into()
+        .unwrap_or(GRACE);
+    let on_time =
+        (now.as_offset_date_time() - latest.as_offset_date_time()) <= GRACE.min(period / 2);
+    match (on_time, handled, schedule.catch_up) {
+        (true, _, _) => Turn::Fire(latest),
+        (false, None, _) => Turn::Wait(next),
+        (false, Some(_), CatchUp::RunOnce) => Turn::Fire(latest),
+        (false, Some(_), CatchUp::Skip) => Turn::Miss(latest),
+    }
+}
+
+/// Runs every scheduled trigger's schedule until `stop` fires, following
+/// the triggers as they are reloaded.
+pub(crate) async fn drive(o: Orchestrator, stop: CancellationToken) {
+    let mut triggers = o.watch_triggers();
+    loop {
+        let current = Arc::clone(&triggers.borrow_and_update());
+        let now = Timestamp::now();
+        let mut wake = now.after(MAX_SLEEP);
+        for trigger in current.loaded.values() {
+            let Some(schedule) = trigger
+                .schedule
+                .as_ref()
+                .filter(|_| trigger.run_mode == RunMode::Schedule)
+            else {
+                continue;
+            };
+            let at = match advance(&o, trigger, schedule, now).await {
+                Ok(at) => at,
+                Err(e) => {
+                    warn!(trigger_id = %trigger.id, error = %e, "schedule: will try again");
+                    now.after(RECHECK)
+                }
+            };
+            wake = wake.min(at);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = triggers.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(wake.remaining()) => {}
+        }
+    }
+}
+
+/// The schedule's principal: the starter of its runs, with the trigger's
+/// scopes.
+fn starter(trigger: &Trigger) -> Caller {
+    Caller::new(
+        format!("schedule:{}", trigger.id),
+        Grants::new(trigger.required_scopes.iter().map(|s| s.as_str())),
+    )
+}
+
+/// Does what the schedule needs now; returns when to look again.
+async fn advance(
+    o: &Orchestrator,
+    trigger: &Trigger,
+    schedule: &Schedule,
+    now: Timestamp,
+) -> Result<Timestamp, ServiceError> {
+    let store = o.store();
+    let cursor = store.schedule_cursor(&trigger.id)?;
+    let caller = starter(trigger);
+    let unfinished = match cursor.as_ref().and_then(|c| c.run) {
+        Some(run) => store.run(run)?.is_some_and(|r| !r.state.is_terminal()),
+        None => false,
+    };
+    // A queued time starts once the run it waits for has ended.
+    if let Some(c) = &cursor
+        && let Some(queued) = c.queued
+        && !unfinished
+    {
+        start(o, trigger, schedule, queued, c.slot, &caller).await?;
+        return Ok(now);
+    }
+    let slot = match turn(schedule, cursor.as_ref().map(|c| c.slot), now) {
+        Turn::Wait(at) if cursor.as_ref().is_some_and(|c| c.queued.is_some()) => {
+            return Ok(at.min(now.after(RECHECK)));
+        }
+        Turn::Wait(at) => return Ok(at),
+        Turn::Miss(slot) => {
+            let moved = ScheduleCursor {
+                slot,
+                ..cursor.clone().unwrap_or(ScheduleCursor {
+                    slot,
+                    run: None,
+                    queued: None,
+                })
+            };
+            store
+                .set_schedule_cursor(&trigger.id, moved, &caller.principal, "schedule.missed")
+                .await?;
+            info!(trigger_id = %trigger.id, %slot, "schedule: missed times skipped (catch_up: skip)");
+            return Ok(now);
+        }
+        Turn::Fire(slot) => slot,
+    };
+    if unfinished && schedule.overlap != Overlap::Allow {
+        let c = cursor.unwrap_or(ScheduleCursor {
+            slot,
+            run: None,
+            queued: None,
+        });
+        let (queued, kind) = match schedule.overlap {
+            Overlap::Queue => (Some(slot), "schedule.queued"),
+            _ => (None, "schedule.skipped"),
+        };
+        store
+            .set_schedule_cursor(
+                &trigger.id,
+                ScheduleCursor {
+                    slot,
+                    run: c.run,
+                    queued,
+                },
+                &caller.principal,
+                kind,
+            )
+            .await?;
+        info!(trigger_id = %trigger.id, %slot, kind, "schedule: the last run is unfinished");
+        return Ok(now);
+    }
+    start(o, trigger, schedule, slot, slot, &caller).await?;
+    Ok(now)
+}
+
+/// Starts the run for time `at`; the cursor moves to `handled`.
+async fn start(
+    o: &Orchestrator,
+    trigger: &Trigger,
+    schedule: &Schedule,
+    at: Timestamp,
+    handled: Timestamp,
+    caller: &Caller,
+) -> Result<(), ServiceError> {
+    let input = schedule.input.clone().unwrap_or_else(|| json!({}));
+    let started = o
+        .begin_run(
+            &trigger.id,
+            input,
+            None,
+            Origin::Schedule { at },
+            caller,
+            Some(handled),
+        )
+        .await?;
+    info!(trigger_id = %trigger.id, run_id = %started.record().run_id, %at, "schedule: run started");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn every_ten_minutes(catch_up: CatchUp) -> Schedule {
+        Schedule {
+            cron: None,
+            every: Some(Duration::from_secs(600)),
+            catch_up,
+            overlap: Overlap::Skip,
+            input: None,
+        }
+    }
+
+    #[test]
+    fn times_fire_on_time_and_missed_ones_follow_the_catch_up_policy() {
+        let skip = every_ten_minutes(CatchUp::Skip);
+        let once = every_ten_minutes(CatchUp::RunOnce);
+        let ten = at("2026-11-22T10:10:00Z");
+        let twenty = at("2026-11-22T10:20:00Z");
+        let thirty = at("2026-11-22T10:30:00Z");
+        let table = [
+            // (schedule, handled, now, expected)
+            (
+                &skip,
+                Some(ten),
+                at("2026-11-22T10:15:00Z"),
+                Turn::Wait(twenty),
+            ),
+            (
+                &skip,
+                Some(ten),
+                at("2026-11-22T10:20:01Z"),
+                Turn::Fire(twenty),
+            ),
+            (
+                &skip,
+                Some(twenty),
+                at("2026-11-22T10:20:01Z"),
+                Turn::Wait(thirty),
+            ),
+            // Seen late (down from 10:12 to 10:25): missed.
+            (
+                &skip,
+                Some(ten),
+                at("2026-11-22T10:25:00Z"),
+                Turn::Miss(twenty),
+            ),
+            (
+                &once,
+                Some(ten),
+                at("2026-11-22T10:25:00Z"),
+                Turn::Fire(twenty),
+            ),
+            // Several missed: one run, for the latest.
+            (
+                &once,
+                Some(ten),
+                at("2026-11-22T11:05:00Z"),
+                Turn::Fire(at("2026-11-22T11:00:00Z")),
+            ),
+            // Missed ones before an on-time one: the on-time run only.
+            (
+                &skip,
+                Some(ten),
+                at("2026-11-22T10:30:02Z"),
+                Turn::Fire(thirty),
+            ),
+            // First seen: earlier times are not made up for.
+            (&once, None, at("2026-11-22T10:25:00Z"), Turn::Wait(thirty)),
+            (&once, None, at("2026-11-22T10:20:03Z"), Turn::Fire(twenty)),
+        ];
+        for (schedule, handled, now, expected) in table {
+            assert_eq!(
+                turn(schedule, handled, now),
+                expected,
+                "{:?} handled {handled:?} at {now}",
+                schedule.catch_up
+            );
+        }
+    }
+}
