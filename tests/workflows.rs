@@ -673,3 +673,140 @@ async fn overlapping_times_follow_the_overlap_policy() {
         "{queued:#} {skipped:#}"
     );
 }
+
+/// The runs of trigger `id`, as (message id, run) pairs.
+async fn event_runs(sys: &System, id: &str) -> Vec<(String, Value)> {
+    let (status, page) = sys
+        .get(&format!("/v1/runs?trigger_id={id}&limit=100"))
+        .await;
+    assert_eq!(status, 200, "{page:#}");
+    page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["origin"]["kind"], "event", "{r:#}");
+            assert_eq!(r["started_by"], format!("event:{id}"));
+            (
+                r["origin"]["message_id"].as_str().unwrap().to_string(),
+                r.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until trigger `id` has `n` runs, all completed.
+async fn wait_for_event_runs(sys: &System, id: &str, n: usize) -> Vec<(String, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let runs = event_runs(sys, id).await;
+        if runs.len() >= n && runs.iter().all(|(_, r)| r["state"] == "completed") {
+            return runs;
+        }
+        assert!(Instant::now() < deadline, "{id}: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An event trigger starts one run per message on its subject, with the
+/// message as input, named by its `Nats-Msg-Id` or its stream sequence; a
+/// message published while the orchestrator is down starts its run on
+/// restart; when every message is delivered again (the trigger's consumer
+/// reset), no run starts twice; a body that is not JSON starts none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_trigger_fires_once_per_message_even_when_redelivered() {
+    let (mut sys, rec) = system(
+        r#"
+id: t
+run_mode: event
+event: { subject: "shop.orders.*" }
+input_schema: { type: object, required: [order] }
+steps:
+  - { id: take, agent: work, action: do, params: { order: "{{ input.order }}" } }
+"#,
+    )
+    .await;
+    let client = async_nats::connect(sys.nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let publish = |subject: &'static str, id: Option<&'static str>, body: &'static str| {
+        let js = js.clone();
+        async move {
+            let mut headers = async_nats::HeaderMap::new();
+            if let Some(id) = id {
+                headers.insert("Nats-Msg-Id", id);
+            }
+            js.publish_with_headers(subject, headers, body.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    // The stream exists once the trigger's listener is set up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while js.get_stream("ORCH_TRIGGER_EVENTS").await.is_err() {
+        assert!(Instant::now() < deadline, "no trigger events stream");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    publish("shop.orders.new", Some("order-1"), r#"{"order": 1}"#).await;
+    publish("shop.orders.new", None, r#"{"order": 2}"#).await;
+    publish("shop.orders.new", None, "not json").await;
+    publish("shop.orders.new", None, r#"{"no_order": 3}"#).await;
+    // Another subject: not kept, no run.
+    client
+        .publish("shop.other", r#"{"order": 99}"#.into())
+        .await
+        .unwrap();
+    let runs = wait_for_event_runs(&sys, "t", 2).await;
+    let mut ids: Vec<&str> = runs.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["order-1", "seq:2"], "{runs:#?}");
+    let (_, run) = &runs.iter().find(|(id, _)| id == "order-1").unwrap();
+    assert_eq!(run["input"], json!({"order": 1}));
+    assert_eq!(run["origin"]["subject"], "shop.orders.new");
+
+    // Down: a message waits in the stream; the consumer is reset so every
+    // message is delivered again.
+    sys.stop_orchestrator().await;
+    publish("shop.orders.paid", Some("order-5"), r#"{"order": 5}"#).await;
+    js.get_stream("ORCH_TRIGGER_EVENTS")
+        .await
+        .unwrap()
+        .delete_consumer("trigger_t")
+        .await
+        .unwrap();
+    sys.start_orchestrator(agents()).await;
+    let runs = wait_for_event_runs(&sys, "t", 3).await;
+    // Every message has been delivered again once the consumer has passed
+    // the last one.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = js
+            .get_stream("ORCH_TRIGGER_EVENTS")
+            .await
+            .unwrap()
+            .consumer_info("trigger_t")
+            .await
+            .unwrap()
+            .clone();
+        if info.ack_floor.stream_sequence >= 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{info:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let runs_after = event_runs(&sys, "t").await;
+    assert_eq!(runs_after.len(), 3, "{runs_after:#?}");
+    assert_eq!(runs.len(), 3);
+    let mut orders: Vec<Value> = rec
+        .runs()
+        .iter()
+        .map(|r| r.params["order"].clone())
+        .collect();
+    orders.sort_by_key(|o| o.as_i64());
+    assert_eq!(
+        orders,
+        [json!(1), json!(2), json!(5)],
+        "each handler ran once"
+    );
+}

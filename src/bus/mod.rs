@@ -15,6 +15,7 @@ pub mod permissions;
 mod provision;
 mod pull;
 mod settle;
+mod trigger_events;
 
 pub use auth::NatsAuth;
 pub use depth::QueueDepth;

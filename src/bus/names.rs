@@ -42,6 +42,16 @@ impl Names {
         format!("{}_ADVISORIES", self.upper)
     }
 
+    /// The stream that keeps the messages of event triggers' subjects.
+    pub fn trigger_events_stream(&self) -> String {
+        format!("{}_TRIGGER_EVENTS", self.upper)
+    }
+
+    /// The orchestrator's durable consumer of trigger `trigger`'s subject.
+    pub fn trigger_consumer(&self, trigger: &str) -> String {
+        format!("trigger_{trigger}")
+    }
+
     /// The live agent registry bucket.
     pub fn agents_bucket(&self) -> String {
         format!("{}_AGENTS", self.upper)

@@ -12,6 +12,7 @@
 
 mod caller;
 mod dlq;
+mod event_triggers;
 mod events;
 mod orphans;
 mod publisher;

@@ -116,6 +116,7 @@ impl Orchestrator {
             reaping,
             workflows,
             tokio::spawn(super::schedules::drive(self.clone(), stop.clone())),
+            tokio::spawn(super::event_triggers::drive(self.clone(), stop.clone())),
         ];
         if let Some(dir) = self.triggers().dir.clone() {
             loops.push(tokio::spawn(super::reload::watch(
