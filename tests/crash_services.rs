@@ -1,10 +1,12 @@
 //! Processes really killed: a worker after its side effect, the
-//! orchestrator with tasks in flight.
+//! orchestrator with tasks in flight, the orchestrator in the middle of
+//! workflow runs.
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
@@ -206,4 +208,151 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     assert_eq!(verify["ok"], true, "{verify}");
     stop.cancel();
     let _ = worker.await;
+}
+
+/// Counts its runs by (run, step), sleeps a little, and returns `n + 1`.
+#[derive(Clone, Default)]
+struct Counting(Arc<Mutex<HashMap<(String, String), usize>>>);
+
+impl Handler for Counting {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let counts = Arc::clone(&self.0);
+        Box::pin(async move {
+            let meta = &task.envelope.payload.meta;
+            let key = (
+                meta.run_id.clone().unwrap_or_default(),
+                meta.step_id.clone().unwrap_or_default(),
+            );
+            *counts.lock().unwrap().entry(key).or_default() += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let n = task.envelope.payload.params["n"].as_i64().unwrap_or(-100);
+            Outcome::completed(json!({ "n": n + 1 }))
+        })
+    }
+}
+
+/// The orchestrator is SIGKILLed again and again while workflow runs go
+/// through their steps (so between steps and during them); after each
+/// restart every unfinished run goes on. Each run ends completed with
+/// every step's handler run exactly once, none skipped (each step adds
+/// one to what the one before returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_killed_during_workflow_runs_repeats_and_skips_no_step() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let agents = tempfile::tempdir().unwrap();
+    let triggers = tempfile::tempdir().unwrap();
+    let slow = card("slow", &["work"]);
+    std::fs::create_dir_all(agents.path().join("slow")).unwrap();
+    std::fs::write(
+        agents.path().join("slow/agent.json"),
+        serde_json::to_string(&slow).unwrap(),
+    )
+    .unwrap();
+    let steps = ["a", "b", "c", "d", "e"];
+    let mut yaml = String::from("id: chain\nsteps:\n");
+    let mut from = "input.n".to_string();
+    for step in steps {
+        yaml.push_str(&format!(
+            "  - {{ id: {step}, agent: slow, action: work, params: {{ n: \"{{{{ {from} }}}}\" }} }}\n"
+        ));
+        from = format!("steps.{step}.result.n");
+    }
+    std::fs::write(triggers.path().join("chain.yaml"), yaml).unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let args = [
+        "run",
+        "--agents",
+        agents.path().to_str().unwrap(),
+        "--triggers",
+        triggers.path().to_str().unwrap(),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--http-addr",
+        &format!("127.0.0.1:{port}"),
+    ];
+    let mut proc = orchestrator(&args, &nats.url(), &data.path().join("0.log"));
+    wait_ready(&format!("{base}/readyz")).await;
+
+    // The worker lives in this process: it outlives every crash.
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let verifier = orchestrator::auth::TokenSettings::default()
+        .verifier(data.path(), "slow")
+        .unwrap()
+        .map(Arc::new);
+    let config = orchestrator::worker::WorkerConfig {
+        concurrency: 8,
+        verifier,
+        ..Default::default()
+    };
+    let counting = Counting::default();
+    let worker = orchestrator::worker::Worker::start(
+        bus,
+        slow,
+        ".".into(),
+        Arc::new(counting.clone()),
+        config,
+    )
+    .await
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(worker.run(stop.clone()));
+
+    let http = common::process::admin_client(data.path());
+    let mut runs = Vec::new();
+    for n in 0..8 {
+        let body = json!({"input": {"n": n * 100}});
+        let run = common::post_json(&http, &format!("{base}/v1/triggers/chain/runs"), &body).await;
+        runs.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    // Kills at uneven times: some land while a step's task runs, some
+    // between one step's end and the next one's start.
+    for (i, pause) in [170u64, 330, 90, 410, 260, 520].iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(*pause)).await;
+        let working = common::get_json(&http, &format!("{base}/v1/runs?state=working")).await;
+        assert!(
+            !working["runs"].as_array().unwrap().is_empty(),
+            "kill {i} would land after every run ended"
+        );
+        proc.kill();
+        proc = orchestrator(
+            &args,
+            &nats.url(),
+            &data.path().join(format!("{}.log", i + 1)),
+        );
+        wait_ready(&format!("{base}/readyz")).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, id) in runs.iter().enumerate() {
+        loop {
+            let run = common::get_json(&http, &format!("{base}/v1/runs/{id}?wait=1s")).await;
+            if run["state"] == "completed" {
+                assert_eq!(run["result"], json!({"n": n as i64 * 100 + 5}), "{run:#}");
+                break;
+            }
+            assert!(
+                run["state"] == "working" && Instant::now() < deadline,
+                "run {n}: {run:#}"
+            );
+        }
+    }
+    let counts = counting.0.lock().unwrap().clone();
+    for id in &runs {
+        for step in steps {
+            assert_eq!(
+                counts.get(&(id.clone(), step.to_string())),
+                Some(&1),
+                "run {id} step {step}: {counts:?}"
+            );
+        }
+    }
+    assert_eq!(counts.len(), runs.len() * steps.len(), "{counts:?}");
+    let verify = common::get_json(&http, &format!("{base}/v1/audit/verify")).await;
+    assert_eq!(verify["ok"], true, "{verify}");
+    stop.cancel();
+    let _ = worker.await;
+    drop(proc);
 }
