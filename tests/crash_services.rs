@@ -119,6 +119,52 @@ async fn a_worker_killed_after_its_side_effect_does_not_repeat_it() {
     assert!(lines[1].ends_with("resumed=1 created=False"), "{runs}");
 }
 
+/// An agents directory holding the card `slow` (skill `work`).
+fn slow_agent() -> (tempfile::TempDir, orchestrator::agent::AgentCard) {
+    let agents = tempfile::tempdir().unwrap();
+    let slow = card("slow", &["work"]);
+    std::fs::create_dir_all(agents.path().join("slow")).unwrap();
+    std::fs::write(
+        agents.path().join("slow/agent.json"),
+        serde_json::to_string(&slow).unwrap(),
+    )
+    .unwrap();
+    (agents, slow)
+}
+
+/// A worker for `card` in this process (it outlives the orchestrator's
+/// crashes), checking task tokens with the key the orchestrator generated
+/// in `data`; stop it with the token.
+async fn in_process_worker(
+    nats: &NatsServer,
+    data: &Path,
+    card: orchestrator::agent::AgentCard,
+    handler: Arc<dyn Handler>,
+    concurrency: usize,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let verifier = orchestrator::auth::TokenSettings::default()
+        .verifier(data, card.name.as_str())
+        .unwrap()
+        .map(Arc::new);
+    let config = orchestrator::worker::WorkerConfig {
+        concurrency,
+        verifier,
+        ..Default::default()
+    };
+    let worker = orchestrator::worker::Worker::start(bus, card, ".".into(), handler, config)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(worker.run(stop.clone()));
+    (stop, task)
+}
+
 /// Takes a while, so that tasks are in flight when the orchestrator dies.
 struct Slow;
 
@@ -138,14 +184,7 @@ impl Handler for Slow {
 async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let agents = tempfile::tempdir().unwrap();
-    let slow = card("slow", &["work"]);
-    std::fs::create_dir_all(agents.path().join("slow")).unwrap();
-    std::fs::write(
-        agents.path().join("slow/agent.json"),
-        serde_json::to_string(&slow).unwrap(),
-    )
-    .unwrap();
+    let (agents, slow) = slow_agent();
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let args = [
@@ -160,24 +199,7 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let mut first = orchestrator(&args, &nats.url(), &data.path().join("first.log"));
     wait_ready(&format!("{base}/readyz")).await;
 
-    // A worker in this process (it survives the orchestrator's crash).
-    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
-        .await
-        .unwrap();
-    let verifier = orchestrator::auth::TokenSettings::default()
-        .verifier(data.path(), "slow")
-        .unwrap()
-        .map(Arc::new);
-    let config = orchestrator::worker::WorkerConfig {
-        concurrency: 2,
-        verifier,
-        ..Default::default()
-    };
-    let worker = orchestrator::worker::Worker::start(bus, slow, ".".into(), Arc::new(Slow), config)
-        .await
-        .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let worker = tokio::spawn(worker.run(stop.clone()));
+    let (stop, worker) = in_process_worker(&nats, data.path(), slow, Arc::new(Slow), 2).await;
 
     let http = common::process::admin_client(data.path());
     let mut ids = Vec::new();
@@ -240,15 +262,8 @@ impl Handler for Counting {
 async fn an_orchestrator_killed_during_workflow_runs_repeats_and_skips_no_step() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let agents = tempfile::tempdir().unwrap();
+    let (agents, slow) = slow_agent();
     let triggers = tempfile::tempdir().unwrap();
-    let slow = card("slow", &["work"]);
-    std::fs::create_dir_all(agents.path().join("slow")).unwrap();
-    std::fs::write(
-        agents.path().join("slow/agent.json"),
-        serde_json::to_string(&slow).unwrap(),
-    )
-    .unwrap();
     let steps = ["a", "b", "c", "d", "e"];
     let mut yaml = String::from("id: chain\nsteps:\n");
     let mut from = "input.n".to_string();
@@ -275,31 +290,9 @@ async fn an_orchestrator_killed_during_workflow_runs_repeats_and_skips_no_step()
     let mut proc = orchestrator(&args, &nats.url(), &data.path().join("0.log"));
     wait_ready(&format!("{base}/readyz")).await;
 
-    // The worker lives in this process: it outlives every crash.
-    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
-        .await
-        .unwrap();
-    let verifier = orchestrator::auth::TokenSettings::default()
-        .verifier(data.path(), "slow")
-        .unwrap()
-        .map(Arc::new);
-    let config = orchestrator::worker::WorkerConfig {
-        concurrency: 8,
-        verifier,
-        ..Default::default()
-    };
     let counting = Counting::default();
-    let worker = orchestrator::worker::Worker::start(
-        bus,
-        slow,
-        ".".into(),
-        Arc::new(counting.clone()),
-        config,
-    )
-    .await
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let worker = tokio::spawn(worker.run(stop.clone()));
+    let (stop, worker) =
+        in_process_worker(&nats, data.path(), slow, Arc::new(counting.clone()), 8).await;
 
     let http = common::process::admin_client(data.path());
     let mut runs = Vec::new();
