@@ -45,6 +45,9 @@ pub(crate) struct Engine {
     watched: Arc<Mutex<HashSet<TaskId>>>,
     /// Runs with a deadline timer.
     timed: Arc<Mutex<HashSet<RunId>>>,
+    /// Fired when the engine stops: the watches end with it (they hold the
+    /// store, which a restart in the same process opens again).
+    stopped: CancellationToken,
 }
 
 /// The receiving end of the nudges.
@@ -57,6 +60,7 @@ pub(crate) fn channel() -> (Engine, EngineQueue) {
             nudges,
             watched: Arc::default(),
             timed: Arc::default(),
+            stopped: CancellationToken::new(),
         },
         queue,
     )
@@ -76,10 +80,15 @@ impl Engine {
         let store = o.store().clone();
         let engine = self.clone();
         let mut watch = store.watch(task);
+        let stopped = self.stopped.clone();
         tokio::spawn(async move {
             let live = matches!(store.status(task), Ok(Some(s)) if !s.state.is_terminal());
+            drop(store);
             if live {
-                watch.ended().await;
+                tokio::select! {
+                    () = watch.ended() => {}
+                    () = stopped.cancelled() => return,
+                }
             }
             lock(&engine.watched).remove(&task);
             engine.nudge(run);
@@ -141,7 +150,10 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
     };
     loop {
         tokio::select! {
-            () = stop.cancelled() => break,
+            () = stop.cancelled() => {
+                o.inner.engine.stopped.cancel();
+                break;
+            }
             Some(id) = queue.recv() => match busy.get_mut(&id) {
                 Some(again) => *again = true,
                 None => {
