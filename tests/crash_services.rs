@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
-use common::process::{Proc, free_port, orchestrator, wait_ready};
+use common::process::{Proc, free_port, orchestrator, run_args, wait_ready};
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::worker::{Handler, Outcome, Task};
@@ -187,15 +187,7 @@ async fn an_orchestrator_killed_mid_run_loses_no_result() {
     let (agents, slow) = slow_agent();
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let args = [
-        "run",
-        "--agents",
-        agents.path().to_str().unwrap(),
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--http-addr",
-        &format!("127.0.0.1:{port}"),
-    ];
+    let args = run_args(agents.path(), data.path(), port, &[]);
     let mut first = orchestrator(&args, &nats.url(), &data.path().join("first.log"));
     wait_ready(&format!("{base}/readyz")).await;
 
@@ -277,17 +269,13 @@ async fn an_orchestrator_killed_during_workflow_runs_repeats_and_skips_no_step()
     std::fs::write(triggers.path().join("chain.yaml"), yaml).unwrap();
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let args = [
-        "run",
-        "--agents",
-        agents.path().to_str().unwrap(),
-        "--triggers",
-        triggers.path().to_str().unwrap(),
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--http-addr",
-        &format!("127.0.0.1:{port}"),
-    ];
+    let triggers_arg = triggers.path().display().to_string();
+    let args = run_args(
+        agents.path(),
+        data.path(),
+        port,
+        &["--triggers", &triggers_arg],
+    );
     let mut proc = orchestrator(&args, &nats.url(), &data.path().join("0.log"));
     wait_ready(&format!("{base}/readyz")).await;
 

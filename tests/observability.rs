@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
-use common::process::{Proc, free_port, wait_ready};
+use common::process::{Proc, free_port, run_args, wait_ready};
 use otlp::{Got, Receiver};
 use serde_json::{Value, json};
 
@@ -40,7 +40,7 @@ fn tracer_agent(dir: &Path) {
 }
 
 /// A service process with `env` set, logging to `log`.
-fn service(args: &[&str], env: &[(&str, &str)], log: &Path) -> Proc {
+fn service(args: &[impl AsRef<std::ffi::OsStr>], env: &[(&str, &str)], log: &Path) -> Proc {
     let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
     command
         .args(args)
@@ -84,15 +84,7 @@ impl Deployment {
         ];
         run_env.extend_from_slice(extra);
         let run = service(
-            &[
-                "run",
-                "--agents",
-                agents.path().to_str().unwrap(),
-                "--data-dir",
-                data_arg,
-                "--http-addr",
-                &format!("127.0.0.1:{port}"),
-            ],
+            &run_args(agents.path(), data.path(), port, &[]),
             &run_env,
             &logs.path().join("run.log"),
         );

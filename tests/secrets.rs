@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
-use common::process::{free_port, orchestrator, wait_ready};
+use common::process::{free_port, orchestrator, run_args, wait_ready};
 use serde_json::{Value, json};
 
 const PLANTED: &str = "hunter2-planted-7f3a9c";
@@ -47,15 +47,7 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
     let base = format!("http://127.0.0.1:{port}");
     let data_arg = data.path().to_str().unwrap();
     let mut run = orchestrator(
-        &[
-            "run",
-            "--agents",
-            agents.path().to_str().unwrap(),
-            "--data-dir",
-            data_arg,
-            "--http-addr",
-            &format!("127.0.0.1:{port}"),
-        ],
+        &run_args(agents.path(), data.path(), port, &[]),
         &nats.url(),
         &logs.path().join("run.log"),
     );

@@ -24,25 +24,23 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// triggers after each change.
 pub(crate) async fn watch(o: Orchestrator, dir: PathBuf, stop: CancellationToken) {
     let (tx, mut changes) = mpsc::unbounded_channel();
-    let mut watcher = match notify::recommended_watcher(
-        move |event: notify::Result<notify::Event>| match event {
+    let watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
             Ok(event) if event.paths.iter().any(|p| is_trigger_file(p)) => {
                 let _ = tx.send(());
             }
             Ok(_) => {}
             Err(e) => warn!(error = %e, "watching the triggers directory"),
-        },
-    ) {
+        })
+        .and_then(|mut w| w.watch(&dir, RecursiveMode::NonRecursive).map(|()| w));
+    // Kept until the loop ends: dropping it stops the watch.
+    let _watcher = match watcher {
         Ok(w) => w,
         Err(e) => {
             warn!(error = %e, dir = %dir.display(), "cannot watch the triggers directory: changes need a restart");
             return;
         }
     };
-    if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-        warn!(error = %e, dir = %dir.display(), "cannot watch the triggers directory: changes need a restart");
-        return;
-    }
     info!(dir = %dir.display(), "watching the triggers directory");
     loop {
         tokio::select! {

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -119,67 +118,45 @@ async fn advance(
 ) -> Result<Timestamp, ServiceError> {
     let store = o.store();
     let cursor = store.schedule_cursor(&trigger.id)?;
+    let (handled, last_run, queued) = match &cursor {
+        Some(c) => (Some(c.slot), c.run, c.queued),
+        None => (None, None, None),
+    };
     let caller = starter(trigger);
-    let unfinished = match cursor.as_ref().and_then(|c| c.run) {
+    let unfinished = match last_run {
         Some(run) => store.run(run)?.is_some_and(|r| !r.state.is_terminal()),
         None => false,
     };
     // A queued time starts once the run it waits for has ended.
-    if let Some(c) = &cursor
-        && let Some(queued) = c.queued
-        && !unfinished
-    {
-        start(o, trigger, schedule, queued, c.slot, &caller).await?;
+    if let (Some(handled), Some(queued), false) = (handled, queued, unfinished) {
+        start(o, trigger, schedule, queued, handled, &caller).await?;
         return Ok(now);
     }
-    let slot = match turn(schedule, cursor.as_ref().map(|c| c.slot), now) {
-        Turn::Wait(at) if cursor.as_ref().is_some_and(|c| c.queued.is_some()) => {
-            return Ok(at.min(now.after(RECHECK)));
-        }
+    // What the cursor becomes when a time gets no run now, and why.
+    let (slot, queued, kind) = match turn(schedule, handled, now) {
+        Turn::Wait(at) if queued.is_some() => return Ok(at.min(now.after(RECHECK))),
         Turn::Wait(at) => return Ok(at),
-        Turn::Miss(slot) => {
-            let moved = ScheduleCursor {
-                slot,
-                ..cursor.clone().unwrap_or(ScheduleCursor {
-                    slot,
-                    run: None,
-                    queued: None,
-                })
-            };
-            store
-                .set_schedule_cursor(&trigger.id, moved, &caller.principal, "schedule.missed")
-                .await?;
-            info!(trigger_id = %trigger.id, %slot, "schedule: missed times skipped (catch_up: skip)");
+        Turn::Miss(slot) => (slot, queued, "schedule.missed"),
+        Turn::Fire(slot) if unfinished && schedule.overlap == Overlap::Queue => {
+            (slot, Some(slot), "schedule.queued")
+        }
+        Turn::Fire(slot) if unfinished && schedule.overlap == Overlap::Skip => {
+            (slot, None, "schedule.skipped")
+        }
+        Turn::Fire(slot) => {
+            start(o, trigger, schedule, slot, slot, &caller).await?;
             return Ok(now);
         }
-        Turn::Fire(slot) => slot,
     };
-    if unfinished && schedule.overlap != Overlap::Allow {
-        let c = cursor.unwrap_or(ScheduleCursor {
-            slot,
-            run: None,
-            queued: None,
-        });
-        let (queued, kind) = match schedule.overlap {
-            Overlap::Queue => (Some(slot), "schedule.queued"),
-            _ => (None, "schedule.skipped"),
-        };
-        store
-            .set_schedule_cursor(
-                &trigger.id,
-                ScheduleCursor {
-                    slot,
-                    run: c.run,
-                    queued,
-                },
-                &caller.principal,
-                kind,
-            )
-            .await?;
-        info!(trigger_id = %trigger.id, %slot, kind, "schedule: the last run is unfinished");
-        return Ok(now);
-    }
-    start(o, trigger, schedule, slot, slot, &caller).await?;
+    let moved = ScheduleCursor {
+        slot,
+        run: last_run,
+        queued,
+    };
+    store
+        .set_schedule_cursor(&trigger.id, moved, &caller.principal, kind)
+        .await?;
+    info!(trigger_id = %trigger.id, %slot, kind, "schedule: no run for this time now");
     Ok(now)
 }
 
@@ -192,11 +169,10 @@ async fn start(
     handled: Timestamp,
     caller: &Caller,
 ) -> Result<(), ServiceError> {
-    let input = schedule.input.clone().unwrap_or_else(|| json!({}));
     let started = o
         .begin_run(
             &trigger.id,
-            input,
+            schedule.run_input(),
             None,
             Origin::Schedule { at },
             caller,

@@ -197,8 +197,7 @@ impl Trigger {
                     "needs exactly one of `cron` and `every`",
                 )),
             }
-            let input = s.input.clone().unwrap_or_else(|| serde_json::json!({}));
-            if let Err(e) = self.check_input(&input) {
+            if let Err(e) = self.check_input(&s.run_input()) {
                 out.push(problem(
                     "schedule.input",
                     format!("each run's input must match input_schema: {e}"),

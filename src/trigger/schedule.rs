@@ -10,6 +10,13 @@ use super::Schedule;
 use crate::envelope::Timestamp;
 
 impl Schedule {
+    /// The input of each run: `input`, or `{}`.
+    pub fn run_input(&self) -> serde_json::Value {
+        self.input
+            .clone()
+            .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
+    }
+
     /// The first time strictly after `t`.
     pub fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
         if let Some(cron) = self.cron() {

@@ -21,8 +21,27 @@ impl Drop for Proc {
     }
 }
 
+/// The arguments of `orchestrator run` with the agents in `agents`, the
+/// data in `data` and the API on `port`, then `extra`.
+pub fn run_args(agents: &Path, data: &Path, port: u16, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--agents",
+        &agents.display().to_string(),
+        "--data-dir",
+        &data.display().to_string(),
+        "--http-addr",
+        &format!("127.0.0.1:{port}"),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
 /// Runs `orchestrator ARGS` with `NATS_URL` set, logging to `log`.
-pub fn orchestrator(args: &[&str], nats_url: &str, log: &Path) -> Proc {
+pub fn orchestrator(args: &[impl AsRef<std::ffi::OsStr>], nats_url: &str, log: &Path) -> Proc {
     let log = std::fs::File::create(log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args(args)
