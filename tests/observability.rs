@@ -26,7 +26,10 @@ fn tracer_agent(dir: &Path) {
         dir,
         json!({
             "name": "tracer", "version": "1.0.0", "description": "reports its trace context",
-            "skills": [{"id": "echo", "description": "echo"}, {"id": "flaky", "description": "fails once"}],
+            "skills": [
+                {"id": "echo", "description": "echo", "triggers": ["say it back"]},
+                {"id": "flaky", "description": "fails once"}
+            ],
             "invocation": {"type": "command", "command": ["python3", "tracer.py"], "timeout": "30s"}
         }),
         "tracer.py",
@@ -38,6 +41,23 @@ fn tracer_agent(dir: &Path) {
          print(json.dumps({'traceparent': os.environ.get('TRACEPARENT')}))\n",
     );
 }
+
+/// A workflow on the tracer: a task, a routed task, an approval gate, a
+/// task.
+const TRACED: &str = "\
+id: traced
+name: Traced
+description: every kind of run span
+run_mode: on_demand
+input_schema: { type: object, required: [request], properties: { request: { type: string } } }
+steps:
+  - { id: first, agent: tracer, action: echo, params: {} }
+  - id: pick
+    route: { text: \"{{ input.request }}\", agents: [tracer] }
+    params: {}
+  - { id: confirm, approval: { prompt: Go on? } }
+  - { id: last, agent: tracer, action: echo, params: {} }
+";
 
 /// A service process with `env` set, logging to `log`.
 fn service(args: &[impl AsRef<std::ffi::OsStr>], env: &[(&str, &str)], log: &Path) -> Proc {
@@ -71,6 +91,8 @@ impl Deployment {
         let nats = NatsServer::start();
         let agents = tempfile::tempdir().unwrap();
         tracer_agent(&agents.path().join("tracer"));
+        let triggers = tempfile::tempdir().unwrap();
+        std::fs::write(triggers.path().join("traced.yaml"), TRACED).unwrap();
         let data = tempfile::tempdir().unwrap();
         let logs = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -84,7 +106,12 @@ impl Deployment {
         ];
         run_env.extend_from_slice(extra);
         let run = service(
-            &run_args(agents.path(), data.path(), port, &[]),
+            &run_args(
+                agents.path(),
+                data.path(),
+                port,
+                &["--triggers", triggers.path().to_str().unwrap()],
+            ),
             &run_env,
             &logs.path().join("run.log"),
         );
@@ -116,7 +143,7 @@ impl Deployment {
         let logs_path = logs.path().to_path_buf();
         Deployment {
             _nats: nats,
-            _dirs: vec![agents, data, logs],
+            _dirs: vec![agents, triggers, data, logs],
             base,
             metrics,
             http,
@@ -403,6 +430,174 @@ async fn one_request_is_one_trace_across_processes() {
     }
     assert_eq!(get(&worker, r#"orch_worker_running{agent="tracer"}"#), 0.0);
     assert!(get(&worker, "process_cpu_seconds_total") >= 0.0);
+    for p in &mut d.procs {
+        p.kill();
+    }
+}
+
+/// A workflow run is one trace: the request that started it, the run's
+/// span, and as its children a span per step (the parent of the step's
+/// task spans, across processes), the routing choice, the wait at the gate,
+/// the answer (linked to the request that gave it, in its own trace) and
+/// the end. The run metrics count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_one_trace_with_a_span_per_step() {
+    let receiver = Receiver::start().await;
+    let mut d = Deployment::start(&receiver, &[]).await;
+    let caller_trace = "0af7651916cd43dd8448eb211c80319c";
+    let caller_span = "b7ad6b7169203331";
+    let started = d
+        .http
+        .post(format!("{}/v1/triggers/traced/runs", d.base))
+        .header("traceparent", format!("00-{caller_trace}-{caller_span}-01"))
+        .json(&json!({"input": {"request": "please say it back"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 201);
+    let run: Value = started.json().await.unwrap();
+    assert_eq!(
+        run["trace_id"], caller_trace,
+        "the run is in the caller's trace"
+    );
+    let id = run["run_id"].as_str().unwrap().to_string();
+    let run_at = |state: &'static str| {
+        let (http, url) = (d.http.clone(), format!("{}/v1/runs/{id}?wait=1s", d.base));
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let run = common::get_json(&http, &url).await;
+                if run["state"] == state {
+                    return run;
+                }
+                assert!(Instant::now() < deadline, "never {state}: {run:#}");
+            }
+        }
+    };
+    run_at("input_required").await;
+    let answer_trace = "5c2a9f3e1d0b47a68e9f00112233aabb";
+    let approved = d
+        .http
+        .post(format!("{}/v1/runs/{id}/approve", d.base))
+        .header(
+            "traceparent",
+            format!("00-{answer_trace}-00f067aa0ba902b7-01"),
+        )
+        .json(&json!({"reason": "looks right"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    let done = run_at("completed").await;
+
+    let t = caller_trace;
+    let spans = receiver
+        .spans
+        .wait_for("the run's end and its last task applied", |all| {
+            let in_run = |name: &str| all.iter().any(|g| g.trace_id() == t && g.name() == name);
+            in_run("end completed")
+                && all
+                    .iter()
+                    .filter(|g| g.trace_id() == t && g.name() == "apply completed")
+                    .count()
+                    == 3
+        })
+        .await;
+    let http = one(&spans, t, "orchestrator", "POST /v1/triggers/{id}/runs");
+    assert_eq!(http.parent(), caller_span);
+    let run_span = one(&spans, t, "orchestrator", "run traced");
+    assert_eq!(run_span.parent(), http.span_id());
+    assert_eq!(run_span.attr("run_id").as_deref(), Some(id.as_str()));
+    for name in [
+        "step first",
+        "route pick",
+        "step pick",
+        "wait confirm",
+        "approve confirm",
+        "step last",
+        "end completed",
+    ] {
+        let g = one(&spans, t, "orchestrator", name);
+        assert_eq!(g.parent(), run_span.span_id(), "{name} is the run's child");
+        assert_eq!(g.attr("run_id").as_deref(), Some(id.as_str()), "{name}");
+        assert_eq!(g.attr("trigger_id").as_deref(), Some("traced"), "{name}");
+    }
+    let route = one(&spans, t, "orchestrator", "route pick");
+    assert_eq!(route.attr("agent").as_deref(), Some("tracer"));
+    assert_eq!(route.attr("skill").as_deref(), Some("echo"));
+    // The answer came in its own trace; its span in the run's trace links
+    // to that request's span.
+    let answer_http = one(
+        &spans,
+        answer_trace,
+        "orchestrator",
+        "POST /v1/runs/{id}/approve",
+    );
+    let answer = one(&spans, t, "orchestrator", "approve confirm");
+    assert_eq!(
+        answer.links(),
+        vec![(answer_trace.to_string(), answer_http.span_id())]
+    );
+    assert!(answer.attr("decided_by").is_some());
+    // Each step's task: published under its step span, processed by the
+    // worker in another process, applied back, all in the run's trace.
+    let subject = "orch.tasks.tracer.normal";
+    for step in ["first", "pick", "last"] {
+        let step_span = one(&spans, t, "orchestrator", &format!("step {step}"));
+        let task = done["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == step)
+            .unwrap()["task_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let about: Vec<&Got> = spans
+            .iter()
+            .filter(|g| g.attr("task_id").as_deref() == Some(task.as_str()))
+            .collect();
+        let publish = about
+            .iter()
+            .find(|g| g.name() == format!("publish {subject}"))
+            .unwrap_or_else(|| panic!("no publish of step {step}: {about:#?}"));
+        assert_eq!(publish.parent(), step_span.span_id(), "step {step}");
+        let process = about
+            .iter()
+            .find(|g| g.name() == format!("process {subject}"))
+            .unwrap_or_else(|| panic!("no process of step {step}: {about:#?}"));
+        assert_eq!(process.service, "agent-tracer");
+        assert_eq!(process.parent(), publish.span_id(), "step {step}");
+        assert!(about.iter().all(|g| g.trace_id() == t), "{about:#?}");
+    }
+    // Every span about the run is in its trace.
+    let stray: Vec<&Got> = spans
+        .iter()
+        .filter(|g| g.attr("run_id").as_deref() == Some(id.as_str()) && g.trace_id() != t)
+        .collect();
+    assert!(stray.is_empty(), "{stray:#?}");
+
+    let orchestrator = scrape(
+        &d.http
+            .get(format!("{}/metrics", d.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    for key in [
+        r#"orch_runs_total{state="started",trigger="traced"}"#,
+        r#"orch_runs_total{state="completed",trigger="traced"}"#,
+        r#"orch_run_duration_seconds_count{state="completed",trigger="traced"}"#,
+    ] {
+        assert_eq!(
+            orchestrator.get(key),
+            Some(&1.0),
+            "{key} in {orchestrator:#?}"
+        );
+    }
     for p in &mut d.procs {
         p.kill();
     }

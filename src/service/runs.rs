@@ -9,8 +9,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use opentelemetry::trace::TraceContextExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::{Span, info};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::grants;
@@ -20,9 +23,10 @@ use crate::event::ErrorInfo;
 use crate::store::{Fingerprint, NewRun, RunStarted, ScheduleCursor, StoreError};
 use crate::task::{TaskState, TaskStatus};
 use crate::telemetry::context::StoredTrace;
+use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Approval, StepKind, Trigger};
 use crate::workflow::{
-    CancelRequest, Decision, Origin, Plan, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
+    CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
     RunState, StepState, StepTask, plan,
 };
 
@@ -141,6 +145,17 @@ pub enum Answer {
     Input,
 }
 
+impl Answer {
+    /// Its name: `approve`, `reject` or `input`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Approve => "approve",
+            Answer::Reject => "reject",
+            Answer::Input => "input",
+        }
+    }
+}
+
 impl Orchestrator {
     /// Starts a run of trigger `id` with `input` (checked against its
     /// schema) for `caller`, who must hold the trigger's scopes. The same
@@ -180,7 +195,7 @@ impl Orchestrator {
             trigger.required_scopes.iter().map(|s| s.as_str()),
         )?;
         let run_id = RunId::new();
-        let span = crate::telemetry::spans::run(id, &run_id.to_string(), None);
+        let span = spans::run(id, &run_id.to_string(), RunMark::Start);
         let mut record = RunRecord::new(
             run_id,
             &trigger,
@@ -314,7 +329,8 @@ impl Orchestrator {
         let trigger = run.trigger().map_err(|_| not_waiting())?;
         let tasks = step_tasks(&store.run_tasks(id)?);
         let planned = plan(&trigger, &run, &tasks, Timestamp::now());
-        let (step, gate) = waiting_gate(&trigger, &run, &planned).ok_or_else(not_waiting)?;
+        let (step, gate) =
+            waiting_gate(&trigger, run.state, &planned.steps).ok_or_else(not_waiting)?;
         if answer == Answer::Input {
             let input = input.as_ref().ok_or_else(|| {
                 ServiceError::BadInput(DecodeError::MissingField {
@@ -346,6 +362,11 @@ impl Orchestrator {
             decision,
         };
         store.change_run(id, change, &caller.principal).await?;
+        // In the run's trace, linked to the request that answered.
+        let span = super::workflows::mark(&run, RunMark::Answer(step, answer.as_str()));
+        span.add_link(Span::current().context().span().span_context().clone());
+        span.set_attribute("decided_by", caller.principal.clone());
+        span.in_scope(|| info!(run_id = %id, step = %step, answer = answer.as_str(), by = %caller.principal, "gate answered"));
         self.inner.engine.nudge(id);
         self.run(id, caller)
             .await?
@@ -398,10 +419,11 @@ impl Orchestrator {
         let mut waiting = None;
         if let Ok(trigger) = run.trigger() {
             let planned = plan(&trigger, &run, &step_tasks(&statuses), Timestamp::now());
-            waiting = waiting_gate(&trigger, &run, &planned).map(|(step, gate)| Waiting {
-                step: step.to_string(),
-                prompt: gate.prompt.clone(),
-            });
+            waiting =
+                waiting_gate(&trigger, run.state, &planned.steps).map(|(step, gate)| Waiting {
+                    step: step.to_string(),
+                    prompt: gate.prompt.clone(),
+                });
             for placed in trigger.placed() {
                 let id = &placed.step.id;
                 let status = statuses.get(id);
@@ -468,20 +490,21 @@ fn step_tasks(statuses: &BTreeMap<String, TaskStatus>) -> BTreeMap<String, StepT
         .collect()
 }
 
-/// The approval gate run `run` waits at: its step id and its settings.
-fn waiting_gate<'t>(
+/// The approval gate a run in `state` with its steps `planned` waits at:
+/// its step id and its settings.
+pub(super) fn waiting_gate<'t>(
     trigger: &'t Trigger,
-    run: &RunRecord,
-    planned: &Plan,
+    state: RunState,
+    planned: &BTreeMap<String, StepState>,
 ) -> Option<(&'t str, &'t Approval)> {
-    if run.state != RunState::InputRequired {
+    if state != RunState::InputRequired {
         return None;
     }
     trigger
         .all_steps()
         .into_iter()
         .find_map(|step| match &step.kind {
-            StepKind::Approval(a) if planned.steps.get(&step.id) == Some(&StepState::Waiting) => {
+            StepKind::Approval(a) if planned.get(&step.id) == Some(&StepState::Waiting) => {
                 Some((step.id.as_str(), a))
             }
             _ => None,

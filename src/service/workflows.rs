@@ -20,14 +20,17 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{Instrument, Span, debug, info, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::runs::waiting_gate;
 use super::{Caller, Orchestrator, ServiceError, TaskRequest, lock};
 use crate::access::Grants;
 use crate::envelope::{Meta, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{StepLink, StoreError};
-use crate::telemetry::{context, spans};
+use crate::telemetry::context;
+use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Step, StepKind, Trigger};
 use crate::workflow::{
     Act, RunChange, RunId, RunRecord, RunRefused, RunState, StepTask, plan, route,
@@ -231,7 +234,12 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
             Act::Route { step, text, agents } => {
                 let change_made = match route::choose(&text, o.cards(), &agents) {
                     Some(choice) => {
-                        info!(run_id = %id, step = %step, agent = %choice.agent, skill = %choice.skill, "routed");
+                        let span = mark(&run, RunMark::Route(&step));
+                        span.set_attribute("agent", choice.agent.to_string());
+                        span.set_attribute("skill", choice.skill.clone());
+                        span.set_attribute("score", i64::from(choice.score));
+                        span.set_attribute("matched", choice.matched.join(", "));
+                        span.in_scope(|| info!(run_id = %id, step = %step, agent = %choice.agent, skill = %choice.skill, "routed"));
                         RunChange::Route { step, choice }
                     }
                     None => RunChange::StepFailed {
@@ -263,7 +271,13 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
         return Ok(());
     }
     if decided.state != run.state {
-        settle(o, &run, decided.state, decided.result, decided.error).await?;
+        let gate =
+            waiting_gate(&trigger, decided.state, &decided.steps).map(|(step, _)| step.to_string());
+        let moved = settle(o, &run, decided.state, decided.result, decided.error).await?;
+        if let (true, Some(step), RunState::InputRequired) = (moved, gate, decided.state) {
+            mark(&run, RunMark::Wait(&step))
+                .in_scope(|| info!(run_id = %id, step = %step, "run waits at its gate"));
+        }
     }
     Ok(())
 }
@@ -281,13 +295,16 @@ async fn change(o: &Orchestrator, id: RunId, c: RunChange) -> Result<bool, Servi
     }
 }
 
+/// Moves `run` to `state`; whether it moved (a run that moved meanwhile
+/// is advanced again instead).
 async fn settle(
     o: &Orchestrator,
     run: &RunRecord,
     state: RunState,
     result: Option<serde_json::Value>,
     error: Option<ErrorInfo>,
-) -> Result<(), ServiceError> {
+) -> Result<bool, ServiceError> {
+    let why = error.as_ref().map(|e| e.message.clone());
     let c = RunChange::Settle {
         from: run.state,
         state,
@@ -295,15 +312,29 @@ async fn settle(
         error,
     };
     if !change(o, run.run_id, c).await? {
-        return Ok(());
+        return Ok(false);
     }
     if state.is_terminal() {
         crate::telemetry::metrics::run_ended(&run.trigger_id, state.as_str(), &run.created_at);
-        info!(run_id = %run.run_id, trigger_id = %run.trigger_id, state = %state, "run ended");
+        let span = mark(run, RunMark::End(state.as_str()));
+        if let (RunState::Failed, Some(why)) = (state, &why) {
+            spans::failed(&span, why);
+        }
+        span.in_scope(|| info!(run_id = %run.run_id, trigger_id = %run.trigger_id, state = %state, "run ended"));
     } else {
         debug!(run_id = %run.run_id, state = %state, "run moved");
     }
-    Ok(())
+    Ok(true)
+}
+
+/// A span marking `what` in `run`'s trace: a child of the run's span, also
+/// after a restart.
+pub(crate) fn mark(run: &RunRecord, what: RunMark<'_>) -> Span {
+    let span = spans::run(&run.trigger_id, &run.run_id.to_string(), what);
+    if let Some(stored) = &run.trace {
+        context::follow_stored(&span, stored);
+    }
+    span
 }
 
 /// Submits the task of `step` of `run`: the run's starter is its actor
@@ -360,10 +391,7 @@ async fn start_step(
         run: run.run_id,
         step: step_id.to_string(),
     };
-    let span = spans::run(&trigger.id, &run.run_id.to_string(), Some(step_id));
-    if let Some(stored) = &run.trace {
-        context::follow_stored(&span, stored);
-    }
+    let span = mark(run, RunMark::Step(step_id));
     let submitted = o
         .submit_with(request, meta, None, Some(link), &caller)
         .instrument(span)

@@ -153,14 +153,35 @@ pub fn failed(span: &Span, why: &str) {
     span.set_attribute("error.message", why.to_string());
 }
 
-/// A workflow run's start, `run <trigger>`, or, with `step`, the start of
-/// one of its steps, `step <id>`. The run span's context is stored with
-/// the run; each step span is its child (across restarts) and the parent
-/// of the step's task, so a run is one trace.
-pub fn run(trigger: &str, run_id: &str, step: Option<&str>) -> Span {
-    let name = match step {
-        Some(step) => format!("step {step}"),
-        None => format!("run {trigger}"),
+/// What a span of a workflow run marks.
+#[derive(Clone, Copy, Debug)]
+pub enum RunMark<'a> {
+    /// `run <trigger>`: the run started; its context is stored with the
+    /// run, and every other mark is its child (across restarts).
+    Start,
+    /// `step <id>`: the step's task is submitted (the task's spans are its
+    /// children).
+    Step(&'a str),
+    /// `route <id>`: a `route:` step chose its agent.
+    Route(&'a str),
+    /// `wait <id>`: the run reached an approval gate and waits.
+    Wait(&'a str),
+    /// `approve <id>`, `reject <id>` or `input <id>`: a person answered
+    /// the gate.
+    Answer(&'a str, &'a str),
+    /// `end <state>`: the run ended.
+    End(&'a str),
+}
+
+/// A span of workflow run `run_id` of `trigger`, named for `mark`.
+pub fn run(trigger: &str, run_id: &str, mark: RunMark<'_>) -> Span {
+    let (name, step) = match mark {
+        RunMark::Start => (format!("run {trigger}"), None),
+        RunMark::Step(step) => (format!("step {step}"), Some(step)),
+        RunMark::Route(step) => (format!("route {step}"), Some(step)),
+        RunMark::Wait(step) => (format!("wait {step}"), Some(step)),
+        RunMark::Answer(step, answer) => (format!("{answer} {step}"), Some(step)),
+        RunMark::End(state) => (format!("end {state}"), None),
     };
     tracing::info_span!(
         "run",

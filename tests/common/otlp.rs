@@ -61,6 +61,14 @@ impl Got {
     pub fn attr(&self, key: &str) -> Option<String> {
         find(&self.span.attributes, key)
     }
+    /// The spans it links to, as (trace id, span id) in hex.
+    pub fn links(&self) -> Vec<(String, String)> {
+        self.span
+            .links
+            .iter()
+            .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
+            .collect()
+    }
     /// `SPAN_KIND_…` as a number (2 server, 4 producer, 5 consumer, 1 internal).
     pub fn kind(&self) -> i32 {
         self.span.kind
