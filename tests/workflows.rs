@@ -91,7 +91,14 @@ async fn system(yaml: &str) -> (System, Recorder) {
 /// A system with these trigger files, and one worker running a
 /// [`Recorder`].
 async fn system_of(files: &[(&str, &str)]) -> (System, Recorder) {
-    let mut sys = System::start(agents(), fast_bus()).await;
+    let (sys, mut recorders) = system_with(agents(), files).await;
+    (sys, recorders.remove(0))
+}
+
+/// A system with these agents and trigger files, and a worker running a
+/// [`Recorder`] for each agent (in the agents' order).
+async fn system_with(cards: Vec<AgentCard>, files: &[(&str, &str)]) -> (System, Vec<Recorder>) {
+    let mut sys = System::start(cards.clone(), fast_bus()).await;
     sys.stop_orchestrator().await;
     let dir = triggers_dir(&sys);
     std::fs::create_dir(&dir).unwrap();
@@ -101,11 +108,14 @@ async fn system_of(files: &[(&str, &str)]) -> (System, Recorder) {
     let triggers = Triggers::load(&dir, &Default::default());
     assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
     sys.triggers = triggers;
-    sys.start_orchestrator(agents()).await;
-    let recorder = Recorder::default();
-    sys.worker(agents().remove(0), Arc::new(recorder.clone()))
-        .await;
-    (sys, recorder)
+    sys.start_orchestrator(cards.clone()).await;
+    let mut recorders = Vec::new();
+    for card in cards {
+        let recorder = Recorder::default();
+        sys.worker(card, Arc::new(recorder.clone())).await;
+        recorders.push(recorder);
+    }
+    (sys, recorders)
 }
 
 /// The system's triggers directory (in its data directory, so it lives
@@ -260,6 +270,57 @@ steps:
       input_schema: { type: object, required: [note] }
   - { id: send, agent: work, action: do, params: { text: "{{ steps.draft.result.echo.text }}", note: "{{ steps.confirm.result.input.note if steps.confirm.result.input else '' }}" } }
 "#;
+
+/// A `route:` step runs the agent whose signals match the text, records
+/// why, and fails the step when nothing matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_picks_the_agent_whose_signals_match() {
+    let signalled = |name: &str, signals: &[&str]| {
+        let mut c = card(name, &["do"]);
+        c.signals = signals.iter().map(|s| s.to_string()).collect();
+        c
+    };
+    let cards = vec![
+        signalled("mail", &["inbox", "email"]),
+        signalled("search", &["find", "notes"]),
+    ];
+    let yaml = "\
+id: t
+name: routed
+description: routes a request
+run_mode: on_demand
+input_schema: { type: object, required: [text], properties: { text: { type: string } } }
+steps:
+  - id: handle
+    route: { text: \"{{ input.text }}\", agents: [mail, search] }
+    params: { text: \"{{ input.text }}\" }
+";
+    let (sys, recorders) = system_with(cards, &[("t.yaml", yaml)]).await;
+    let (mail, search) = (&recorders[0], &recorders[1]);
+    for (text, agent, matched) in [
+        (
+            "find my notes on NATS",
+            "search",
+            json!(["signal `find`", "signal `notes`"]),
+        ),
+        ("what is in my inbox?", "mail", json!(["signal `inbox`"])),
+    ] {
+        let id = start(&sys, json!({ "text": text })).await;
+        let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+        assert_eq!(run["state"], "completed", "{run:#}");
+        let handle = step(&run, "handle");
+        assert_eq!(handle["agent"], agent, "{text}: {run:#}");
+        assert_eq!(handle["route"]["agent"], agent, "{text}");
+        assert_eq!(handle["route"]["matched"], matched, "{text}: {handle:#}");
+        assert_eq!(handle["result"]["echo"]["text"], text);
+    }
+    assert_eq!((search.count("handle"), mail.count("handle")), (1, 1));
+    let id = start(&sys, json!({ "text": "hello there" })).await;
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "failed", "{run:#}");
+    assert_eq!(run["error"]["code"], "no_route", "{run:#}");
+    assert_eq!((search.count("handle"), mail.count("handle")), (1, 1));
+}
 
 /// A run waits at its gate in `input_required`; approve resumes it, reject
 /// ends it `rejected` without running the rest; who answered and why is
