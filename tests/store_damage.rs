@@ -261,8 +261,71 @@ async fn a_v1_store_is_migrated_on_open() {
             .get("format")
             .unwrap()
             .unwrap();
-        assert_eq!(format.as_ref(), b"orchestrator-store-v3");
+        assert_eq!(format.as_ref(), b"orchestrator-store-v4");
     });
+}
+
+/// A store of format v3 (runs without their indexes by trigger and
+/// state) is migrated on open: the runs are listed by trigger and by state
+/// again, and the index check agrees.
+#[tokio::test]
+async fn a_v3_store_gets_its_run_indexes_on_open() {
+    use orchestrator::access::Grants;
+    use orchestrator::store::{Fingerprint, NewRun};
+    use orchestrator::workflow::{Origin, RunId, RunRecord, RunState};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = filled_store(dir.path(), 1).await;
+    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let mut ids = Vec::new();
+    for trigger in ["daily", "weekly", "daily"] {
+        let yaml = format!("id: {trigger}\nsteps: [{{id: a, agent: x, action: y}}]");
+        let definition: orchestrator::trigger::Trigger = serde_norway::from_str(&yaml).unwrap();
+        let record = RunRecord::new(
+            RunId::new(),
+            &definition,
+            json!({}),
+            Origin::Request,
+            "alice".into(),
+            Grants::all(),
+        );
+        ids.push(record.run_id);
+        let fingerprint = Fingerprint::of(&record.run_id.to_string());
+        let new = NewRun {
+            record,
+            key: None,
+            fingerprint,
+            schedule: None,
+        };
+        store.start_run(new).await.unwrap();
+    }
+    drop(store);
+    with_raw_sled(&path, |db| {
+        let runs = db.open_tree("runs").unwrap();
+        // v3 had only `r`, `s`, `k`, `l` and `c` keys.
+        for prefix in [b"T", b"S", b"B"] {
+            for key in runs.scan_prefix(prefix).keys() {
+                runs.remove(key.unwrap()).unwrap();
+            }
+        }
+        db.open_tree("meta")
+            .unwrap()
+            .insert("format", &b"orchestrator-store-v3"[..])
+            .unwrap();
+    });
+    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let listed = |trigger, state| -> Vec<RunId> {
+        let runs = store.runs(trigger, state, None, 10).unwrap();
+        runs.iter().map(|r| r.run_id).collect()
+    };
+    assert_eq!(listed(Some("daily"), None), [ids[2], ids[0]]);
+    assert_eq!(
+        listed(None, Some(RunState::Working)),
+        [ids[2], ids[1], ids[0]]
+    );
+    assert_eq!(listed(Some("weekly"), Some(RunState::Working)), [ids[1]]);
+    let report = store.check_indexes().unwrap();
+    assert!(report.ok(), "{report:?}");
 }
 
 /// `store verify` finds an audit record missing from the by-task index.

@@ -32,7 +32,8 @@ impl IndexReport {
 impl Store {
     /// Checks that every task is in both indexes under its current
     /// correlation id and state, that every index entry names an existing
-    /// task that matches it, and that every idempotency claim names a task.
+    /// task that matches it, that every idempotency claim names a task, and
+    /// that the run indexes agree with the runs.
     pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
         let inner = &self.inner;
         let mut report = IndexReport::default();
@@ -93,6 +94,9 @@ impl Store {
             }
         }
         self.check_audit_index(&mut report)?;
+        for problem in super::run_index::check_indexes(&self.inner.runs)? {
+            report.problem(problem);
+        }
         Ok(report)
     }
 

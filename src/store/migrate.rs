@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tracing::info;
 
-use super::{FORMAT_V2, StoreError, audit, keys};
+use super::{FORMAT_V2, FORMAT_V3, StoreError, audit, keys};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -77,13 +77,32 @@ pub(super) fn v2_to_v3(
     }
     envelopes.flush()?;
     tasks.flush()?;
-    meta.insert("format", super::FORMAT)?;
+    meta.insert("format", FORMAT_V3)?;
     meta.flush()?;
     info!(
         path = %path.display(),
         split,
         seconds = started.elapsed().as_secs_f64(),
         "store migrated from format v2 to v3 (envelopes apart, history from the audit log)"
+    );
+    Ok(())
+}
+
+/// v3 → v4: indexes the runs by trigger, by state and by both.
+pub(super) fn v3_to_v4(
+    path: &Path,
+    runs: &sled::Tree,
+    meta: &sled::Tree,
+) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    let indexed = super::run_index::index_all(runs)?;
+    meta.insert("format", super::FORMAT)?;
+    meta.flush()?;
+    info!(
+        path = %path.display(),
+        indexed,
+        seconds = started.elapsed().as_secs_f64(),
+        "store migrated from format v3 to v4 (runs indexed by trigger and state)"
     );
     Ok(())
 }

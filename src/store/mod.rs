@@ -14,7 +14,7 @@
 //! (index keys → nothing), `audit` (sequence → chained record),
 //! `audit_by_task` (task id + sequence → nothing: a task's history) and
 //! `meta` (format marker, audit head), and `runs` (workflow runs, their
-//! step links and keys: see `runs.rs`). A [`crate::task::TaskRecord`] is
+//! step links, keys and indexes: see `runs.rs` and `run_index.rs`). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
 
 mod apply;
@@ -26,6 +26,7 @@ mod idempotency;
 mod keys;
 mod mark;
 mod migrate;
+mod run_index;
 mod runs;
 mod tasks;
 mod watch;
@@ -47,12 +48,14 @@ use std::time::Duration;
 use crate::envelope::Timestamp;
 
 /// The format marker written in `meta` when a store is created.
-const FORMAT: &[u8] = b"orchestrator-store-v3";
+const FORMAT: &[u8] = b"orchestrator-store-v4";
 
 /// Earlier formats, migrated on open: v1 had no audit-by-task index; v2
-/// kept each task's envelope and history in its record.
+/// kept each task's envelope and history in its record; v3 had no run
+/// indexes.
 const FORMAT_V1: &[u8] = b"orchestrator-store-v1";
 const FORMAT_V2: &[u8] = b"orchestrator-store-v2";
+const FORMAT_V3: &[u8] = b"orchestrator-store-v3";
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +163,7 @@ impl Store {
         let meta = open_tree("meta")?;
         let audit = open_tree("audit")?;
         let audit_by_task = open_tree("audit_by_task")?;
+        let runs = open_tree("runs")?;
         let head = audit::read_head(&meta)?;
         let mark = match mark::CommitMark::open(&path)? {
             Some((mark, marked)) => {
@@ -168,8 +172,11 @@ impl Store {
                 if format == FORMAT_V1 {
                     migrate::v1_to_v2(&path, &audit, &audit_by_task, &meta)?;
                 }
-                if format != FORMAT {
+                if format == FORMAT_V1 || format == FORMAT_V2 {
                     migrate::v2_to_v3(&path, &tasks, &envelopes, &meta)?;
+                }
+                if format != FORMAT {
+                    migrate::v3_to_v4(&path, &runs, &meta)?;
                 }
                 mark
             }
@@ -189,7 +196,6 @@ impl Store {
         let idempotency = open_tree("idempotency")?;
         let by_correlation = open_tree("by_correlation")?;
         let by_state = open_tree("by_state")?;
-        let runs = open_tree("runs")?;
         let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         Ok(Store {
@@ -389,6 +395,7 @@ fn check_format(path: &Path, meta: &sled::Tree) -> Result<&'static [u8], StoreEr
         Some(found) if found.as_ref() == FORMAT => Ok(FORMAT),
         Some(found) if found.as_ref() == FORMAT_V1 => Ok(FORMAT_V1),
         Some(found) if found.as_ref() == FORMAT_V2 => Ok(FORMAT_V2),
+        Some(found) if found.as_ref() == FORMAT_V3 => Ok(FORMAT_V3),
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),

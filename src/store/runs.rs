@@ -7,23 +7,24 @@
 //! | `k` scope `0` key | [`RunKey`] | a run's idempotency key (runs start once per key) |
 //! | `l` run id | nothing | the runs not yet ended, for resuming them on start |
 //! | `c` trigger id | [`ScheduleCursor`] | how far a schedule has been handled: written with the run it starts, so a time starts one run |
+//! | `T`, `S`, `B` … run id | nothing | the indexes by trigger, state and both ([`super::run_index`]) |
 //!
 //! Every change is audited (kind `run.*`, the run's correlation id) and
 //! flushed before it is reported, like a task's.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::idempotency::Fingerprint;
+use super::run_index::index_keys;
 use super::tasks::abort;
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{TaskId, Timestamp};
-use crate::workflow::{RunChange, RunId, RunRecord, RunState};
+use crate::workflow::{RunChange, RunId, RunRecord};
 
-const RECORD: u8 = b'r';
+pub(super) const RECORD: u8 = b'r';
 const STEP: u8 = b's';
 const KEY: u8 = b'k';
 const LIVE: u8 = b'l';
@@ -35,7 +36,7 @@ fn cursor_key(trigger: &str) -> Vec<u8> {
     key
 }
 
-fn record_key(id: RunId) -> [u8; 17] {
+pub(super) fn record_key(id: RunId) -> [u8; 17] {
     prefixed(RECORD, id)
 }
 
@@ -62,7 +63,7 @@ fn run_key(scope: &str, key: &str) -> Vec<u8> {
     out
 }
 
-fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
+pub(super) fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
     let bytes: [u8; 16] = key
         .get(1..17)
         .and_then(|b| b.try_into().ok())
@@ -216,6 +217,7 @@ impl Store {
             }),
         );
         let fingerprint = new.fingerprint;
+        let indexed = index_keys(&record);
         let cursor = new
             .schedule
             .map(|c| (cursor_key(&record.trigger_id), keys::encode(&c)));
@@ -236,6 +238,9 @@ impl Store {
                 }
                 tx.runs.insert(&record_key(id), bytes.as_slice())?;
                 tx.runs.insert(&live_key(id), &[][..])?;
+                for key in &indexed {
+                    tx.runs.insert(key.as_slice(), &[][..])?;
+                }
                 if let Some((key, value)) = &cursor {
                     tx.runs.insert(key.as_slice(), value.as_slice())?;
                 }
@@ -265,11 +270,21 @@ impl Store {
         let record = self
             .transact(Box::new(move |tx, head| {
                 let mut record = read_run(tx, id)?;
+                let [_, by_state, by_both] = index_keys(&record);
+                let before = record.state;
                 let (kind, detail) = record
                     .apply(&change, now)
                     .map_err(|e| abort(StoreError::RunRefused(e)))?;
                 tx.runs
                     .insert(&record_key(id), keys::encode(&record).as_slice())?;
+                if record.state != before {
+                    // The trigger never changes: only the state's entries move.
+                    let [_, new_state, new_both] = index_keys(&record);
+                    tx.runs.remove(by_state)?;
+                    tx.runs.remove(by_both)?;
+                    tx.runs.insert(new_state, &[][..])?;
+                    tx.runs.insert(new_both, &[][..])?;
+                }
                 if record.state.is_terminal() {
                     tx.runs.remove(&live_key(id))?;
                 }
@@ -361,40 +376,5 @@ impl Store {
             .scan_prefix([LIVE])
             .map(|item| run_id_at(&item?.0))
             .collect()
-    }
-
-    /// Up to `limit` runs started before run `before` (newest first),
-    /// of trigger `trigger` and in `state` when given.
-    pub fn runs(
-        &self,
-        trigger: Option<&str>,
-        state: Option<RunState>,
-        before: Option<RunId>,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        let end = match before {
-            Some(id) => Bound::Excluded(record_key(id).to_vec()),
-            None => Bound::Excluded(vec![RECORD + 1]),
-        };
-        let mut out = Vec::new();
-        for item in self
-            .inner
-            .runs
-            .range((Bound::Included(vec![RECORD]), end))
-            .rev()
-        {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, bytes) = item?;
-            let record: RunRecord = keys::decode_value("runs", &key, &bytes)?;
-            if trigger.is_some_and(|t| t != record.trigger_id)
-                || state.is_some_and(|s| s != record.state)
-            {
-                continue;
-            }
-            out.push(record);
-        }
-        Ok(out)
     }
 }
