@@ -141,6 +141,50 @@ async fn expired_keys_are_collected_and_can_be_claimed_again() {
     assert!(store.check_indexes().unwrap().ok());
 }
 
+/// A run's key, like a task's, returns its run within the retention and
+/// conflicts with another request; once expired it starts a new run, and
+/// it is collected.
+#[tokio::test]
+async fn run_keys_expire_like_task_keys() {
+    use orchestrator::store::RunStarted;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig::new(dir.path().join("kept"))).unwrap();
+    let first = store
+        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
+        .await
+        .unwrap();
+    let again = store
+        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
+        .await
+        .unwrap();
+    assert!(matches!(again, RunStarted::Existing(ref r) if r.run_id == first.record().run_id));
+    let other = store
+        .start_run(common::new_run("t", Some("k"), json!({"n": 2})))
+        .await;
+    assert!(
+        matches!(other, Err(StoreError::RunKeyConflict { .. })),
+        "{other:?}"
+    );
+    drop(store);
+
+    let mut config = StoreConfig::new(dir.path().join("expiring"));
+    config.idempotency_retention = Duration::ZERO;
+    let store = Store::open(&config).unwrap();
+    let first = store
+        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
+        .await
+        .unwrap();
+    let second = store
+        .start_run(common::new_run("t", Some("k"), json!({"n": 2})))
+        .await
+        .unwrap();
+    assert!(matches!(second, RunStarted::Created(_)), "{second:?}");
+    assert_ne!(second.record().run_id, first.record().run_id);
+    let later = orchestrator::envelope::Timestamp::now().after(Duration::from_secs(1));
+    assert_eq!(store.collect_expired_keys(later).unwrap(), 1);
+    assert_eq!(store.collect_expired_keys(later).unwrap(), 0);
+}
+
 /// The background collector removes expired keys by itself.
 #[tokio::test]
 async fn the_background_collector_runs_on_its_interval() {

@@ -266,47 +266,38 @@ async fn a_v1_store_is_migrated_on_open() {
 }
 
 /// A store of format v3 (runs without their indexes by trigger and
-/// state) is migrated on open: the runs are listed by trigger and by state
-/// again, and the index check agrees.
+/// state, run keys without an expiry) is migrated on open: the runs are
+/// listed by trigger and by state again, the index check agrees, and the
+/// keys are held for the retention from the migration.
 #[tokio::test]
 async fn a_v3_store_gets_its_run_indexes_on_open() {
-    use orchestrator::access::Grants;
-    use orchestrator::store::{Fingerprint, NewRun};
-    use orchestrator::workflow::{Origin, RunId, RunRecord, RunState};
+    use orchestrator::store::RunStarted;
+    use orchestrator::workflow::{RunId, RunState};
 
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = filled_store(dir.path(), 1).await;
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
     let mut ids = Vec::new();
-    for trigger in ["daily", "weekly", "daily"] {
-        let yaml = format!("id: {trigger}\nsteps: [{{id: a, agent: x, action: y}}]");
-        let definition: orchestrator::trigger::Trigger = serde_norway::from_str(&yaml).unwrap();
-        let record = RunRecord::new(
-            RunId::new(),
-            &definition,
-            json!({}),
-            Origin::Request,
-            "alice".into(),
-            Grants::all(),
-        );
-        ids.push(record.run_id);
-        let fingerprint = Fingerprint::of(&record.run_id.to_string());
-        let new = NewRun {
-            record,
-            key: None,
-            fingerprint,
-            schedule: None,
-        };
-        store.start_run(new).await.unwrap();
+    for (i, trigger) in ["daily", "weekly", "daily"].into_iter().enumerate() {
+        let new = common::new_run(trigger, Some(&format!("k{i}")), json!({ "i": i }));
+        ids.push(store.start_run(new).await.unwrap().record().run_id);
     }
     drop(store);
     with_raw_sled(&path, |db| {
         let runs = db.open_tree("runs").unwrap();
-        // v3 had only `r`, `s`, `k`, `l` and `c` keys.
+        // v3 had only `r`, `s`, `k`, `l` and `c` keys, and its run keys
+        // no expiry.
         for prefix in [b"T", b"S", b"B"] {
             for key in runs.scan_prefix(prefix).keys() {
                 runs.remove(key.unwrap()).unwrap();
             }
+        }
+        for item in runs.scan_prefix(b"k") {
+            let (key, value) = item.unwrap();
+            let mut held: serde_json::Value = serde_json::from_slice(&value).unwrap();
+            assert!(held.as_object_mut().unwrap().remove("expires_at").is_some());
+            runs.insert(key, serde_json::to_vec(&held).unwrap())
+                .unwrap();
         }
         db.open_tree("meta")
             .unwrap()
@@ -326,6 +317,15 @@ async fn a_v3_store_gets_its_run_indexes_on_open() {
     assert_eq!(listed(Some("weekly"), Some(RunState::Working)), [ids[1]]);
     let report = store.check_indexes().unwrap();
     assert!(report.ok(), "{report:?}");
+    // The keys got an expiry a retention from now: still held.
+    let again = store
+        .start_run(common::new_run("daily", Some("k0"), json!({ "i": 0 })))
+        .await
+        .unwrap();
+    assert!(matches!(again, RunStarted::Existing(ref r) if r.run_id == ids[0]));
+    let future =
+        orchestrator::envelope::Timestamp::now().after(std::time::Duration::from_secs(3600));
+    assert_eq!(store.collect_expired_keys(future).unwrap(), 0);
 }
 
 /// `store verify` finds an audit record missing from the by-task index.

@@ -53,15 +53,33 @@ impl Claim {
     }
 }
 
-/// Removes every claim that expired before `now` (Unix seconds); returns how
-/// many were removed. Each removal is a compare-and-swap against the expired
-/// value, so a claim made again meanwhile is kept.
-pub(crate) fn collect_expired(tree: &sled::Tree, now: i64) -> Result<usize, StoreError> {
+/// What the collector reads of a claimed key's value: a task's [`Claim`]
+/// or a run's key, both with `expires_at`.
+#[derive(Deserialize)]
+struct Expiry {
+    expires_at: i64,
+}
+
+/// Where claimed keys are kept: a tree (named for errors) and the prefix
+/// of its claim keys.
+#[derive(Clone)]
+pub(crate) struct KeySpace {
+    pub(crate) tree: sled::Tree,
+    pub(crate) name: &'static str,
+    pub(crate) prefix: &'static [u8],
+}
+
+/// Removes every claim in `space` that expired before `now` (Unix
+/// seconds); returns how many were removed. Each removal is a
+/// compare-and-swap against the expired value, so a claim made again
+/// meanwhile is kept.
+pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, StoreError> {
+    let tree = &space.tree;
     let mut removed = 0;
-    for item in tree.iter() {
+    for item in tree.scan_prefix(space.prefix) {
         let (key, value) = item.map_err(StoreError::from)?;
-        let claim: Claim = keys::decode_value("idempotency", &key, &value)?;
-        if !claim.is_expired(now) {
+        let claim: Expiry = keys::decode_value(space.name, &key, &value)?;
+        if claim.expires_at > now {
             continue;
         }
         let swapped = tree
@@ -84,7 +102,7 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
-    pub(crate) fn start(tree: sled::Tree, interval: Duration) -> Result<Self, StoreError> {
+    pub(crate) fn start(spaces: Vec<KeySpace>, interval: Duration) -> Result<Self, StoreError> {
         use std::sync::{Arc, Condvar, Mutex, PoisonError};
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let for_thread = Arc::clone(&stop);
@@ -109,7 +127,9 @@ impl Collector {
                     }
                     // A failed pass is retried at the next interval; the
                     // claims stay expired meanwhile, so nothing is wrong.
-                    let _ = collect_expired(&tree, Timestamp::now().unix_seconds());
+                    for space in &spaces {
+                        let _ = collect_expired(space, Timestamp::now().unix_seconds());
+                    }
                 }
             })
             .map_err(|e| StoreError::Io(format!("cannot start the key collector: {e}")))?;
@@ -148,13 +168,21 @@ mod tests {
             let (done, finished) = std::sync::mpsc::channel();
             let tree = tree.clone();
             std::thread::spawn(move || {
-                drop(Collector::start(tree, Duration::from_secs(3600)).unwrap());
+                drop(Collector::start(vec![space(tree)], Duration::from_secs(3600)).unwrap());
                 let _ = done.send(());
             });
             assert!(
                 finished.recv_timeout(Duration::from_secs(20)).is_ok(),
                 "dropping the collector waited for its interval"
             );
+        }
+    }
+
+    fn space(tree: sled::Tree) -> KeySpace {
+        KeySpace {
+            tree,
+            name: "idempotency",
+            prefix: b"",
         }
     }
 
@@ -186,7 +214,7 @@ mod tests {
             .unwrap();
         tree.insert("fresh", serde_json::to_vec(&fresh).unwrap())
             .unwrap();
-        assert_eq!(collect_expired(&tree, 200).unwrap(), 1);
+        assert_eq!(collect_expired(&space(tree.clone()), 200).unwrap(), 1);
         assert!(tree.get("old").unwrap().is_none());
         assert!(tree.get("fresh").unwrap().is_some());
     }
@@ -196,7 +224,7 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = db.open_tree("idempotency").unwrap();
         tree.insert("scope\0bad-key", &b"{not json"[..]).unwrap();
-        let err = collect_expired(&tree, 0).unwrap_err();
+        let err = collect_expired(&space(tree), 0).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("idempotency") && text.contains("bad-key"),

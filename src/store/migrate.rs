@@ -88,21 +88,27 @@ pub(super) fn v2_to_v3(
     Ok(())
 }
 
-/// v3 → v4: indexes the runs by trigger, by state and by both.
+/// v3 → v4: indexes the runs by trigger, by state and by both, and gives
+/// the runs' idempotency keys (kept for good in v3) an expiry `retention`
+/// from now.
 pub(super) fn v3_to_v4(
     path: &Path,
     runs: &sled::Tree,
     meta: &sled::Tree,
+    retention: std::time::Duration,
 ) -> Result<(), StoreError> {
     let started = std::time::Instant::now();
     let indexed = super::run_index::index_all(runs)?;
+    let expires_at = Timestamp::now().after(retention).unix_seconds();
+    let stamped = super::runs::stamp_keys(runs, expires_at)?;
     meta.insert("format", super::FORMAT)?;
     meta.flush()?;
     info!(
         path = %path.display(),
         indexed,
+        stamped,
         seconds = started.elapsed().as_secs_f64(),
-        "store migrated from format v3 to v4 (runs indexed by trigger and state)"
+        "store migrated from format v3 to v4 (runs indexed by trigger and state, run keys expire)"
     );
     Ok(())
 }

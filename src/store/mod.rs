@@ -130,6 +130,8 @@ struct Inner {
     /// Makes changes durable before they are reported. Dropped before `db`.
     commit: commit::GroupCommit,
     /// Collects expired idempotency keys in the background.
+    /// Where idempotency keys are: tasks' and runs'.
+    key_spaces: Vec<idempotency::KeySpace>,
     _collector: idempotency::Collector,
     /// Waiters for tasks to end.
     watchers: watch::Watchers,
@@ -176,7 +178,7 @@ impl Store {
                     migrate::v2_to_v3(&path, &tasks, &envelopes, &meta)?;
                 }
                 if format != FORMAT {
-                    migrate::v3_to_v4(&path, &runs, &meta)?;
+                    migrate::v3_to_v4(&path, &runs, &meta, config.idempotency_retention)?;
                 }
                 mark
             }
@@ -196,7 +198,19 @@ impl Store {
         let idempotency = open_tree("idempotency")?;
         let by_correlation = open_tree("by_correlation")?;
         let by_state = open_tree("by_state")?;
-        let collector = idempotency::Collector::start(idempotency.clone(), config.gc_interval)?;
+        let key_spaces = vec![
+            idempotency::KeySpace {
+                tree: idempotency.clone(),
+                name: "idempotency",
+                prefix: b"",
+            },
+            idempotency::KeySpace {
+                tree: runs.clone(),
+                name: "runs",
+                prefix: runs::KEYS,
+            },
+        ];
+        let collector = idempotency::Collector::start(key_spaces.clone(), config.gc_interval)?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         Ok(Store {
             inner: Arc::new(Inner {
@@ -222,6 +236,7 @@ impl Store {
                     Arc::clone(&commits),
                 )?,
                 commits,
+                key_spaces,
                 _collector: collector,
                 path,
                 tasks,
@@ -280,10 +295,15 @@ impl Store {
         audit::verify(&self.inner.audit, head)
     }
 
-    /// Removes idempotency claims that expired before `now`; returns how
-    /// many. The store also does this by itself every `gc_interval`.
+    /// Removes idempotency keys (tasks' and runs') that expired before
+    /// `now`; returns how many. The store also does this by itself every
+    /// `gc_interval`.
     pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
-        idempotency::collect_expired(&self.inner.idempotency, now.unix_seconds())
+        let mut removed = 0;
+        for space in &self.inner.key_spaces {
+            removed += idempotency::collect_expired(space, now.unix_seconds())?;
+        }
+        Ok(removed)
     }
 
     /// How many idempotency keys are held (expired ones until collected).

@@ -27,6 +27,8 @@ use crate::workflow::{RunChange, RunId, RunRecord};
 pub(super) const RECORD: u8 = b'r';
 const STEP: u8 = b's';
 const KEY: u8 = b'k';
+/// The prefix of the runs' idempotency keys, for the key collector.
+pub(super) const KEYS: &[u8] = &[KEY];
 const LIVE: u8 = b'l';
 const CURSOR: u8 = b'c';
 
@@ -75,6 +77,23 @@ pub(super) fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
     Ok(RunId::from_bytes(bytes))
 }
 
+/// Gives every run key without an expiry (a store from before keys
+/// expired) `expires_at`; how many. A key stamped already is left alone.
+pub(super) fn stamp_keys(runs: &sled::Tree, expires_at: i64) -> Result<u64, StoreError> {
+    let mut stamped = 0;
+    for item in runs.scan_prefix(KEYS) {
+        let (key, bytes) = item?;
+        let mut held: RunKey = keys::decode_value("runs", &key, &bytes)?;
+        if held.expires_at == 0 {
+            held.expires_at = expires_at;
+            runs.insert(key, keys::encode(&held))?;
+            stamped += 1;
+        }
+    }
+    runs.flush()?;
+    Ok(stamped)
+}
+
 /// Which step of which run a task is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepLink {
@@ -90,11 +109,16 @@ impl StepLink {
     }
 }
 
-/// What a run's idempotency key holds.
+/// What a run's idempotency key holds. Like a task's key, it is free
+/// again after the store's idempotency retention.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct RunKey {
     run_id: RunId,
     fingerprint: Fingerprint,
+    /// Unix seconds after which the key is free again (0 in a store from
+    /// before keys expired, until the migration to v4 sets it).
+    #[serde(default)]
+    expires_at: i64,
 }
 
 /// A run to start.
@@ -203,6 +227,7 @@ impl Store {
             let value = RunKey {
                 run_id: id,
                 fingerprint: new.fingerprint.clone(),
+                expires_at: now.after(self.inner.retention).unix_seconds(),
             };
             (run_key(scope, key), key.clone(), keys::encode(&value))
         });
@@ -224,8 +249,14 @@ impl Store {
         let existing = self
             .transact(Box::new(move |tx, head| {
                 if let Some((key, name, value)) = &claim {
-                    if let Some(held) = tx.runs.get(key)? {
-                        let held: RunKey = keys::decode_value("runs", key, &held).map_err(abort)?;
+                    let held = match tx.runs.get(key)? {
+                        Some(held) => {
+                            Some(keys::decode_value::<RunKey>("runs", key, &held).map_err(abort)?)
+                        }
+                        None => None,
+                    };
+                    // An expired key is free: it starts a new run.
+                    if let Some(held) = held.filter(|h| h.expires_at > now.unix_seconds()) {
                         if held.fingerprint != fingerprint {
                             return Err(abort(StoreError::RunKeyConflict {
                                 key: name.clone(),

@@ -45,6 +45,29 @@ pub fn envelope(to: &str, action: &str, params: Value, key: &str) -> Envelope {
 }
 
 /// A task to submit: fingerprinted over agent, action and params.
+/// A run of a one-step trigger `trigger` started by alice, with `key` in
+/// alice's scope when given; its fingerprint is `input`'s.
+pub fn new_run(trigger: &str, key: Option<&str>, input: Value) -> orchestrator::store::NewRun {
+    use orchestrator::workflow::{Origin, RunId, RunRecord};
+    let yaml = format!("id: {trigger}\nsteps: [{{id: a, agent: x, action: y}}]");
+    let definition: orchestrator::trigger::Trigger = serde_norway::from_str(&yaml).unwrap();
+    let fingerprint = Fingerprint::of(&input);
+    let record = RunRecord::new(
+        RunId::new(),
+        &definition,
+        input,
+        Origin::Request,
+        "alice".into(),
+        orchestrator::access::Grants::all(),
+    );
+    orchestrator::store::NewRun {
+        record,
+        key: key.map(|k| ("alice".to_string(), k.to_string())),
+        fingerprint,
+        schedule: None,
+    }
+}
+
 pub fn new_task(env: Envelope) -> NewTask {
     let fingerprint = Fingerprint::of(&json!({
         "to": env.header.to,
