@@ -167,6 +167,22 @@ impl Deployment {
             .to_string()
     }
 
+    /// The orchestrator's `/metrics`, scraped.
+    async fn orchestrator_metrics(&self) -> BTreeMap<String, f64> {
+        let url = format!("{}/metrics", self.base);
+        scrape(
+            &self
+                .http
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        )
+    }
+
     async fn finished(&self, id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -378,16 +394,7 @@ async fn one_request_is_one_trace_across_processes() {
     }
 
     // The metrics count what ran.
-    let orchestrator = scrape(
-        &d.http
-            .get(format!("{}/metrics", d.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let orchestrator = d.orchestrator_metrics().await;
     let worker = scrape(
         &reqwest::get(format!("{}/metrics", d.metrics))
             .await
@@ -577,16 +584,7 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
         .collect();
     assert!(stray.is_empty(), "{stray:#?}");
 
-    let orchestrator = scrape(
-        &d.http
-            .get(format!("{}/metrics", d.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let orchestrator = d.orchestrator_metrics().await;
     for key in [
         r#"orch_runs_total{state="started",trigger="traced"}"#,
         r#"orch_runs_total{state="completed",trigger="traced"}"#,

@@ -147,20 +147,17 @@ async fn expired_keys_are_collected_and_can_be_claimed_again() {
 #[tokio::test]
 async fn run_keys_expire_like_task_keys() {
     use orchestrator::store::RunStarted;
+    async fn start(store: &Store, n: u32) -> Result<RunStarted, StoreError> {
+        store
+            .start_run(common::new_run("t", Some("k"), json!({ "n": n })))
+            .await
+    }
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&StoreConfig::new(dir.path().join("kept"))).unwrap();
-    let first = store
-        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
-        .await
-        .unwrap();
-    let again = store
-        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
-        .await
-        .unwrap();
+    let first = start(&store, 1).await.unwrap();
+    let again = start(&store, 1).await.unwrap();
     assert!(matches!(again, RunStarted::Existing(ref r) if r.run_id == first.record().run_id));
-    let other = store
-        .start_run(common::new_run("t", Some("k"), json!({"n": 2})))
-        .await;
+    let other = start(&store, 2).await;
     assert!(
         matches!(other, Err(StoreError::RunKeyConflict { .. })),
         "{other:?}"
@@ -170,14 +167,8 @@ async fn run_keys_expire_like_task_keys() {
     let mut config = StoreConfig::new(dir.path().join("expiring"));
     config.idempotency_retention = Duration::ZERO;
     let store = Store::open(&config).unwrap();
-    let first = store
-        .start_run(common::new_run("t", Some("k"), json!({"n": 1})))
-        .await
-        .unwrap();
-    let second = store
-        .start_run(common::new_run("t", Some("k"), json!({"n": 2})))
-        .await
-        .unwrap();
+    let first = start(&store, 1).await.unwrap();
+    let second = start(&store, 2).await.unwrap();
     assert!(matches!(second, RunStarted::Created(_)), "{second:?}");
     assert_ne!(second.record().run_id, first.record().run_id);
     let later = orchestrator::envelope::Timestamp::now().after(Duration::from_secs(1));
