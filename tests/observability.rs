@@ -200,6 +200,14 @@ impl Deployment {
     }
 }
 
+/// How many spans named `name` `trace` has.
+fn count(spans: &[Got], trace: &str, name: &str) -> usize {
+    spans
+        .iter()
+        .filter(|g| g.trace_id() == trace && g.name() == name)
+        .count()
+}
+
 /// The one span named `name` of `trace`, by `service`.
 fn one<'a>(spans: &'a [Got], trace: &str, service: &str, name: &str) -> &'a Got {
     let found: Vec<&Got> = spans
@@ -287,11 +295,15 @@ async fn one_request_is_one_trace_across_processes() {
 
     let spans = receiver
         .spans
-        .wait_for("both traces, applied", |all| {
-            [caller_trace, flaky_trace.as_str()].iter().all(|t| {
-                all.iter()
-                    .any(|g| g.trace_id() == *t && g.name() == "apply completed")
-            })
+        .wait_for("both traces, applied, with every delivery", |all| {
+            // The worker exports on its own: its deliveries' spans may come
+            // after the orchestrator's last one.
+            [(caller_trace, 1), (flaky_trace.as_str(), 2)]
+                .iter()
+                .all(|(t, deliveries)| {
+                    count(all, t, "apply completed") == 1
+                        && count(all, t, "process orch.tasks.tracer.normal") == *deliveries
+                })
         })
         .await;
 
@@ -500,15 +512,14 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
     let t = caller_trace;
     let spans = receiver
         .spans
-        .wait_for("the run's end and its last task applied", |all| {
-            let in_run = |name: &str| all.iter().any(|g| g.trace_id() == t && g.name() == name);
-            in_run("end completed")
-                && all
-                    .iter()
-                    .filter(|g| g.trace_id() == t && g.name() == "apply completed")
-                    .count()
-                    == 3
-        })
+        .wait_for(
+            "the run's end, and its three tasks delivered and applied",
+            |all| {
+                count(all, t, "end completed") == 1
+                    && count(all, t, "process orch.tasks.tracer.normal") == 3
+                    && count(all, t, "apply completed") == 3
+            },
+        )
         .await;
     let http = one(&spans, t, "orchestrator", "POST /v1/triggers/{id}/runs");
     assert_eq!(http.parent(), caller_span);
