@@ -59,6 +59,16 @@ steps:
   - { id: last, agent: tracer, action: echo, params: {} }
 ";
 
+/// A workflow whose one step fails (and prints the password it got).
+const DOOMED: &str = "\
+id: doomed
+name: Doomed
+description: a run that fails
+run_mode: on_demand
+steps:
+  - { id: only, agent: tracer, action: flaky, params: { password: s3cret-planted-91d2e7 }, max_attempts: 1 }
+";
+
 /// A service process with `env` set, logging to `log`.
 fn service(args: &[impl AsRef<std::ffi::OsStr>], env: &[(&str, &str)], log: &Path) -> Proc {
     let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
@@ -93,6 +103,7 @@ impl Deployment {
         tracer_agent(&agents.path().join("tracer"));
         let triggers = tempfile::tempdir().unwrap();
         std::fs::write(triggers.path().join("traced.yaml"), TRACED).unwrap();
+        std::fs::write(triggers.path().join("doomed.yaml"), DOOMED).unwrap();
         let data = tempfile::tempdir().unwrap();
         let logs = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -165,6 +176,19 @@ impl Deployment {
             .as_str()
             .unwrap_or_else(|| panic!("not submitted: {answer}"))
             .to_string()
+    }
+
+    /// Run `id` once it is in `state`.
+    async fn run_in(&self, id: &str, state: &str) -> Value {
+        let url = format!("{}/v1/runs/{id}?wait=1s", self.base);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let run = common::get_json(&self.http, &url).await;
+            if run["state"] == state {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "never {state}: {run:#}");
+        }
     }
 
     /// The orchestrator's `/metrics`, scraped.
@@ -480,20 +504,7 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
         "the run is in the caller's trace"
     );
     let id = run["run_id"].as_str().unwrap().to_string();
-    let run_at = |state: &'static str| {
-        let (http, url) = (d.http.clone(), format!("{}/v1/runs/{id}?wait=1s", d.base));
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let run = common::get_json(&http, &url).await;
-                if run["state"] == state {
-                    return run;
-                }
-                assert!(Instant::now() < deadline, "never {state}: {run:#}");
-            }
-        }
-    };
-    run_at("input_required").await;
+    d.run_in(&id, "input_required").await;
     let answer_trace = "5c2a9f3e1d0b47a68e9f00112233aabb";
     let approved = d
         .http
@@ -507,7 +518,7 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
         .await
         .unwrap();
     assert_eq!(approved.status(), 200);
-    let done = run_at("completed").await;
+    let done = d.run_in(&id, "completed").await;
 
     let t = caller_trace;
     let spans = receiver
@@ -594,6 +605,32 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
         .filter(|g| g.attr("run_id").as_deref() == Some(id.as_str()) && g.trace_id() != t)
         .collect();
     assert!(stray.is_empty(), "{stray:#?}");
+
+    // A failed run's end is an error, with its code and not the secret
+    // its step printed.
+    let doomed = common::post_json(
+        &d.http,
+        &format!("{}/v1/triggers/doomed/runs", d.base),
+        &json!({"input": {}}),
+    )
+    .await;
+    let doomed = d.run_in(doomed["run_id"].as_str().unwrap(), "failed").await;
+    let dt = doomed["trace_id"].as_str().unwrap().to_string();
+    let spans = receiver
+        .spans
+        .wait_for("the failed run's end", |all| {
+            count(all, &dt, "end failed") == 1
+        })
+        .await;
+    let end = one(&spans, &dt, "orchestrator", "end failed");
+    let status = end.span.status.clone().unwrap_or_default();
+    assert_eq!(status.code, 2, "ERROR: {end:#?}");
+    let code = doomed["error"]["code"].as_str().unwrap();
+    let why = format!("the run failed: {code}");
+    assert_eq!(end.attr("error.message"), Some(why));
+    for g in spans.iter().filter(|g| g.trace_id() == dt) {
+        assert!(!g.all_text().contains(PLANTED), "{g:#?}");
+    }
 
     let orchestrator = d.orchestrator_metrics().await;
     for key in [

@@ -304,7 +304,10 @@ async fn settle(
     result: Option<serde_json::Value>,
     error: Option<ErrorInfo>,
 ) -> Result<bool, ServiceError> {
-    let why = error.as_ref().map(|e| e.message.clone());
+    // The code, not the message: a message may quote what a handler saw.
+    let why = error
+        .as_ref()
+        .map(|e| format!("the run failed: {}", e.code.as_str()));
     let c = RunChange::Settle {
         from: run.state,
         state,
