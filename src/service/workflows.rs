@@ -274,7 +274,8 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
         let gate =
             waiting_gate(&trigger, decided.state, &decided.steps).map(|(step, _)| step.to_string());
         let moved = settle(o, &run, decided.state, decided.result, decided.error).await?;
-        if let (true, Some(step), RunState::InputRequired) = (moved, gate, decided.state) {
+        // `gate` is found only for a run that now waits.
+        if moved && let Some(step) = gate {
             mark(&run, RunMark::Wait(&step))
                 .in_scope(|| info!(run_id = %id, step = %step, "run waits at its gate"));
         }

@@ -101,6 +101,7 @@ pub(super) fn v3_to_v4(
     let indexed = super::run_index::index_all(runs)?;
     let expires_at = Timestamp::now().after(retention).unix_seconds();
     let stamped = super::runs::stamp_keys(runs, expires_at)?;
+    runs.flush()?;
     meta.insert("format", super::FORMAT)?;
     meta.flush()?;
     info!(

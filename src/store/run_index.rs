@@ -5,7 +5,7 @@
 //! in the transaction that changes the state. Run ids grow with time, so
 //! an index read backwards is newest first.
 
-use super::runs::{RECORD, record_key, run_id_at};
+use super::runs::{RECORD, run_id_at, stored_run};
 use super::{Store, StoreError, keys};
 use crate::workflow::{RunId, RunRecord, RunState};
 
@@ -47,7 +47,8 @@ fn indexed_id(key: &[u8]) -> Result<RunId, StoreError> {
 }
 
 /// Writes the index entries of every run record (a store from before the
-/// indexes); how many runs. Writing an entry twice does no harm.
+/// indexes); how many runs. Writing an entry twice does no harm. The
+/// migration flushes.
 pub(super) fn index_all(runs: &sled::Tree) -> Result<u64, StoreError> {
     let mut batch = sled::Batch::default();
     let mut indexed = 0;
@@ -60,7 +61,6 @@ pub(super) fn index_all(runs: &sled::Tree) -> Result<u64, StoreError> {
         indexed += 1;
     }
     runs.apply_batch(batch)?;
-    runs.flush()?;
     Ok(indexed)
 }
 
@@ -85,12 +85,7 @@ pub(super) fn check_indexes(runs: &sled::Tree) -> Result<Vec<String>, StoreError
         for item in runs.scan_prefix([prefix]) {
             let (key, _) = item?;
             let id = indexed_id(&key)?;
-            let stored = runs.get(record_key(id))?;
-            let record: Option<RunRecord> = match stored {
-                Some(bytes) => Some(keys::decode_value("runs", &record_key(id), &bytes)?),
-                None => None,
-            };
-            match record {
+            match stored_run(runs, id)? {
                 Some(r) if index_keys(&r).iter().any(|k| k.as_slice() == key.as_ref()) => {}
                 Some(r) => problems.push(format!(
                     "a run index has a stale entry for run {id} (it is {} of {})",

@@ -79,6 +79,7 @@ pub(super) fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
 
 /// Gives every run key without an expiry (a store from before keys
 /// expired) `expires_at`; how many. A key stamped already is left alone.
+/// The migration flushes.
 pub(super) fn stamp_keys(runs: &sled::Tree, expires_at: i64) -> Result<u64, StoreError> {
     let mut stamped = 0;
     for item in runs.scan_prefix(KEYS) {
@@ -90,7 +91,6 @@ pub(super) fn stamp_keys(runs: &sled::Tree, expires_at: i64) -> Result<u64, Stor
             stamped += 1;
         }
     }
-    runs.flush()?;
     Ok(stamped)
 }
 
@@ -165,6 +165,15 @@ impl RunStarted {
         match self {
             RunStarted::Created(r) | RunStarted::Existing(r) => r,
         }
+    }
+}
+
+/// Run `id`'s record in the `runs` tree, if any.
+pub(super) fn stored_run(runs: &sled::Tree, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+    let key = record_key(id);
+    match runs.get(key)? {
+        Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -367,11 +376,7 @@ impl Store {
 
     /// The run with this id, if any.
     pub fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
-        let key = record_key(id);
-        match self.inner.runs.get(key)? {
-            Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
-            None => Ok(None),
-        }
+        stored_run(&self.inner.runs, id)
     }
 
     /// The tasks of run `id`'s steps that have started, by step id.
