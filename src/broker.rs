@@ -111,6 +111,11 @@ impl ManagedBroker {
         &self.url
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Stops the server.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;

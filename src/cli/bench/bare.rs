@@ -10,15 +10,18 @@ use futures::StreamExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchArgs, Figures, measure};
+use super::{BenchArgs, CpuPerTask, Figures, Processes, measure};
 
 /// Publish (awaiting the stream's ack), pull, ack, reply: the least any
-/// durable JetStream task system does per task.
+/// durable JetStream task system does per task. Also the CPU time per
+/// message of the broker (`broker`, if the bench started it) and of this
+/// process, in the throughput run.
 pub(super) async fn bare_round_trip(
     url: &str,
+    broker: Option<u32>,
     tag: &str,
     args: &BenchArgs,
-) -> Result<(Figures, Figures), String> {
+) -> Result<((Figures, Figures), CpuPerTask), String> {
     let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
     let js = jetstream::new(client.clone());
     let subject = format!("bare{tag}.work");
@@ -95,7 +98,15 @@ pub(super) async fn bare_round_trip(
             Ok::<Duration, String>(t.elapsed())
         }
     };
+    let processes = Processes {
+        orchestrator: None,
+        worker: None,
+        broker,
+        client: std::process::id(),
+    };
+    let before = processes.cpu();
     let throughput = measure("bare", args.tasks, args.concurrency, |i| one(i as u64)).await?;
+    let cpu = CpuPerTask::between(before, processes.cpu(), throughput.count);
     let low = measure("bare, low load", args.samples, 1, |i| {
         one((args.tasks + i) as u64)
     })
@@ -104,5 +115,5 @@ pub(super) async fn bare_round_trip(
     let _ = responder.await;
     listener.abort();
     let _ = js.delete_stream(format!("BARE{tag}")).await;
-    Ok((throughput, low))
+    Ok(((throughput, low), cpu))
 }

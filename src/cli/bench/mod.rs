@@ -98,6 +98,27 @@ fn print_run(title: &str, (items, rate): (&str, &str), in_flight: usize, run: &(
     );
 }
 
+/// Prints where a throughput run's CPU time went, per task or message,
+/// by process (those not part of the run left out).
+fn print_cpu(title: &str, cpu: &CpuPerTask) {
+    let parts = [
+        ("orchestrator", cpu.orchestrator_us),
+        ("worker", cpu.worker_us),
+        ("broker", cpu.broker_us),
+        ("clients", cpu.client_us),
+    ];
+    let shown: Vec<String> = parts
+        .iter()
+        .filter_map(|(name, us)| us.map(|us| format!("{name} {us:.0} µs")))
+        .collect();
+    println!("{title} (throughput run):");
+    println!("  {}: {:.0} µs in all", shown.join(", "), cpu.total_us);
+    println!(
+        "  at that cost {} cores carry at most {:.0} per second",
+        cpu.cores, cpu.ceiling_per_second
+    );
+}
+
 /// Shows progress on a terminal.
 fn progress(label: &str, done: usize, total: usize) {
     if !on_terminal() {
@@ -141,7 +162,8 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         ..BusConfig::default()
     };
 
-    let bare = bare::bare_round_trip(&url, tag, args).await?;
+    let broker = managed.as_ref().and_then(ManagedBroker::pid);
+    let (bare, bare_cpu) = bare::bare_round_trip(&url, broker, tag, args).await?;
     let full = inproc::full_path(&url, bus_config, dir.path(), args).await?;
     let sink = match args.trace_sampling {
         Some(r) if !(0.0..=1.0).contains(&r) => {
@@ -153,8 +175,19 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         None => None,
     };
     let tracing = sink.as_ref().map(|((url, _), r)| (url.as_str(), *r));
-    let (deployed, orchestrator_rss) =
-        procs::full_path(&url, &format!("benchp{tag}"), dir.path(), args, tracing).await?;
+    let procs::Measured {
+        figures: deployed,
+        orchestrator_rss,
+        cpu,
+    } = procs::full_path(
+        &url,
+        broker,
+        &format!("benchp{tag}"),
+        dir.path(),
+        args,
+        tracing,
+    )
+    .await?;
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -173,8 +206,13 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                     "throughput": deployed.0,
                     "low_load": deployed.1,
                     "orchestrator_rss_mib": orchestrator_rss,
+                    "cpu_per_task": cpu,
                 },
-                "bare_jetstream": {"throughput": bare.0, "low_load": bare.1},
+                "bare_jetstream": {
+                    "throughput": bare.0,
+                    "low_load": bare.1,
+                    "cpu_per_message": bare_cpu,
+                },
                 "throughput_ratio": ratio,
                 "preloaded": args.preload,
                 "trace_sampling": args.trace_sampling,
@@ -225,6 +263,8 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "deployed processes not traced (no OTLP endpoint; --trace-sampling sets one)"
             ),
         }
+        print_cpu("CPU per task, as deployed", &cpu);
+        print_cpu("CPU per message, bare JetStream", &bare_cpu);
         if let Some(rss) = orchestrator_rss {
             println!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
         }
@@ -281,6 +321,94 @@ fn echo_card(concurrency: usize) -> Result<AgentCard, String> {
         "delivery": {"concurrency": concurrency},
     }))
     .map_err(|e| e.to_string())
+}
+
+/// CPU seconds (user and system, every thread) a process has used so far.
+fn cpu_seconds_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from after it.
+    // utime and stime are fields 14 and 15, so 12th and 13th after it.
+    let after_name = stat.get(stat.rfind(')')? + 1..)?;
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: f64 = fields.next()?.parse().ok()?;
+    let system: f64 = fields.next()?.parse().ok()?;
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some((user + system) / ticks as f64)
+}
+
+/// The processes of the deployed path, whose CPU time is counted.
+#[derive(Debug, Clone, Copy)]
+struct Processes {
+    orchestrator: Option<u32>,
+    worker: Option<u32>,
+    /// `None` with `--nats-url` (a broker the bench did not start).
+    broker: Option<u32>,
+    /// This process: the HTTP clients.
+    client: u32,
+}
+
+/// Each process's CPU seconds so far.
+#[derive(Debug, Clone, Copy)]
+struct CpuSnapshot([Option<f64>; 4]);
+
+impl Processes {
+    fn cpu(&self) -> CpuSnapshot {
+        let of = |pid: Option<u32>| pid.and_then(cpu_seconds_of);
+        CpuSnapshot([
+            of(self.orchestrator),
+            of(self.worker),
+            of(self.broker),
+            of(Some(self.client)),
+        ])
+    }
+}
+
+/// CPU time per task of a run, in microseconds, by process: what each task
+/// costs the machine, and the most tasks per second its cores can carry at
+/// that cost.
+#[derive(Debug, Clone, serde::Serialize)]
+struct CpuPerTask {
+    orchestrator_us: Option<f64>,
+    worker_us: Option<f64>,
+    broker_us: Option<f64>,
+    client_us: Option<f64>,
+    total_us: f64,
+    cores: usize,
+    /// `cores` seconds of CPU per second over `total_us` per task.
+    ceiling_per_second: f64,
+}
+
+impl CpuPerTask {
+    fn between(before: CpuSnapshot, after: CpuSnapshot, tasks: usize) -> Self {
+        // Clock ticks are 10 ms: a tenth of a microsecond per task is more
+        // than the figures carry.
+        let tenths = |us: f64| (us * 10.0).round() / 10.0;
+        let per_task = |i: usize| match (before.0[i], after.0[i]) {
+            (Some(b), Some(a)) => Some(tenths((a - b) * 1e6 / tasks.max(1) as f64)),
+            _ => None,
+        };
+        let [orchestrator_us, worker_us, broker_us, client_us] = [0, 1, 2, 3].map(per_task);
+        let total_us = tenths(
+            [orchestrator_us, worker_us, broker_us, client_us]
+                .into_iter()
+                .flatten()
+                .sum::<f64>(),
+        );
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        CpuPerTask {
+            orchestrator_us,
+            worker_us,
+            broker_us,
+            client_us,
+            total_us,
+            cores,
+            ceiling_per_second: if total_us > 0.0 {
+                (cores as f64 * 1e6 / total_us).round()
+            } else {
+                0.0
+            },
+        }
+    }
 }
 
 /// A process's resident memory, in MiB.

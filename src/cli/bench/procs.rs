@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use super::{BenchArgs, Figures, echo_card, measure};
+use super::{BenchArgs, CpuPerTask, Figures, Processes, echo_card, measure};
 
 /// The two processes, killed when dropped.
 struct Deployed {
@@ -24,15 +24,26 @@ impl Drop for Deployed {
     }
 }
 
-/// Throughput and low-load figures, and the orchestrator process's RSS
-/// (MiB) at the end.
+/// What the deployed path measured.
+pub(super) struct Measured {
+    /// The throughput run and the low-load run.
+    pub(super) figures: (Figures, Figures),
+    /// The orchestrator process's RSS (MiB) at the end.
+    pub(super) orchestrator_rss: Option<f64>,
+    /// Each process's CPU time per task in the throughput run.
+    pub(super) cpu: CpuPerTask,
+}
+
+/// Runs the deployed path against the broker at `url` (whose process is
+/// `broker`, if the bench started it).
 pub(super) async fn full_path(
     url: &str,
+    broker: Option<u32>,
     prefix: &str,
     dir: &Path,
     args: &BenchArgs,
     tracing: Option<(&str, f64)>,
-) -> Result<((Figures, Figures), Option<f64>), String> {
+) -> Result<Measured, String> {
     let dir = dir.join("procs");
     let agents = dir.join("agents");
     let triggers = dir.join("triggers");
@@ -150,11 +161,23 @@ pub(super) async fn full_path(
             }
         }
     };
+    let processes = Processes {
+        orchestrator: deployed.run.id(),
+        worker: deployed.worker.id(),
+        broker,
+        client: std::process::id(),
+    };
+    let before = processes.cpu();
     let throughput = measure("processes", args.tasks, args.concurrency, one).await?;
+    let cpu = CpuPerTask::between(before, processes.cpu(), throughput.count);
     let low = measure("processes, low load", args.samples, 1, one).await?;
-    let rss = deployed.run.id().and_then(super::rss_mib_of);
+    let orchestrator_rss = deployed.run.id().and_then(super::rss_mib_of);
     drop(deployed);
-    Ok(((throughput, low), rss))
+    Ok(Measured {
+        figures: (throughput, low),
+        orchestrator_rss,
+        cpu,
+    })
 }
 
 async fn call(request: reqwest::RequestBuilder) -> Result<Value, String> {
