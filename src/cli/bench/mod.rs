@@ -326,14 +326,20 @@ fn echo_card(concurrency: usize) -> Result<AgentCard, String> {
 /// CPU seconds (user and system, every thread) a process has used so far.
 fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: count from after it.
-    // utime and stime are fields 14 and 15, so 12th and 13th after it.
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some(cpu_ticks(&stat)? / ticks as f64)
+}
+
+/// User and system clock ticks from a `/proc/<pid>/stat` line.
+fn cpu_ticks(stat: &str) -> Option<f64> {
+    // The command name (field 2) may hold spaces and parentheses: count
+    // from after its last `)`. utime and stime are fields 14 and 15, so the
+    // 12th and 13th after the name.
     let after_name = stat.get(stat.rfind(')')? + 1..)?;
     let mut fields = after_name.split_whitespace().skip(11);
     let user: f64 = fields.next()?.parse().ok()?;
     let system: f64 = fields.next()?.parse().ok()?;
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-    Some((user + system) / ticks as f64)
+    Some(user + system)
 }
 
 /// The processes of the deployed path, whose CPU time is counted.
@@ -417,4 +423,45 @@ fn rss_mib_of(pid: u32) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_a_name_with_spaces_and_parentheses() {
+        let line = "4242 (tokio (rt) 1) S 1 4242 4242 0 -1 4194560 1000 0 0 0 \
+                    731 269 0 0 20 0 9 0 123 456 789";
+        assert_eq!(cpu_ticks(line), Some(1000.0));
+        assert_eq!(cpu_ticks("4242 (x) S 1 2"), None);
+        assert_eq!(cpu_ticks("no name here"), None);
+    }
+
+    #[test]
+    fn this_process_cpu_time_grows_as_it_works() {
+        let me = std::process::id();
+        let start = cpu_seconds_of(me).expect("/proc/self/stat is readable");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut x = 0u64;
+        while cpu_seconds_of(me).expect("readable") < start + 0.05 {
+            assert!(Instant::now() < deadline, "50 ms of work never showed");
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_add(i.wrapping_mul(i)));
+            }
+        }
+    }
+
+    #[test]
+    fn cpu_per_task_divides_each_process_and_caps_throughput_by_cores() {
+        let before = CpuSnapshot([Some(1.0), Some(2.0), None, Some(0.5)]);
+        let after = CpuSnapshot([Some(2.0), Some(2.5), None, Some(1.0)]);
+        let cpu = CpuPerTask::between(before, after, 1000);
+        assert_eq!(cpu.orchestrator_us, Some(1000.0));
+        assert_eq!(cpu.worker_us, Some(500.0));
+        assert_eq!(cpu.broker_us, None);
+        assert_eq!(cpu.client_us, Some(500.0));
+        assert_eq!(cpu.total_us, 2000.0);
+        assert_eq!(cpu.ceiling_per_second, (cpu.cores as f64 * 500.0).round());
+    }
 }
