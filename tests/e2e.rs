@@ -199,6 +199,49 @@ impl orchestrator::worker::Handler for HalfSecond {
     }
 }
 
+/// A submit with `response_mode: sync` answers with the task's end; with
+/// `?wait=` it answers when the wait passes if the task is still live; an
+/// async submit answers at once; a bad wait is refused before anything is
+/// stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_submit_answers_with_the_tasks_end() {
+    let slow = card("slow", &["work"]);
+    let mut sys = System::start(vec![slow.clone(), card("idle", &["work"])], fast_bus()).await;
+    sys.worker(slow, Arc::new(HalfSecond)).await;
+    let body = |to: &str, mode: &str| json!({"to": to, "action": "work", "response_mode": mode});
+
+    let (status, task) = sys.post("/v1/tasks", body("slow", "sync")).await;
+    assert_eq!(status, 201, "{task:#}");
+    assert_eq!(task["state"], "completed", "{task:#}");
+    assert_eq!(task["result"], json!({"slow": true}), "{task:#}");
+
+    let (status, task) = sys.post("/v1/tasks", body("slow", "async")).await;
+    assert_eq!((status, task["state"].as_str()), (201, Some("submitted")));
+
+    let asked = std::time::Instant::now();
+    let (status, task) = sys.post("/v1/tasks?wait=300ms", body("idle", "sync")).await;
+    assert_eq!((status, task["state"].as_str()), (201, Some("submitted")));
+    assert!(
+        asked.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    let (status, err) = sys.post("/v1/tasks?wait=soon", body("idle", "sync")).await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (400, Some("wait"))
+    );
+    let (_, listed) = sys.get("/v1/tasks?limit=100").await;
+    let idle = listed["tasks"]
+        .as_array()
+        .expect("a page of tasks")
+        .iter()
+        .filter(|t| t["agent"] == "idle")
+        .count();
+    assert_eq!(idle, 1, "the refused submit stored nothing: {listed:#}");
+}
+
 /// `GET /v1/tasks/{id}?wait=` answers as soon as the task ends, whoever
 /// ended it (a worker's result, a cancel), and when the wait passes with
 /// the task still live; a bad wait or an unknown task is refused.

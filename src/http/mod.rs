@@ -61,11 +61,15 @@ impl WaitQuery {
         let wait = humantime::parse_duration(wait).map_err(|e| {
             ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
         })?;
-        let most = o
-            .config()
+        Ok(Some(wait.min(Self::longest(o))))
+    }
+
+    /// The longest wait: the request timeout less a second, to answer
+    /// before the timeout does.
+    fn longest(o: &Orchestrator) -> std::time::Duration {
+        o.config()
             .http_request_timeout
-            .saturating_sub(std::time::Duration::from_secs(1));
-        Ok(Some(wait.min(most)))
+            .saturating_sub(std::time::Duration::from_secs(1))
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{ApiError, Requester};
 use crate::codec::{self, Strictness};
-use crate::envelope::{CorrelationId, TaskId, Timestamp};
+use crate::envelope::{CorrelationId, ResponseMode, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::service::{Orchestrator, TaskRequest};
 use crate::store::Submitted;
@@ -79,19 +79,35 @@ impl TaskView {
     }
 }
 
+/// `POST /v1/tasks`: answers once the task is stored; with
+/// `response_mode: sync` or `?wait=10s`, once it has ended or the wait
+/// (at most the request timeout less a second) has passed.
 async fn submit(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
+    Query(q): Query<super::WaitQuery>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     let request: TaskRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
+    let wait = match (q.within(&o)?, request.response_mode) {
+        (Some(wait), _) => Some(wait),
+        (None, Some(ResponseMode::Sync)) => Some(super::WaitQuery::longest(&o)),
+        (None, _) => None,
+    };
     let submitted = o.submit(request, &caller).await?;
     let status = match submitted {
         Submitted::Created(_) => StatusCode::CREATED,
         Submitted::Existing(_) => StatusCode::OK,
     };
-    Ok((status, Json(TaskView::new(submitted.record(), &o))))
+    let record = submitted.record();
+    if let Some(wait) = wait
+        && !record.status.state.is_terminal()
+        && let Some(ended) = o.task_when_ended(record.task_id(), wait, &caller).await?
+    {
+        return Ok((status, Json(TaskView::new(&ended, &o))));
+    }
+    Ok((status, Json(TaskView::new(record, &o))))
 }
 
 fn parse_id(id: &str) -> Result<TaskId, ApiError> {
