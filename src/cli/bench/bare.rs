@@ -10,7 +10,8 @@ use futures::StreamExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchArgs, CpuPerTask, Figures, Processes, measure};
+use super::cpu::{CpuPerTask, Processes};
+use super::{BenchArgs, Figures, measure};
 
 /// Publish (awaiting the stream's ack), pull, ack, reply: the least any
 /// durable JetStream task system does per task. Also the CPU time per

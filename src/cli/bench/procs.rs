@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use super::{BenchArgs, CpuPerTask, Figures, Processes, echo_card, measure};
+use super::cpu::{CpuPerTask, Processes};
+use super::{BenchArgs, Figures, echo_card, measure};
 
 /// The two processes, killed when dropped.
 struct Deployed {
