@@ -49,9 +49,24 @@ pub struct BenchArgs {
     /// export nothing (tracing off).
     #[arg(long)]
     trace_sampling: Option<f64>,
+    /// How the deployed path's clients wait for a task's end: `poll`
+    /// submits, then long-polls `GET /v1/tasks/{id}?wait=` (two calls);
+    /// `sync` submits with `response_mode: sync` (one call).
+    #[arg(long, value_enum, default_value_t = Client::Poll)]
+    client: Client,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// How the deployed path's clients wait for a task's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Client {
+    /// Submit, then a long poll: two HTTP calls per task.
+    Poll,
+    /// One submit with `response_mode: sync`.
+    Sync,
 }
 
 /// Figures of one measured run.
@@ -197,6 +212,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "throughput_ratio": ratio,
                 "preloaded": args.preload,
                 "trace_sampling": args.trace_sampling,
+                "client": args.client,
                 "otlp_received": exported,
                 "concurrency": args.concurrency,
             })

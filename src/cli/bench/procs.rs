@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use super::cpu::{CpuPerTask, Processes};
-use super::{BenchArgs, Figures, echo_card, measure};
+use super::{BenchArgs, Client, Figures, echo_card, measure};
 
 /// The two processes, killed when dropped.
 struct Deployed {
@@ -147,18 +147,29 @@ pub(super) async fn full_path(
         .map_err(|e| e.to_string())?;
     ready(&client, &http, &dir).await?;
 
+    let sync = args.client == Client::Sync;
     let one = |i: usize| {
         let (client, http) = (client.clone(), http.clone());
         async move {
-            let body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
+            let mut body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
+            if sync {
+                body["response_mode"] = json!("sync");
+            }
             let t = Instant::now();
             let submitted: Value =
                 call(client.post(format!("{http}/v1/tasks")).json(&body)).await?;
-            let id = submitted["task_id"].as_str().unwrap_or_default();
-            let ended = call(client.get(format!("{http}/v1/tasks/{id}?wait=20s"))).await?;
+            let ended = if sync {
+                submitted
+            } else {
+                let id = submitted["task_id"].as_str().unwrap_or_default();
+                call(client.get(format!("{http}/v1/tasks/{id}?wait=20s"))).await?
+            };
             match ended["state"].as_str() {
                 Some("completed" | "failed" | "canceled" | "rejected") => Ok(t.elapsed()),
-                other => Err(format!("task {id} still {other:?} after 20 s")),
+                other => Err(format!(
+                    "task {} still {other:?} when its wait ended",
+                    ended["task_id"]
+                )),
             }
         }
     };
