@@ -194,17 +194,7 @@ impl Deployment {
     /// The orchestrator's `/metrics`, scraped.
     async fn orchestrator_metrics(&self) -> BTreeMap<String, f64> {
         let url = format!("{}/metrics", self.base);
-        scrape(
-            &self
-                .http
-                .get(url)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap(),
-        )
+        scrape(&common::get_text(&self.http, &url).await)
     }
 
     async fn finished(&self, id: &str) -> Value {
@@ -431,14 +421,8 @@ async fn one_request_is_one_trace_across_processes() {
 
     // The metrics count what ran.
     let orchestrator = d.orchestrator_metrics().await;
-    let worker = scrape(
-        &reqwest::get(format!("{}/metrics", d.metrics))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let worker_metrics = format!("{}/metrics", d.metrics);
+    let worker = scrape(&common::get_text(&reqwest::Client::new(), &worker_metrics).await);
     let get = |m: &BTreeMap<String, f64>, k: &str| {
         *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:#?}"))
     };

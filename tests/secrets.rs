@@ -94,15 +94,8 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
     let message = done["error"]["message"].as_str().unwrap();
     assert!(message.contains("[redacted]"), "{message}");
     answers.push(done.to_string());
-    answers.push(
-        http.get(format!("{base}/v1/audit?task_id={id}&limit=100"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let audit = format!("{base}/v1/audit?task_id={id}&limit=100");
+    answers.push(common::get_text(&http, &audit).await);
     // A refused credential is logged, never the credential itself.
     let wrong_key = format!("orch_{}", "W".repeat(43));
     let refused = reqwest::Client::new()

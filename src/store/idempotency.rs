@@ -49,8 +49,14 @@ impl Claim {
     }
 
     pub(crate) fn is_expired(&self, now: i64) -> bool {
-        self.expires_at <= now
+        expired(self.expires_at, now)
     }
+}
+
+/// Whether a key that expires at `expires_at` is free at `now` (Unix
+/// seconds): the one rule for tasks' and runs' keys.
+pub(crate) fn expired(expires_at: i64, now: i64) -> bool {
+    expires_at <= now
 }
 
 /// What the collector reads of a claimed key's value: a task's [`Claim`]
@@ -79,7 +85,7 @@ pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, Store
     for item in tree.scan_prefix(space.prefix) {
         let (key, value) = item.map_err(StoreError::from)?;
         let claim: Expiry = keys::decode_value(space.name, &key, &value)?;
-        if claim.expires_at > now {
+        if !expired(claim.expires_at, now) {
             continue;
         }
         let swapped = tree
@@ -94,6 +100,23 @@ pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, Store
 
 /// The background collector: wakes every `interval` and collects expired
 /// claims until it is dropped.
+/// Sweeps every space in turn; one that fails (an undecodable key) does
+/// not keep the others from being swept. How many keys were removed, or
+/// the first failure.
+pub(crate) fn collect_all(spaces: &[KeySpace], now: i64) -> Result<usize, StoreError> {
+    let mut removed = 0;
+    let mut failed = None;
+    for space in spaces {
+        match collect_expired(space, now) {
+            Ok(n) => removed += n,
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    failed.map_or(Ok(removed), Err)
+}
+
 pub(crate) struct Collector {
     /// `true` once the store is closing, guarded for the condition variable.
     stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
@@ -127,9 +150,7 @@ impl Collector {
                     }
                     // A failed pass is retried at the next interval; the
                     // claims stay expired meanwhile, so nothing is wrong.
-                    for space in &spaces {
-                        let _ = collect_expired(space, Timestamp::now().unix_seconds());
-                    }
+                    let _ = collect_all(&spaces, Timestamp::now().unix_seconds());
                 }
             })
             .map_err(|e| StoreError::Io(format!("cannot start the key collector: {e}")))?;
@@ -217,6 +238,34 @@ mod tests {
         assert_eq!(collect_expired(&space(tree.clone()), 200).unwrap(), 1);
         assert!(tree.get("old").unwrap().is_none());
         assert!(tree.get("fresh").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_space_that_fails_does_not_keep_the_others_from_being_swept() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let broken = db.open_tree("idempotency").unwrap();
+        broken.insert("scope\0bad-key", &b"{not json"[..]).unwrap();
+        let runs = db.open_tree("runs").unwrap();
+        runs.insert("kold", &br#"{"expires_at": 100}"#[..]).unwrap();
+        runs.insert("r-not-a-key", &b"a run record"[..]).unwrap();
+        let spaces = [
+            space(broken),
+            KeySpace {
+                tree: runs.clone(),
+                name: "runs",
+                prefix: b"k",
+            },
+        ];
+        let err = collect_all(&spaces, 200).unwrap_err();
+        assert!(err.to_string().contains("bad-key"), "{err}");
+        assert!(
+            runs.get("kold").unwrap().is_none(),
+            "the runs' key was swept"
+        );
+        assert!(
+            runs.get("r-not-a-key").unwrap().is_some(),
+            "only under the prefix"
+        );
     }
 
     #[test]

@@ -129,9 +129,9 @@ struct Inner {
     retry: crate::task::RetryPolicy,
     /// Makes changes durable before they are reported. Dropped before `db`.
     commit: commit::GroupCommit,
-    /// Collects expired idempotency keys in the background.
     /// Where idempotency keys are: tasks' and runs'.
     key_spaces: Vec<idempotency::KeySpace>,
+    /// Collects expired idempotency keys in the background.
     _collector: idempotency::Collector,
     /// Waiters for tasks to end.
     watchers: watch::Watchers,
@@ -299,11 +299,7 @@ impl Store {
     /// `now`; returns how many. The store also does this by itself every
     /// `gc_interval`.
     pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
-        let mut removed = 0;
-        for space in &self.inner.key_spaces {
-            removed += idempotency::collect_expired(space, now.unix_seconds())?;
-        }
-        Ok(removed)
+        idempotency::collect_all(&self.inner.key_spaces, now.unix_seconds())
     }
 
     /// How many idempotency keys are held (expired ones until collected).

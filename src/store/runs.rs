@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::idempotency::Fingerprint;
+use super::idempotency::{Fingerprint, expired};
 use super::run_index::index_keys;
 use super::tasks::abort;
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
@@ -258,14 +258,14 @@ impl Store {
         let existing = self
             .transact(Box::new(move |tx, head| {
                 if let Some((key, name, value)) = &claim {
-                    let held = match tx.runs.get(key)? {
-                        Some(held) => {
-                            Some(keys::decode_value::<RunKey>("runs", key, &held).map_err(abort)?)
-                        }
-                        None => None,
-                    };
+                    let held = tx.runs.get(key)?;
+                    let held = held
+                        .map(|b| keys::decode_value::<RunKey>("runs", key, &b))
+                        .transpose()
+                        .map_err(abort)?;
                     // An expired key is free: it starts a new run.
-                    if let Some(held) = held.filter(|h| h.expires_at > now.unix_seconds()) {
+                    let now_secs = now.unix_seconds();
+                    if let Some(held) = held.filter(|h| !expired(h.expires_at, now_secs)) {
                         if held.fingerprint != fingerprint {
                             return Err(abort(StoreError::RunKeyConflict {
                                 key: name.clone(),

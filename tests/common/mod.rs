@@ -134,6 +134,11 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// GETs `url` and returns its body as text.
+pub async fn get_text(http: &reqwest::Client, url: &str) -> String {
+    http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// POSTs `body` as JSON to `url` and decodes the JSON answer.
 pub async fn post_json(http: &reqwest::Client, url: &str, body: &Value) -> Value {
     http.post(url)
