@@ -141,6 +141,29 @@ async fn expired_keys_are_collected_and_can_be_claimed_again() {
     assert!(store.check_indexes().unwrap().ok());
 }
 
+/// Only a key the caller gave is claimed: a task submitted without one
+/// (its key is its own id) leaves nothing to collect.
+#[tokio::test]
+async fn only_a_key_the_caller_gave_is_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path().join("s"));
+    config.idempotency_retention = Duration::ZERO;
+    let store = Store::open(&config).unwrap();
+    for n in 0..3 {
+        let mut keyless = envelope("echo", "echo", json!({ "n": n }), "unused");
+        keyless.control.idempotency_key = keyless.header.task_id.into();
+        assert!(!keyless.has_given_key());
+        let created = store.submit(new_task(keyless)).await.unwrap();
+        assert!(matches!(created, Submitted::Created(_)));
+    }
+    let keyed = envelope("echo", "echo", json!({"n": 9}), "given");
+    assert!(keyed.has_given_key());
+    store.submit(new_task(keyed)).await.unwrap();
+    let later = orchestrator::envelope::Timestamp::now().after(Duration::from_secs(1));
+    assert_eq!(store.collect_expired_keys(later).unwrap(), 1);
+    assert!(store.check_indexes().unwrap().ok());
+}
+
 /// A run's key, like a task's, returns its run within the retention and
 /// conflicts with another request; once expired it starts a new run, and
 /// it is collected.

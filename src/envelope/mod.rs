@@ -310,6 +310,14 @@ impl Envelope {
         self
     }
 
+    /// Whether the idempotency key is one the caller gave, rather than the
+    /// task id [`Envelope::new`] fills in when none is given (a key no other
+    /// request can hold).
+    pub fn has_given_key(&self) -> bool {
+        let own = self.header.task_id.to_string();
+        self.control.idempotency_key.as_str() != own
+    }
+
     /// A copy without the token, as it is stored and handed to subprocesses.
     pub fn without_token(&self) -> Envelope {
         let mut copy = self.clone();

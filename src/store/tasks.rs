@@ -110,7 +110,13 @@ impl Store {
             status,
         };
         let key = record.envelope.control.idempotency_key.clone();
-        let idem_key = keys::idempotency(&new.scope, key.as_str());
+        // Only a key the caller gave is claimed: the default one, the task's
+        // own new id, can never be asked for again, and claiming it would
+        // cost a read, a write and a key kept for the retention per task.
+        let idem_key = record
+            .envelope
+            .has_given_key()
+            .then(|| keys::idempotency(&new.scope, key.as_str()));
         let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
         let claim_bytes = keys::encode(&claim);
         let status_bytes = keys::encode(&record.status);
@@ -140,9 +146,11 @@ impl Store {
                 {
                     return Ok((head, SubmitOutcome::Existing(existing)));
                 }
-                if let Some(bytes) = tx.idempotency.get(&idem_key)? {
+                if let Some(idem_key) = &idem_key
+                    && let Some(bytes) = tx.idempotency.get(idem_key)?
+                {
                     let held: Claim =
-                        keys::decode_value("idempotency", &idem_key, &bytes).map_err(abort)?;
+                        keys::decode_value("idempotency", idem_key, &bytes).map_err(abort)?;
                     if !held.is_expired(now_secs) {
                         if held.fingerprint == claim.fingerprint {
                             return Ok((head, SubmitOutcome::Existing(held.task_id)));
@@ -160,8 +168,10 @@ impl Store {
                     .insert(&keys::task(task_id), status_bytes.as_slice())?;
                 tx.envelopes
                     .insert(&keys::task(task_id), envelope_bytes.as_slice())?;
-                tx.idempotency
-                    .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+                if let Some(idem_key) = &idem_key {
+                    tx.idempotency
+                        .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+                }
                 tx.by_correlation
                     .insert(correlation_key.as_slice(), &[][..])?;
                 tx.by_state
