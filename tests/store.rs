@@ -11,6 +11,15 @@ use orchestrator::store::{Applied, AuditEntry, AuditFilter, Change, StepLink, Su
 use orchestrator::{Store, StoreConfig, StoreError, TaskEvent, TaskState};
 use serde_json::json;
 
+/// A fresh store whose idempotency keys expire at once.
+fn expiring_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path().join("s"));
+    config.idempotency_retention = Duration::ZERO;
+    let store = Store::open(&config).unwrap();
+    (dir, store)
+}
+
 fn change(event: TaskEvent) -> Change {
     Change::new(event, "worker-1", format!("reported {event}"))
 }
@@ -124,10 +133,7 @@ async fn concurrent_claims_of_one_key_create_one_task() {
 /// claimed again by a new request.
 #[tokio::test]
 async fn expired_keys_are_collected_and_can_be_claimed_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = StoreConfig::new(dir.path().join("s"));
-    config.idempotency_retention = Duration::ZERO;
-    let store = Store::open(&config).unwrap();
+    let (_dir, store) = expiring_store();
     let a = envelope("echo", "echo", json!({"n": 1}), "k");
     store.submit(new_task(a)).await.unwrap();
     let b = envelope("echo", "echo", json!({"n": 2}), "k");
@@ -145,10 +151,7 @@ async fn expired_keys_are_collected_and_can_be_claimed_again() {
 /// (its key is its own id) leaves nothing to collect.
 #[tokio::test]
 async fn only_a_key_the_caller_gave_is_claimed() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = StoreConfig::new(dir.path().join("s"));
-    config.idempotency_retention = Duration::ZERO;
-    let store = Store::open(&config).unwrap();
+    let (_dir, store) = expiring_store();
     for n in 0..3 {
         let mut keyless = envelope("echo", "echo", json!({ "n": n }), "unused");
         keyless.control.idempotency_key = keyless.header.task_id.into();

@@ -98,8 +98,6 @@ pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, Store
     Ok(removed)
 }
 
-/// The background collector: wakes every `interval` and collects expired
-/// claims until it is dropped.
 /// Sweeps every space in turn; one that fails (an undecodable key) does
 /// not keep the others from being swept. How many keys were removed, or
 /// the first failure.
@@ -117,6 +115,8 @@ pub(crate) fn collect_all(spaces: &[KeySpace], now: i64) -> Result<usize, StoreE
     failed.map_or(Ok(removed), Err)
 }
 
+/// The background collector: wakes every `interval` and collects expired
+/// claims until it is dropped.
 pub(crate) struct Collector {
     /// `true` once the store is closing, guarded for the condition variable.
     stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,

@@ -113,12 +113,15 @@ impl Store {
         // Only a key the caller gave is claimed: the default one, the task's
         // own new id, can never be asked for again, and claiming it would
         // cost a read, a write and a key kept for the retention per task.
-        let idem_key = record
-            .envelope
-            .has_given_key()
-            .then(|| keys::idempotency(&new.scope, key.as_str()));
-        let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
-        let claim_bytes = keys::encode(&claim);
+        let claim = record.envelope.has_given_key().then(|| {
+            let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
+            let bytes = keys::encode(&claim);
+            (
+                keys::idempotency(&new.scope, key.as_str()),
+                claim.fingerprint,
+                bytes,
+            )
+        });
         let status_bytes = keys::encode(&record.status);
         let envelope_bytes = keys::encode(&record.envelope);
         let correlation_key = keys::correlation(record.correlation_id(), task_id);
@@ -146,13 +149,13 @@ impl Store {
                 {
                     return Ok((head, SubmitOutcome::Existing(existing)));
                 }
-                if let Some(idem_key) = &idem_key
+                if let Some((idem_key, fingerprint, _)) = &claim
                     && let Some(bytes) = tx.idempotency.get(idem_key)?
                 {
                     let held: Claim =
                         keys::decode_value("idempotency", idem_key, &bytes).map_err(abort)?;
                     if !held.is_expired(now_secs) {
-                        if held.fingerprint == claim.fingerprint {
+                        if held.fingerprint == *fingerprint {
                             return Ok((head, SubmitOutcome::Existing(held.task_id)));
                         }
                         return Err(abort(StoreError::IdempotencyConflict {
@@ -168,9 +171,9 @@ impl Store {
                     .insert(&keys::task(task_id), status_bytes.as_slice())?;
                 tx.envelopes
                     .insert(&keys::task(task_id), envelope_bytes.as_slice())?;
-                if let Some(idem_key) = &idem_key {
+                if let Some((idem_key, _, bytes)) = &claim {
                     tx.idempotency
-                        .insert(idem_key.as_slice(), claim_bytes.as_slice())?;
+                        .insert(idem_key.as_slice(), bytes.as_slice())?;
                 }
                 tx.by_correlation
                     .insert(correlation_key.as_slice(), &[][..])?;
