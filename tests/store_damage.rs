@@ -3,29 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{envelope, new_task, with_raw_sled};
-use orchestrator::{Store, StoreConfig, StoreError, TaskId};
-use serde_json::json;
-
-/// A store at `dir/s` holding `n` acknowledged tasks; returns its path and ids.
-async fn filled_store(dir: &Path, n: usize) -> (PathBuf, Vec<TaskId>) {
-    let path = dir.join("s");
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let env = envelope(
-            "echo",
-            "echo",
-            json!({"i": i, "pad": "x".repeat(2000)}),
-            &format!("k{i}"),
-        );
-        ids.push(env.header.task_id);
-        store.submit(new_task(env)).await.unwrap();
-    }
-    (path, ids)
-}
+use common::{filled_store, with_raw_sled};
+use orchestrator::{Store, StoreConfig, StoreError};
 
 fn open_err(path: &Path) -> StoreError {
     match Store::open(&StoreConfig::new(path)) {
@@ -197,135 +178,6 @@ async fn a_removed_tail_of_the_audit_log_is_refused() {
     });
     let err = open_err(&path);
     assert!(err.to_string().contains("audit record 5"), "{err}");
-}
-
-/// A store of format v1 (each task one record holding its envelope and
-/// history, no audit-by-task index) is migrated on open to the current
-/// format: statuses and envelopes apart, the index built from the log; the
-/// tasks read back whole, their history from the audit log.
-#[tokio::test]
-async fn a_v1_store_is_migrated_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, ids) = filled_store(dir.path(), 3).await;
-    let before: Vec<_> = {
-        let store = Store::open(&StoreConfig::new(&path)).unwrap();
-        ids.iter()
-            .map(|id| store.get(*id).unwrap().unwrap())
-            .collect()
-    };
-    with_raw_sled(&path, |db| {
-        let tasks = db.open_tree("tasks").unwrap();
-        for record in &before {
-            // The v1 shape: envelope, status and history in one value,
-            // without the facts v3 copies out of the envelope.
-            let mut whole = serde_json::to_value(&record.status).unwrap();
-            let fields = whole.as_object_mut().unwrap();
-            for copied in ["task_id", "correlation_id", "agent", "max_attempts"] {
-                fields.remove(copied);
-            }
-            fields.insert(
-                "envelope".into(),
-                serde_json::to_value(&record.envelope).unwrap(),
-            );
-            fields.insert(
-                "history".into(),
-                serde_json::to_value(&record.history).unwrap(),
-            );
-            let whole = serde_json::to_vec(&whole).unwrap();
-            tasks.insert(record.task_id().as_bytes(), whole).unwrap();
-        }
-        db.drop_tree("envelopes").unwrap();
-        db.drop_tree("audit_by_task").unwrap();
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format", &b"orchestrator-store-v1"[..])
-            .unwrap();
-    });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
-    for record in &before {
-        let after = store.get(record.task_id()).unwrap().unwrap();
-        assert_eq!(&after, record);
-    }
-    let filter = orchestrator::store::AuditFilter {
-        task_id: Some(ids[1]),
-        correlation_id: None,
-    };
-    let records = store.audit_list(&filter, 0, 10).unwrap();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert!(store.check_indexes().unwrap().ok());
-    drop(store);
-    with_raw_sled(&path, |db| {
-        let format = db
-            .open_tree("meta")
-            .unwrap()
-            .get("format")
-            .unwrap()
-            .unwrap();
-        assert_eq!(format.as_ref(), b"orchestrator-store-v4");
-    });
-}
-
-/// A store of format v3 (runs without their indexes by trigger and
-/// state, run keys without an expiry) is migrated on open: the runs are
-/// listed by trigger and by state again, the index check agrees, and the
-/// keys are held for the retention from the migration.
-#[tokio::test]
-async fn a_v3_store_gets_its_run_indexes_on_open() {
-    use orchestrator::store::RunStarted;
-    use orchestrator::workflow::{RunId, RunState};
-
-    let dir = tempfile::tempdir().unwrap();
-    let (path, _) = filled_store(dir.path(), 1).await;
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
-    let mut ids = Vec::new();
-    for (i, trigger) in ["daily", "weekly", "daily"].into_iter().enumerate() {
-        let new = common::new_run(trigger, Some(&format!("k{i}")), json!({ "i": i }));
-        ids.push(store.start_run(new).await.unwrap().record().run_id);
-    }
-    drop(store);
-    with_raw_sled(&path, |db| {
-        let runs = db.open_tree("runs").unwrap();
-        // v3 had only `r`, `s`, `k`, `l` and `c` keys, and its run keys
-        // no expiry.
-        for prefix in [b"T", b"S", b"B"] {
-            for key in runs.scan_prefix(prefix).keys() {
-                runs.remove(key.unwrap()).unwrap();
-            }
-        }
-        for item in runs.scan_prefix(b"k") {
-            let (key, value) = item.unwrap();
-            let mut held: serde_json::Value = serde_json::from_slice(&value).unwrap();
-            assert!(held.as_object_mut().unwrap().remove("expires_at").is_some());
-            runs.insert(key, serde_json::to_vec(&held).unwrap())
-                .unwrap();
-        }
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format", &b"orchestrator-store-v3"[..])
-            .unwrap();
-    });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
-    let listed = |trigger, state| -> Vec<RunId> {
-        let runs = store.runs(trigger, state, None, 10).unwrap();
-        runs.iter().map(|r| r.run_id).collect()
-    };
-    assert_eq!(listed(Some("daily"), None), [ids[2], ids[0]]);
-    assert_eq!(
-        listed(None, Some(RunState::Working)),
-        [ids[2], ids[1], ids[0]]
-    );
-    assert_eq!(listed(Some("weekly"), Some(RunState::Working)), [ids[1]]);
-    let report = store.check_indexes().unwrap();
-    assert!(report.ok(), "{report:?}");
-    // The keys got an expiry a retention from now: still held.
-    let again = store
-        .start_run(common::new_run("daily", Some("k0"), json!({ "i": 0 })))
-        .await
-        .unwrap();
-    assert!(matches!(again, RunStarted::Existing(ref r) if r.run_id == ids[0]));
-    let future =
-        orchestrator::envelope::Timestamp::now().after(std::time::Duration::from_secs(3600));
-    assert_eq!(store.collect_expired_keys(future).unwrap(), 0);
 }
 
 /// `store verify` finds an audit record missing from the by-task index.

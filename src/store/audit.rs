@@ -132,8 +132,8 @@ pub(crate) fn read_head(meta: &sled::Tree) -> Result<Head, StoreError> {
     }
 }
 
-/// Appends `entry` after `head` inside a transaction (with its entry in
-/// the by-task index); returns the new head.
+/// Appends `entry` after `head` inside a transaction (its sequence added to
+/// its task's entry in the by-task index); returns the new head.
 pub(crate) fn append(
     tx: &Tx<'_>,
     head: Head,
@@ -169,8 +169,10 @@ pub(crate) fn append_record(
     value.extend_from_slice(&body);
     tx.audit.insert(&keys::audit(record.seq), value)?;
     if let Some(task) = record.task_id {
-        tx.audit_by_task
-            .insert(&keys::audit_by_task(task, record.seq), &[][..])?;
+        let key = keys::task(task);
+        let entry = tx.audit_by_task.get(key)?;
+        let seqs = keys::push_audit_seq(entry.as_deref(), record.seq);
+        tx.audit_by_task.insert(&key, seqs)?;
     }
     let next = Head {
         seq: record.seq,
@@ -289,7 +291,7 @@ pub struct AuditFilter {
 }
 
 /// Up to `limit` records after sequence `after`, oldest first. With a task,
-/// a range of the by-task index, not a scan of the log.
+/// its entry in the by-task index, not a scan of the log.
 pub(crate) fn list(
     audit: &sled::Tree,
     by_task: &sled::Tree,
@@ -298,15 +300,18 @@ pub(crate) fn list(
     limit: usize,
 ) -> Result<Vec<AuditRecord>, StoreError> {
     if let Some(task) = filter.task_id {
-        let start = keys::audit_by_task(task, after.saturating_add(1));
-        let end = keys::audit_by_task(task, u64::MAX);
+        let key = keys::task(task);
+        let Some(entry) = by_task.get(key)? else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
-        for item in by_task.range(start..=end) {
+        for seq in keys::audit_seqs(&key, &entry)? {
             if out.len() >= limit {
                 break;
             }
-            let (key, _) = item?;
-            let (_, seq) = keys::audit_by_task_parts(&key)?;
+            if seq <= after {
+                continue;
+            }
             let audit_key = keys::audit(seq);
             let Some(value) = audit.get(audit_key)? else {
                 return Err(StoreError::Decode {

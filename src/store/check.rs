@@ -48,11 +48,16 @@ impl Store {
             if !inner.envelopes.contains_key(key)? {
                 report.problem(format!("task {id} has no envelope"));
             }
-            if !inner
+            let own = keys::correlation_is_own(&record.correlation_id, id);
+            let indexed = inner
                 .by_correlation
-                .contains_key(keys::correlation(&record.correlation_id, id))?
-            {
-                report.problem(format!("task {id} is missing from by_correlation"));
+                .contains_key(keys::correlation(&record.correlation_id, id))?;
+            if indexed == own {
+                report.problem(if own {
+                    format!("task {id} is in by_correlation under its own id")
+                } else {
+                    format!("task {id} is missing from by_correlation")
+                });
             }
             if !inner.by_state.contains_key(keys::state(record.state, id))? {
                 report.problem(format!(
@@ -101,17 +106,23 @@ impl Store {
     }
 
     /// Every audit record about a task is in the by-task index, and every
-    /// index entry names such a record.
+    /// index entry names only such records, oldest first.
     fn check_audit_index(&self, report: &mut IndexReport) -> Result<(), StoreError> {
         let inner = &self.inner;
         for item in inner.audit.iter() {
             let (key, value) = item?;
             let (_, record) = audit::decode_stored(&key, &value)?;
-            if let Some(task) = record.task_id
-                && !inner
-                    .audit_by_task
-                    .contains_key(keys::audit_by_task(task, record.seq))?
-            {
+            let Some(task) = record.task_id else {
+                continue;
+            };
+            let key = keys::task(task);
+            let listed = match inner.audit_by_task.get(key)? {
+                Some(entry) => {
+                    keys::audit_seqs(&key, &entry).is_ok_and(|seqs| seqs.contains(&record.seq))
+                }
+                None => false,
+            };
+            if !listed {
                 report.problem(format!(
                     "audit record {} is missing from audit_by_task",
                     record.seq
@@ -119,19 +130,30 @@ impl Store {
             }
         }
         for item in inner.audit_by_task.iter() {
-            let (key, _) = item?;
-            let Ok((task, seq)) = keys::audit_by_task_parts(&key) else {
-                report.problem("audit_by_task has a key that is not task id + sequence".into());
-                continue;
+            let (key, entry) = item?;
+            let task = keys::trailing_task_id("audit_by_task", &key)?;
+            let seqs = match keys::audit_seqs(&key, &entry) {
+                Ok(seqs) => seqs,
+                Err(e) => {
+                    report.problem(e.to_string());
+                    continue;
+                }
             };
-            let found = match inner.audit.get(keys::audit(seq))? {
-                Some(value) => audit::decode_stored(&keys::audit(seq), &value)?.1.task_id,
-                None => None,
-            };
-            if found != Some(task) {
+            if !seqs.is_sorted_by(|a, b| a < b) {
                 report.problem(format!(
-                    "audit_by_task names record {seq} for task {task}, which is not about it"
+                    "audit_by_task lists task {task}'s records out of order"
                 ));
+            }
+            for seq in seqs {
+                let found = match inner.audit.get(keys::audit(seq))? {
+                    Some(value) => audit::decode_stored(&keys::audit(seq), &value)?.1.task_id,
+                    None => None,
+                };
+                if found != Some(task) {
+                    report.problem(format!(
+                        "audit_by_task names record {seq} for task {task}, which is not about it"
+                    ));
+                }
             }
         }
         Ok(())

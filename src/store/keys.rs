@@ -48,26 +48,40 @@ pub(crate) fn audit(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
 }
 
-/// The audit index's key: the task, then the record's sequence, so one
-/// task's records are one range, oldest first.
-pub(crate) fn audit_by_task(id: TaskId, seq: u64) -> [u8; 24] {
-    let mut key = [0u8; 24];
-    key[..16].copy_from_slice(id.as_bytes());
-    key[16..].copy_from_slice(&seq.to_be_bytes());
-    key
+/// Appends `seq` to a task's entry in the audit index (its value: the
+/// sequences of the task's records, oldest first, 8 bytes big-endian each;
+/// one key per task, whatever its number of records).
+pub(crate) fn push_audit_seq(entry: Option<&[u8]>, seq: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entry.map_or(0, <[u8]>::len) + 8);
+    out.extend_from_slice(entry.unwrap_or_default());
+    out.extend_from_slice(&seq.to_be_bytes());
+    out
 }
 
-/// The task and sequence of an audit index key, with an error naming the
-/// key when it is not 24 bytes.
-pub(crate) fn audit_by_task_parts(key: &[u8]) -> Result<(TaskId, u64), StoreError> {
-    let malformed = || StoreError::Decode {
-        tree: "audit_by_task",
-        key: describe("audit_by_task", key),
-        message: "index key is not a task id and a sequence (24 bytes)".into(),
-    };
-    let (task, seq) = key.split_first_chunk::<16>().ok_or_else(malformed)?;
-    let seq: [u8; 8] = seq.try_into().map_err(|_| malformed())?;
-    Ok((TaskId::from_bytes(*task), u64::from_be_bytes(seq)))
+/// The sequences of an audit index entry, with an error naming the key
+/// when the entry is not whole sequences.
+pub(crate) fn audit_seqs(key: &[u8], entry: &[u8]) -> Result<Vec<u64>, StoreError> {
+    let (seqs, rest) = entry.as_chunks::<8>();
+    if !rest.is_empty() || key.len() != 16 {
+        return Err(StoreError::Decode {
+            tree: "audit_by_task",
+            key: describe("audit_by_task", key),
+            message: format!(
+                "expected a task id (16 bytes) → sequences (8 bytes each), found {} → {} bytes",
+                key.len(),
+                entry.len()
+            ),
+        });
+    }
+    Ok(seqs.iter().map(|s| u64::from_be_bytes(*s)).collect())
+}
+
+/// Whether `correlation` is the task's own id: a task submitted without a
+/// correlation id gets its own, and is then not entered in `by_correlation`
+/// (listing a correlation id adds the task it names, if that task carries it).
+pub(crate) fn correlation_is_own(correlation: &CorrelationId, id: TaskId) -> bool {
+    let c = correlation.as_str();
+    c.len() == 36 && c == id.to_string()
 }
 
 /// The task id that ends an index key (its last 16 bytes).
@@ -88,7 +102,7 @@ pub(crate) fn trailing_task_id(tree: &'static str, key: &[u8]) -> Result<TaskId,
 /// A key as a person can read it in an error message.
 pub(crate) fn describe(tree: &str, key: &[u8]) -> String {
     match (tree, key.len()) {
-        ("tasks", 16) => trailing_task_id("tasks", key)
+        ("tasks" | "envelopes" | "audit_by_task", 16) => trailing_task_id("tasks", key)
             .map(|id| id.to_string())
             .unwrap_or_default(),
         ("audit", 8) => {

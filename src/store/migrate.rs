@@ -7,11 +7,11 @@ use std::path::Path;
 
 use tracing::info;
 
-use super::{FORMAT_V2, FORMAT_V3, StoreError, audit, keys};
+use super::{FORMAT_V2, FORMAT_V3, FORMAT_V4, StoreError, audit, keys};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::envelope::{Envelope, Timestamp};
+use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::task::{TaskState, TaskStatus};
 
@@ -29,7 +29,7 @@ pub(super) fn v1_to_v2(
         let (key, value) = item?;
         let (_, record) = audit::decode_stored(&key, &value)?;
         if let Some(task) = record.task_id {
-            batch.insert(&keys::audit_by_task(task, record.seq), &[][..]);
+            batch.insert(&v2_index_key(task, record.seq), &[][..]);
             indexed += 1;
             if indexed.is_multiple_of(10_000) {
                 by_task.apply_batch(std::mem::take(&mut batch))?;
@@ -102,7 +102,7 @@ pub(super) fn v3_to_v4(
     let expires_at = Timestamp::now().after(retention).unix_seconds();
     let stamped = super::runs::stamp_keys(runs, expires_at)?;
     runs.flush()?;
-    meta.insert("format", super::FORMAT)?;
+    meta.insert("format", FORMAT_V4)?;
     meta.flush()?;
     info!(
         path = %path.display(),
@@ -112,6 +112,98 @@ pub(super) fn v3_to_v4(
         "store migrated from format v3 to v4 (runs indexed by trigger and state, run keys expire)"
     );
     Ok(())
+}
+
+/// v4 → v5: one audit index key per task instead of one per record (its
+/// value lists the task's sequences), and no `by_correlation` entry for a
+/// task whose correlation id is its own id. Each task's keys change in one
+/// batch, so a repeated migration finds each task either done or not begun.
+pub(super) fn v4_to_v5(
+    path: &Path,
+    by_task: &sled::Tree,
+    by_correlation: &sled::Tree,
+    meta: &sled::Tree,
+) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    let mut merged = 0u64;
+    let mut batch = sled::Batch::default();
+    let mut pending = 0usize;
+    // Entries are ordered by task, then sequence: a task's run ends where
+    // the next task begins. A task's new key sorts before its old ones, so
+    // the walk never meets what it wrote.
+    let mut run: Option<(TaskId, Vec<u8>)> = None;
+    let mut flush_run = |run: &mut Option<(TaskId, Vec<u8>)>, batch: &mut sled::Batch| {
+        if let Some((task, seqs)) = run.take() {
+            batch.insert(&keys::task(task), seqs);
+            merged += 1;
+        }
+    };
+    for item in by_task.iter() {
+        let (key, _) = item?;
+        if key.len() == 16 {
+            continue;
+        }
+        let (task, seq) = v2_index_key_parts(&key)?;
+        if run.as_ref().is_none_or(|(t, _)| *t != task) {
+            flush_run(&mut run, &mut batch);
+            if pending >= 10_000 {
+                by_task.apply_batch(std::mem::take(&mut batch))?;
+                pending = 0;
+            }
+            run = Some((task, Vec::new()));
+        }
+        if let Some((_, seqs)) = &mut run {
+            seqs.extend_from_slice(&seq.to_be_bytes());
+        }
+        batch.remove(key);
+        pending += 1;
+    }
+    flush_run(&mut run, &mut batch);
+    by_task.apply_batch(batch)?;
+    let mut unindexed = 0u64;
+    let mut batch = sled::Batch::default();
+    for item in by_correlation.iter() {
+        let (key, _) = item?;
+        let task = keys::trailing_task_id("by_correlation", &key)?;
+        let correlation = &key[..key.len().saturating_sub(17)];
+        if correlation == task.to_string().as_bytes() {
+            batch.remove(key);
+            unindexed += 1;
+        }
+    }
+    by_correlation.apply_batch(batch)?;
+    by_task.flush()?;
+    by_correlation.flush()?;
+    meta.insert("format", super::FORMAT)?;
+    meta.flush()?;
+    info!(
+        path = %path.display(),
+        merged,
+        unindexed,
+        seconds = started.elapsed().as_secs_f64(),
+        "store migrated from format v4 to v5 (one audit index key per task, lone tasks not indexed by correlation)"
+    );
+    Ok(())
+}
+
+/// The audit index key of formats v2 to v4: the task, then the record's
+/// sequence (one key per record).
+fn v2_index_key(task: TaskId, seq: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(task.as_bytes());
+    key[16..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn v2_index_key_parts(key: &[u8]) -> Result<(TaskId, u64), StoreError> {
+    let malformed = || StoreError::Decode {
+        tree: "audit_by_task",
+        key: keys::describe("audit_by_task", key),
+        message: "index key is not a task id and a sequence (24 bytes)".into(),
+    };
+    let (task, seq) = key.split_first_chunk::<16>().ok_or_else(malformed)?;
+    let seq: [u8; 8] = seq.try_into().map_err(|_| malformed())?;
+    Ok((TaskId::from_bytes(*task), u64::from_be_bytes(seq)))
 }
 
 /// The part of a v1/v2 history entry migration keeps.

@@ -11,8 +11,9 @@
 //! Trees: `tasks` (task id → [`crate::task::TaskStatus`], rewritten on
 //! each change), `envelopes` (task id → envelope, written once),
 //! `idempotency` (scope/key → claim), `by_correlation` and `by_state`
-//! (index keys → nothing), `audit` (sequence → chained record),
-//! `audit_by_task` (task id + sequence → nothing: a task's history) and
+//! (index keys → nothing; a task whose correlation id is its own id is not
+//! in `by_correlation`), `audit` (sequence → chained record),
+//! `audit_by_task` (task id → its records' sequences: a task's history) and
 //! `meta` (format marker, audit head), and `runs` (workflow runs, their
 //! step links, keys and indexes: see `runs.rs` and `run_index.rs`). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
@@ -48,14 +49,16 @@ use std::time::Duration;
 use crate::envelope::Timestamp;
 
 /// The format marker written in `meta` when a store is created.
-const FORMAT: &[u8] = b"orchestrator-store-v4";
+const FORMAT: &[u8] = b"orchestrator-store-v5";
 
 /// Earlier formats, migrated on open: v1 had no audit-by-task index; v2
 /// kept each task's envelope and history in its record; v3 had no run
-/// indexes.
+/// indexes; v4 kept an audit index key per record and indexed every task
+/// by correlation id.
 const FORMAT_V1: &[u8] = b"orchestrator-store-v1";
 const FORMAT_V2: &[u8] = b"orchestrator-store-v2";
 const FORMAT_V3: &[u8] = b"orchestrator-store-v3";
+const FORMAT_V4: &[u8] = b"orchestrator-store-v4";
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,6 +168,7 @@ impl Store {
         let meta = open_tree("meta")?;
         let audit = open_tree("audit")?;
         let audit_by_task = open_tree("audit_by_task")?;
+        let by_correlation = open_tree("by_correlation")?;
         let runs = open_tree("runs")?;
         let head = audit::read_head(&meta)?;
         let mark = match mark::CommitMark::open(&path)? {
@@ -177,8 +181,11 @@ impl Store {
                 if format == FORMAT_V1 || format == FORMAT_V2 {
                     migrate::v2_to_v3(&path, &tasks, &envelopes, &meta)?;
                 }
-                if format != FORMAT {
+                if format != FORMAT && format != FORMAT_V4 {
                     migrate::v3_to_v4(&path, &runs, &meta, config.idempotency_retention)?;
+                }
+                if format != FORMAT {
+                    migrate::v4_to_v5(&path, &audit_by_task, &by_correlation, &meta)?;
                 }
                 mark
             }
@@ -196,7 +203,6 @@ impl Store {
             }
         };
         let idempotency = open_tree("idempotency")?;
-        let by_correlation = open_tree("by_correlation")?;
         let by_state = open_tree("by_state")?;
         let key_spaces = vec![
             idempotency::KeySpace {
@@ -412,6 +418,7 @@ fn check_format(path: &Path, meta: &sled::Tree) -> Result<&'static [u8], StoreEr
         Some(found) if found.as_ref() == FORMAT_V1 => Ok(FORMAT_V1),
         Some(found) if found.as_ref() == FORMAT_V2 => Ok(FORMAT_V2),
         Some(found) if found.as_ref() == FORMAT_V3 => Ok(FORMAT_V3),
+        Some(found) if found.as_ref() == FORMAT_V4 => Ok(FORMAT_V4),
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),

@@ -124,7 +124,10 @@ impl Store {
         });
         let status_bytes = keys::encode(&record.status);
         let envelope_bytes = keys::encode(&record.envelope);
-        let correlation_key = keys::correlation(record.correlation_id(), task_id);
+        // A task whose correlation id is its own id is found by that id
+        // alone: it needs no index entry (one key less per lone task).
+        let correlation_key = (!keys::correlation_is_own(record.correlation_id(), task_id))
+            .then(|| keys::correlation(record.correlation_id(), task_id));
         let entry = AuditEntry {
             actor: new.actor.clone(),
             kind: "task.submitted".into(),
@@ -175,8 +178,10 @@ impl Store {
                     tx.idempotency
                         .insert(idem_key.as_slice(), bytes.as_slice())?;
                 }
-                tx.by_correlation
-                    .insert(correlation_key.as_slice(), &[][..])?;
+                if let Some(correlation_key) = &correlation_key {
+                    tx.by_correlation
+                        .insert(correlation_key.as_slice(), &[][..])?;
+                }
                 tx.by_state
                     .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
                 if let Some(link) = &step {
@@ -283,7 +288,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Up to `limit` tasks of one correlation id after task `after`, oldest first.
+    /// Up to `limit` tasks of one correlation id after task `after`, oldest
+    /// first: those in the index, and the task the id names if the id is
+    /// that task's own (such a task has no index entry).
     pub fn list_by_correlation(
         &self,
         correlation: &CorrelationId,
@@ -292,14 +299,28 @@ impl Store {
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let prefix = keys::correlation_prefix(correlation);
         let start = after.map(|id| keys::correlation(correlation, id));
-        self.index_range(
+        let mut out = self.index_range(
             &self.inner.by_correlation,
             "by_correlation",
             &prefix,
             start,
             limit,
             |id| self.get(id),
-        )
+        )?;
+        let own = correlation
+            .as_str()
+            .parse::<TaskId>()
+            .ok()
+            .filter(|id| after.is_none_or(|after| *id > after));
+        if let Some(id) = own
+            && let Some(status) = self.status(id)?
+            && keys::correlation_is_own(&status.correlation_id, id)
+        {
+            let at = out.partition_point(|r| r.task_id() < id);
+            out.insert(at, self.assemble(status)?);
+            out.truncate(limit);
+        }
+        Ok(out)
     }
 
     /// Up to `limit` tasks in `state` after task `after`, oldest first.

@@ -94,6 +94,27 @@ pub fn temp_store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+/// A store at `dir/s` holding `n` acknowledged tasks; returns its path and ids.
+pub async fn filled_store(
+    dir: &std::path::Path,
+    n: usize,
+) -> (std::path::PathBuf, Vec<orchestrator::TaskId>) {
+    let path = dir.join("s");
+    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let env = envelope(
+            "echo",
+            "echo",
+            json!({"i": i, "pad": "x".repeat(2000)}),
+            &format!("k{i}"),
+        );
+        ids.push(env.header.task_id);
+        store.submit(new_task(env)).await.unwrap();
+    }
+    (path, ids)
+}
+
 /// Edits a closed store's sled files directly, as damage or tampering would.
 /// sled releases a dropped store's lock from background threads, so this
 /// waits for the lock a moment.
