@@ -165,8 +165,7 @@ pub(super) fn v4_to_v5(
     for item in by_correlation.iter() {
         let (key, _) = item?;
         let task = keys::trailing_task_id("by_correlation", &key)?;
-        let correlation = &key[..key.len().saturating_sub(17)];
-        if correlation == task.to_string().as_bytes() {
+        if key.as_ref() == keys::correlation(&task.into(), task) {
             batch.remove(key);
             unindexed += 1;
         }
