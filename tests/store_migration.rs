@@ -7,6 +7,19 @@ use common::{envelope, filled_store, new_task, with_raw_sled};
 use orchestrator::{Store, StoreConfig};
 use serde_json::json;
 
+/// Marks a closed store's files as format `version` (`v1`, `v3`…).
+fn set_format(db: &sled::Db, version: &str) {
+    let marker = format!("orchestrator-store-{version}");
+    let meta = db.open_tree("meta").unwrap();
+    meta.insert("format", marker.as_bytes()).unwrap();
+}
+
+/// The format marker of a closed store's files.
+fn format_of(db: &sled::Db) -> String {
+    let meta = db.open_tree("meta").unwrap();
+    String::from_utf8(meta.get("format").unwrap().unwrap().to_vec()).unwrap()
+}
+
 /// A store of format v1 (each task one record holding its envelope and
 /// history, no audit-by-task index) is migrated on open to the current
 /// format: statuses and envelopes apart, the index built from the log; the
@@ -44,10 +57,7 @@ async fn a_v1_store_is_migrated_on_open() {
         }
         db.drop_tree("envelopes").unwrap();
         db.drop_tree("audit_by_task").unwrap();
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format", &b"orchestrator-store-v1"[..])
-            .unwrap();
+        set_format(db, "v1");
     });
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
     for record in &before {
@@ -63,13 +73,7 @@ async fn a_v1_store_is_migrated_on_open() {
     assert!(store.check_indexes().unwrap().ok());
     drop(store);
     with_raw_sled(&path, |db| {
-        let format = db
-            .open_tree("meta")
-            .unwrap()
-            .get("format")
-            .unwrap()
-            .unwrap();
-        assert_eq!(format.as_ref(), b"orchestrator-store-v5");
+        assert_eq!(format_of(db), "orchestrator-store-v5")
     });
 }
 
@@ -107,10 +111,7 @@ async fn a_v3_store_gets_its_run_indexes_on_open() {
             runs.insert(key, serde_json::to_vec(&held).unwrap())
                 .unwrap();
         }
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format", &b"orchestrator-store-v3"[..])
-            .unwrap();
+        set_format(db, "v3");
     });
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
     let listed = |trigger, state| -> Vec<RunId> {
@@ -203,10 +204,7 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
             .unwrap()
             .insert(own, &[][..])
             .unwrap();
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format", &b"orchestrator-store-v4"[..])
-            .unwrap();
+        set_format(db, "v4");
     });
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
     assert_eq!(read(&store), before);
@@ -227,12 +225,6 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
             .keys()
             .collect();
         assert_eq!(correlated.len(), 1, "only the child is indexed");
-        let format = db
-            .open_tree("meta")
-            .unwrap()
-            .get("format")
-            .unwrap()
-            .unwrap();
-        assert_eq!(format.as_ref(), b"orchestrator-store-v5");
+        assert_eq!(format_of(db), "orchestrator-store-v5");
     });
 }
