@@ -17,8 +17,9 @@ COPY --from=build /src/target/release/orchestrator /usr/local/bin/orchestrator
 COPY agents ./agents
 COPY triggers ./triggers
 ENV ORCH_DATA_DIR=/data
-# mimalloc returns freed memory after 10 ms instead of 1 s: 8-18 MiB less
-# resident under load, no measurable throughput cost (docs/operations.md#memory).
+# mimalloc returns freed memory after 10 ms instead of 1 s: 7-18 MiB less
+# resident under a moderate load, no measurable throughput cost
+# (docs/operations.md#memory).
 ENV MIMALLOC_PURGE_DELAY=10
 EXPOSE 8080
 ENTRYPOINT []
