@@ -453,13 +453,7 @@ async fn retries_stop_at_max_attempts() {
 async fn listing_by_correlation_pages_in_creation_order() {
     let (_dir, store) = temp_store();
     let corr: orchestrator::envelope::CorrelationId = "run-7".parse().unwrap();
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        let mut env = envelope("echo", "echo", json!({"i": i}), &format!("k{i}"));
-        env.header.correlation_id = corr.clone();
-        ids.push(env.header.task_id);
-        store.submit(new_task(env)).await.unwrap();
-    }
+    let ids = common::submit_correlated(&store, &corr, 0..5).await;
     store
         .submit(new_task(envelope("echo", "echo", json!({}), "other")))
         .await

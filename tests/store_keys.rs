@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{envelope, new_task, temp_store, with_raw_sled};
+use common::{envelope, list_correlated, new_task, submit_correlated, temp_store, with_raw_sled};
 use orchestrator::envelope::CorrelationId;
 use orchestrator::store::Change;
 use orchestrator::{Store, StoreConfig, TaskEvent};
@@ -68,33 +68,13 @@ async fn a_correlation_listing_includes_the_task_it_names() {
     let correlation = root.header.correlation_id.clone();
     let mut ids = vec![root.header.task_id];
     store.submit(new_task(root)).await.unwrap();
-    for n in 1..4 {
-        let mut child = envelope("echo", "echo", json!({ "n": n }), &format!("k{n}"));
-        child.header.correlation_id = correlation.clone();
-        ids.push(child.header.task_id);
-        store.submit(new_task(child)).await.unwrap();
-    }
+    ids.extend(submit_correlated(&store, &correlation, 1..4).await);
     store
         .submit(new_task(envelope("echo", "echo", json!({}), "other")))
         .await
         .unwrap();
-    let all: Vec<_> = store
-        .list_by_correlation(&correlation, None, 10)
-        .unwrap()
-        .iter()
-        .map(|r| r.task_id())
-        .collect();
-    assert_eq!(all, ids);
-    let mut paged = Vec::new();
-    let mut after = None;
-    loop {
-        let page = store.list_by_correlation(&correlation, after, 2).unwrap();
-        assert!(page.len() <= 2);
-        let Some(last) = page.last() else { break };
-        after = Some(last.task_id());
-        paged.extend(page.iter().map(|r| r.task_id()));
-    }
-    assert_eq!(paged, ids);
+    assert_eq!(list_correlated(&store, &correlation, 10), ids);
+    assert_eq!(list_correlated(&store, &correlation, 2), ids);
     // A correlation id naming a task that does not carry it lists only
     // the tasks that do.
     let other: CorrelationId = ids[1].to_string().parse().unwrap();

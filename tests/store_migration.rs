@@ -176,13 +176,11 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
                 store.audit_list(&filter, 0, 10).unwrap()
             })
             .collect();
-        let listed: Vec<_> = store
-            .list_by_correlation(&correlation, None, 10)
-            .unwrap()
-            .iter()
-            .map(|r| r.task_id())
-            .collect();
-        (tasks, audit, listed)
+        (
+            tasks,
+            audit,
+            common::list_correlated(store, &correlation, 10),
+        )
     };
     let before = read(&store);
     assert_eq!(before.1.iter().map(Vec::len).collect::<Vec<_>>(), [3, 1]);

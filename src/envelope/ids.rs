@@ -33,6 +33,14 @@ impl TaskId {
     pub fn from_bytes(bytes: [u8; 16]) -> Self {
         TaskId(Uuid::from_bytes(bytes))
     }
+
+    /// Whether `text` is this id as written (lowercase hyphenated): the
+    /// default a task gets for a label the caller left out, such as its
+    /// correlation id or idempotency key. Compared without allocating.
+    pub fn is_written_as(&self, text: &str) -> bool {
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        text == self.0.hyphenated().encode_lower(&mut buf)
+    }
 }
 
 impl Default for TaskId {
@@ -305,6 +313,15 @@ impl From<Timestamp> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_id_is_written_only_one_way() {
+        let a = TaskId::new();
+        assert!(a.is_written_as(&a.to_string()));
+        assert!(!a.is_written_as(&a.to_string().to_uppercase()));
+        assert!(!a.is_written_as(&TaskId::new().to_string()));
+        assert!(!a.is_written_as(""));
+    }
 
     #[test]
     fn task_ids_are_v7_canonical_and_time_ordered() {

@@ -314,8 +314,10 @@ impl Envelope {
     /// task id [`Envelope::new`] fills in when none is given (a key no other
     /// request can hold).
     pub fn has_given_key(&self) -> bool {
-        let own = self.header.task_id.to_string();
-        self.control.idempotency_key.as_str() != own
+        !self
+            .header
+            .task_id
+            .is_written_as(self.control.idempotency_key.as_str())
     }
 
     /// A copy without the token, as it is stored and handed to subprocesses.

@@ -48,7 +48,7 @@ impl Store {
             if !inner.envelopes.contains_key(key)? {
                 report.problem(format!("task {id} has no envelope"));
             }
-            let own = keys::correlation_is_own(&record.correlation_id, id);
+            let own = id.is_written_as(record.correlation_id.as_str());
             let indexed = inner
                 .by_correlation
                 .contains_key(keys::correlation(&record.correlation_id, id))?;

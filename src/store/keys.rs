@@ -76,14 +76,6 @@ pub(crate) fn audit_seqs(key: &[u8], entry: &[u8]) -> Result<Vec<u64>, StoreErro
     Ok(seqs.iter().map(|s| u64::from_be_bytes(*s)).collect())
 }
 
-/// Whether `correlation` is the task's own id: a task submitted without a
-/// correlation id gets its own, and is then not entered in `by_correlation`
-/// (listing a correlation id adds the task it names, if that task carries it).
-pub(crate) fn correlation_is_own(correlation: &CorrelationId, id: TaskId) -> bool {
-    let c = correlation.as_str();
-    c.len() == 36 && c == id.to_string()
-}
-
 /// The task id that ends an index key (its last 16 bytes).
 pub(crate) fn trailing_task_id(tree: &'static str, key: &[u8]) -> Result<TaskId, StoreError> {
     let start = key

@@ -128,37 +128,37 @@ pub(super) fn v4_to_v5(
     let mut merged = 0u64;
     let mut batch = sled::Batch::default();
     let mut pending = 0usize;
-    // Entries are ordered by task, then sequence: a task's run ends where
-    // the next task begins. A task's new key sorts before its old ones, so
-    // the walk never meets what it wrote.
-    let mut run: Option<(TaskId, Vec<u8>)> = None;
-    let mut flush_run = |run: &mut Option<(TaskId, Vec<u8>)>, batch: &mut sled::Batch| {
-        if let Some((task, seqs)) = run.take() {
-            batch.insert(&keys::task(task), seqs);
-            merged += 1;
-        }
-    };
+    // Entries are ordered by task, then sequence: a task's records end
+    // where the next task's begin. A task's new key sorts before its old
+    // ones, so the walk never meets what it wrote.
+    let mut current: Option<(TaskId, Vec<u8>)> = None;
     for item in by_task.iter() {
         let (key, _) = item?;
         if key.len() == 16 {
             continue;
         }
         let (task, seq) = v2_index_key_parts(&key)?;
-        if run.as_ref().is_none_or(|(t, _)| *t != task) {
-            flush_run(&mut run, &mut batch);
-            if pending >= 10_000 {
-                by_task.apply_batch(std::mem::take(&mut batch))?;
-                pending = 0;
+        match &mut current {
+            Some((t, seqs)) if *t == task => seqs.extend_from_slice(&seq.to_be_bytes()),
+            _ => {
+                let next = (task, seq.to_be_bytes().to_vec());
+                if let Some((done, seqs)) = current.replace(next) {
+                    batch.insert(&keys::task(done), seqs);
+                    merged += 1;
+                    if pending >= 10_000 {
+                        by_task.apply_batch(std::mem::take(&mut batch))?;
+                        pending = 0;
+                    }
+                }
             }
-            run = Some((task, Vec::new()));
-        }
-        if let Some((_, seqs)) = &mut run {
-            seqs.extend_from_slice(&seq.to_be_bytes());
         }
         batch.remove(key);
         pending += 1;
     }
-    flush_run(&mut run, &mut batch);
+    if let Some((done, seqs)) = current {
+        batch.insert(&keys::task(done), seqs);
+        merged += 1;
+    }
     by_task.apply_batch(batch)?;
     let mut unindexed = 0u64;
     let mut batch = sled::Batch::default();

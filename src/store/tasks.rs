@@ -126,7 +126,7 @@ impl Store {
         let envelope_bytes = keys::encode(&record.envelope);
         // A task whose correlation id is its own id is found by that id
         // alone: it needs no index entry (one key less per lone task).
-        let correlation_key = (!keys::correlation_is_own(record.correlation_id(), task_id))
+        let correlation_key = (!task_id.is_written_as(record.correlation_id().as_str()))
             .then(|| keys::correlation(record.correlation_id(), task_id));
         let entry = AuditEntry {
             actor: new.actor.clone(),
@@ -314,7 +314,7 @@ impl Store {
             .filter(|id| after.is_none_or(|after| *id > after));
         if let Some(id) = own
             && let Some(status) = self.status(id)?
-            && keys::correlation_is_own(&status.correlation_id, id)
+            && status.correlation_id == *correlation
         {
             let at = out.partition_point(|r| r.task_id() < id);
             out.insert(at, self.assemble(status)?);

@@ -115,6 +115,42 @@ pub async fn filled_store(
     (path, ids)
 }
 
+/// Submits a task for each key `k{n}`, `n` in `numbers`, all with
+/// correlation id `correlation`; their ids, oldest first.
+pub async fn submit_correlated(
+    store: &Store,
+    correlation: &orchestrator::envelope::CorrelationId,
+    numbers: std::ops::Range<usize>,
+) -> Vec<orchestrator::TaskId> {
+    let mut ids = Vec::new();
+    for n in numbers {
+        let mut env = envelope("echo", "echo", json!({ "n": n }), &format!("k{n}"));
+        env.header.correlation_id = correlation.clone();
+        ids.push(env.header.task_id);
+        store.submit(new_task(env)).await.unwrap();
+    }
+    ids
+}
+
+/// The ids of every task listed under `correlation`, read `page` at a
+/// time through the cursor.
+pub fn list_correlated(
+    store: &Store,
+    correlation: &orchestrator::envelope::CorrelationId,
+    page: usize,
+) -> Vec<orchestrator::TaskId> {
+    let mut ids = Vec::new();
+    loop {
+        let after = ids.last().copied();
+        let records = store.list_by_correlation(correlation, after, page).unwrap();
+        assert!(records.len() <= page, "a page longer than asked for");
+        if records.is_empty() {
+            return ids;
+        }
+        ids.extend(records.iter().map(|r| r.task_id()));
+    }
+}
+
 /// Edits a closed store's sled files directly, as damage or tampering would.
 /// sled releases a dropped store's lock from background threads, so this
 /// waits for the lock a moment.
