@@ -60,6 +60,10 @@ const FORMAT_V2: &[u8] = b"orchestrator-store-v2";
 const FORMAT_V3: &[u8] = b"orchestrator-store-v3";
 const FORMAT_V4: &[u8] = b"orchestrator-store-v4";
 
+/// Every format a store may be found in, oldest first: format `n` is at
+/// `n - 1`, and a store in format `n` runs every migration after it.
+const FORMATS: [&[u8]; 5] = [FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMAT_V4, FORMAT];
+
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreConfig {
@@ -173,18 +177,18 @@ impl Store {
         let head = audit::read_head(&meta)?;
         let mark = match mark::CommitMark::open(&path)? {
             Some((mark, marked)) => {
-                let format = check_format(&path, &meta)?;
+                let version = check_format(&path, &meta)?;
                 check_against_mark(&path, &audit, head, marked)?;
-                if format == FORMAT_V1 {
+                if version < 2 {
                     migrate::v1_to_v2(&path, &audit, &audit_by_task, &meta)?;
                 }
-                if format == FORMAT_V1 || format == FORMAT_V2 {
+                if version < 3 {
                     migrate::v2_to_v3(&path, &tasks, &envelopes, &meta)?;
                 }
-                if format != FORMAT && format != FORMAT_V4 {
+                if version < 4 {
                     migrate::v3_to_v4(&path, &runs, &meta, config.idempotency_retention)?;
                 }
-                if format != FORMAT {
+                if version < 5 {
                     migrate::v4_to_v5(&path, &audit_by_task, &by_correlation, &meta)?;
                 }
                 mark
@@ -411,14 +415,12 @@ fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
 }
 
 /// Checks the format marker of a store that has a commit mark; returns
-/// it (this format, or one that is migrated on open).
-fn check_format(path: &Path, meta: &sled::Tree) -> Result<&'static [u8], StoreError> {
+/// its version (this format's, or one that is migrated on open).
+fn check_format(path: &Path, meta: &sled::Tree) -> Result<usize, StoreError> {
     match meta.get("format")? {
-        Some(found) if found.as_ref() == FORMAT => Ok(FORMAT),
-        Some(found) if found.as_ref() == FORMAT_V1 => Ok(FORMAT_V1),
-        Some(found) if found.as_ref() == FORMAT_V2 => Ok(FORMAT_V2),
-        Some(found) if found.as_ref() == FORMAT_V3 => Ok(FORMAT_V3),
-        Some(found) if found.as_ref() == FORMAT_V4 => Ok(FORMAT_V4),
+        Some(found) if let Some(at) = FORMATS.iter().position(|f| *f == found.as_ref()) => {
+            Ok(at + 1)
+        }
         Some(found) => Err(StoreError::NotAStore {
             path: path.to_path_buf(),
             found: String::from_utf8_lossy(&found).into_owned(),
