@@ -10,6 +10,14 @@ use serde::de::DeserializeOwned;
 /// The default size limit for one message: 1 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
 
+/// How deeply a JSON value from outside may nest (task params, a run's
+/// input, a gate's answer, a worker's result and artifacts): an object or
+/// array is one level, and what it holds one more. Well inside every
+/// decoder on the path: serde_json stops at 128 levels, and a stored
+/// envelope or run record wraps the value in a few levels of its own, so
+/// a value accepted here can always be read back.
+pub const MAX_DEPTH: usize = 64;
+
 /// How a decoder treats fields it does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strictness {
@@ -61,6 +69,14 @@ pub enum DecodeError {
         /// What was expected.
         message: String,
     },
+    /// A value nests deeper than [`MAX_DEPTH`] levels.
+    #[error("field `{field}` nests deeper than {limit} levels of objects and arrays, the limit")]
+    TooDeep {
+        /// Path of the field whose value is too deep.
+        field: String,
+        /// The limit in force.
+        limit: usize,
+    },
 }
 
 impl DecodeError {
@@ -72,6 +88,7 @@ impl DecodeError {
             DecodeError::UnknownField { .. } => "unknown_field",
             DecodeError::MissingField { .. } => "missing_field",
             DecodeError::InvalidField { .. } => "invalid_field",
+            DecodeError::TooDeep { .. } => "too_deep",
         }
     }
 
@@ -80,7 +97,8 @@ impl DecodeError {
         match self {
             DecodeError::UnknownField { field }
             | DecodeError::MissingField { field }
-            | DecodeError::InvalidField { field, .. } => Some(field),
+            | DecodeError::InvalidField { field, .. }
+            | DecodeError::TooDeep { field, .. } => Some(field),
             DecodeError::TooLarge { .. } | DecodeError::Syntax { .. } => None,
         }
     }
@@ -103,6 +121,35 @@ impl DecodeError {
             message: message.into(),
         }
     }
+}
+
+/// Refuses `values` (the value of `field`, or the members of the object
+/// or array that is `field`'s value, one level down) when they nest
+/// deeper than [`MAX_DEPTH`]. Walks without recursion, so no value can
+/// exhaust the stack here.
+pub fn check_depth<'a>(
+    field: &str,
+    values: impl IntoIterator<Item = &'a serde_json::Value>,
+    level: usize,
+) -> Result<(), DecodeError> {
+    use serde_json::Value;
+    let mut stack: Vec<(&Value, usize)> = values.into_iter().map(|v| (v, level)).collect();
+    while let Some((value, above)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Object(map) => Box::new(map.values()),
+            Value::Array(items) => Box::new(items.iter()),
+            _ => continue,
+        };
+        let here = above + 1;
+        if here > MAX_DEPTH {
+            return Err(DecodeError::TooDeep {
+                field: field.to_string(),
+                limit: MAX_DEPTH,
+            });
+        }
+        stack.extend(children.map(|v| (v, here)));
+    }
+    Ok(())
 }
 
 /// Checks `instance` against a compiled JSON Schema. The first error names
@@ -226,6 +273,15 @@ where
 
 fn from_path_error(path: serde_path_to_error::Path, inner: serde_json::Error) -> DecodeError {
     let path = path.to_string();
+    // serde_json's own limit (128 levels) is far past [`MAX_DEPTH`]: the
+    // same refusal, naming the outermost field on the way down.
+    if inner.to_string().starts_with("recursion limit exceeded") {
+        let outermost = path.split(['.', '[']).next().unwrap_or_default();
+        return DecodeError::TooDeep {
+            field: outermost.to_string(),
+            limit: MAX_DEPTH,
+        };
+    }
     if inner.is_syntax() || inner.is_eof() || inner.is_io() {
         return syntax(inner);
     }
@@ -371,6 +427,64 @@ mod tests {
         assert_eq!(err.field(), Some("inner"));
         let err = strict(r#"[{"n":1}]"#).unwrap_err();
         assert_eq!(err.code(), "invalid_field");
+    }
+
+    /// `{"a":{"a":…{}}}` with `levels` objects.
+    fn nested(levels: usize) -> serde_json::Value {
+        let mut value = serde_json::json!({});
+        for _ in 1..levels {
+            value = serde_json::json!({ "a": value });
+        }
+        value
+    }
+
+    #[test]
+    fn values_nest_at_most_max_depth_levels() {
+        let at_limit = nested(MAX_DEPTH);
+        assert_eq!(check_depth("input", [&at_limit], 0), Ok(()));
+        let over = nested(MAX_DEPTH + 1);
+        assert_eq!(
+            check_depth("input", [&over], 0),
+            Err(DecodeError::TooDeep {
+                field: "input".into(),
+                limit: MAX_DEPTH
+            })
+        );
+        // Members of an object that is itself one level.
+        let members = serde_json::Map::from_iter([("q".to_string(), nested(MAX_DEPTH - 1))]);
+        assert_eq!(check_depth("params", members.values(), 1), Ok(()));
+        let members = serde_json::Map::from_iter([("q".to_string(), nested(MAX_DEPTH))]);
+        assert_eq!(
+            check_depth("params", members.values(), 1)
+                .unwrap_err()
+                .code(),
+            "too_deep"
+        );
+        let scalars = serde_json::json!([1, "two", null, [3]]);
+        assert_eq!(check_depth("x", [&scalars], 0), Ok(()));
+    }
+
+    #[test]
+    fn past_serde_jsons_own_limit_is_the_same_refusal() {
+        #[derive(Debug, Deserialize)]
+        struct Holder {
+            #[allow(dead_code)] // read only to be decoded
+            params: serde_json::Value,
+        }
+        impl Validate for Holder {
+            fn validate(&self) -> Result<(), DecodeError> {
+                Ok(())
+            }
+        }
+        let text = format!(r#"{{"params": {}}}"#, nested(200));
+        let err = decode::<Holder>(text.as_bytes(), Strictness::Strict, 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::TooDeep {
+                field: "params".into(),
+                limit: MAX_DEPTH
+            }
+        );
     }
 
     #[test]

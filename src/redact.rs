@@ -49,6 +49,20 @@ impl SensitiveFields {
         for (name, value) in params {
             collect(self, value, self.is_sensitive(name), &mut found);
         }
+        Secrets::of(found)
+    }
+
+    /// The secret values anywhere in `value` (a run's input, which need
+    /// not be an object).
+    pub fn secrets_in(&self, value: &Value) -> Secrets {
+        let mut found = Vec::new();
+        collect(self, value, false, &mut found);
+        Secrets::of(found)
+    }
+}
+
+impl Secrets {
+    fn of(mut found: Vec<String>) -> Secrets {
         // Longest first, so a secret containing another is replaced whole.
         found.sort_by_key(|s: &String| std::cmp::Reverse(s.len()));
         found.dedup();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine;
 use common::process::{free_port, orchestrator, wait_ready};
 use common::system::{System, card, fast_bus};
-use orchestrator::access::{ApiKeyEntry, Grants, IssuerSettings, Mode, api_keys};
+use orchestrator::access::{IssuerSettings, Mode, api_keys};
 use orchestrator::agent::AgentCard;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -24,17 +24,6 @@ fn mail_card() -> AgentCard {
     c["skills"][0]["scopes"] = json!(["Files.Read"]);
     c["skills"][1]["scopes"] = json!(["Mail.Send"]);
     serde_json::from_value(c).unwrap()
-}
-
-/// A new key for `principal` with `scopes`, and its settings entry.
-fn key_for(principal: &str, scopes: &[&str]) -> (String, ApiKeyEntry) {
-    let key = api_keys::generate();
-    let entry = ApiKeyEntry {
-        principal: principal.into(),
-        scopes: Grants::new(scopes.iter().copied()),
-        sha256: api_keys::hash(&key),
-    };
-    (key, entry)
 }
 
 /// Asserts a 403 `insufficient_scope` whose message names `scope`.
@@ -66,9 +55,9 @@ async fn first_token_claims(sys: &System) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_are_authenticated_scoped_and_see_only_their_own_tasks() {
-    let (alice, alice_entry) = key_for("alice", &["Files.Read"]);
-    let (bob, bob_entry) = key_for("bob", &["Files.*"]);
-    let (carol, carol_entry) = key_for("carol", &["orch:tasks:read_all"]);
+    let (alice, alice_entry) = common::system::key_for("alice", &["Files.Read"]);
+    let (bob, bob_entry) = common::system::key_for("bob", &["Files.*"]);
+    let (carol, carol_entry) = common::system::key_for("carol", &["orch:tasks:read_all"]);
     let sys = System::start_with(
         common::nats::NatsServer::start(),
         vec![mail_card()],
@@ -240,8 +229,8 @@ async fn a_trigger_needs_its_scopes() {
     .unwrap();
     let triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
     assert!(triggers.errors.is_empty(), "{:?}", triggers.errors);
-    let (alice, alice_entry) = key_for("alice", &["Files.Read"]);
-    let (dora, dora_entry) = key_for("dora", &["Files.Read", "Mail.Send"]);
+    let (alice, alice_entry) = common::system::key_for("alice", &["Files.Read"]);
+    let (dora, dora_entry) = common::system::key_for("dora", &["Files.Read", "Mail.Send"]);
     let mut sys = System::start_with(
         common::nats::NatsServer::start(),
         vec![mail_card()],
@@ -417,7 +406,8 @@ async fn run_makes_an_admin_key_or_warns_loudly() {
     // Contradictory settings are refused at start, naming the setting.
     std::fs::write(
         &config,
-        json!({"api_auth": {"mode": "none", "api_keys": [key_for("x", &[]).1]}}).to_string(),
+        json!({"api_auth": {"mode": "none", "api_keys": [common::system::key_for("x", &[]).1]}})
+            .to_string(),
     )
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))

@@ -102,7 +102,9 @@ async fn a_store_in_use_is_refused() {
     assert!(err.to_string().contains("in use"), "{err}");
 }
 
-/// A task record that fails to decode is reported with its tree and key.
+/// A task record that fails to decode is reported with its tree and key,
+/// skipped by listings, and once quarantined reads as such, with the
+/// indexes consistent again.
 #[tokio::test]
 async fn an_undecodable_record_is_reported_with_its_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,7 +124,38 @@ async fn an_undecodable_record_is_reported_with_its_key() {
     );
     assert!(text.contains(&ids[1].to_string()), "{text}");
     assert!(store.get(ids[0]).unwrap().is_some());
-    assert!(store.check_indexes().is_err());
+    let report = store.check_indexes().unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(&ids[1].to_string())),
+        "{report:?}"
+    );
+
+    let listed: Vec<_> = store
+        .list(None, 10)
+        .unwrap()
+        .iter()
+        .map(|r| r.task_id())
+        .collect();
+    assert_eq!(listed, vec![ids[0], ids[2]]);
+    let noted: Vec<_> = store
+        .take_unreadable()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(noted, vec![ids[1]]);
+    let set_aside = store.quarantine(ids[1], "test").await.unwrap().unwrap();
+    assert_eq!(set_aside.trees, vec!["tasks", "envelopes"]);
+    assert!(store.quarantine(ids[1], "again").await.unwrap().is_none());
+    let err = store.get(ids[1]).unwrap_err();
+    assert!(matches!(err, StoreError::Quarantined { .. }), "{err:?}");
+    assert!(store.check_indexes().unwrap().ok());
+    assert!(store.verify_audit().unwrap().ok);
+    let (listed, raw) = &store.quarantined_tasks().unwrap()[0];
+    assert_eq!(listed.task_id, ids[1]);
+    assert_eq!(raw["tasks"], b"{\"envelope\": 12");
 }
 
 /// An altered audit record is found by verify, at its sequence number.

@@ -168,8 +168,10 @@ fn exact(n: &serde_json::Number, path: &str) -> Result<Option<i128>, CanonicalEr
             } else {
                 path.into()
             },
+            // Never the value itself: it may be a secret, and the path
+            // names it well enough.
             message: format!(
-                "the integer {i} is beyond ±{MAX_SAFE_INTEGER}: no exact JSON number (RFC 8785); send it as a string"
+                "an integer beyond ±{MAX_SAFE_INTEGER} has no exact JSON number (RFC 8785); send it as a string"
             ),
         });
     }

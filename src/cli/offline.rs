@@ -94,7 +94,7 @@ fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
 
 pub fn verify(args: &VerifyArgs) -> ExitCode {
     let config = StoreConfig::in_data_dir(&args.data_dir);
-    let store = match Store::open(&config) {
+    let store = match Store::open_existing(&config) {
         Ok(store) => store,
         Err(e) => return fail(args.json, e.code(), &e.to_string()),
     };
@@ -114,9 +114,16 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let quarantined: Vec<_> = match store.quarantined_tasks() {
+        Ok(list) => list.into_iter().map(|(q, _)| q).collect(),
+        Err(e) => return fail(args.json, e.code(), &e.to_string()),
+    };
     let ok = audit.ok && indexes.ok();
     if args.json {
-        println!("{}", json!({"ok": ok, "audit": audit, "indexes": indexes}));
+        println!(
+            "{}",
+            json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined})
+        );
     } else {
         println!("store {}", store.path().display());
         match (&audit.first_bad_seq, &audit.problem) {
@@ -138,6 +145,15 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             );
             for p in &indexes.problems {
                 println!("  - {p}");
+            }
+        }
+        if !quarantined.is_empty() {
+            println!(
+                "quarantined: {} tasks whose records could not be read were set aside (kept in `meta`, audited):",
+                quarantined.len()
+            );
+            for q in &quarantined {
+                println!("  - {} at {}: {}", q.task_id, q.at, q.reason);
             }
         }
     }

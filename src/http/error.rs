@@ -59,6 +59,7 @@ impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         let status = match e {
             DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            DecodeError::TooDeep { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError {
@@ -73,6 +74,9 @@ impl From<StoreError> for ApiError {
         match &e {
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, e.code(), e.to_string())
+            }
+            StoreError::Quarantined { .. } => {
+                ApiError::new(StatusCode::GONE, e.code(), e.to_string())
             }
             StoreError::RunRefused(_) => {
                 ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())

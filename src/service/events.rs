@@ -15,9 +15,9 @@ use tracing::{debug, warn};
 use super::publisher::Publisher;
 use crate::bus::{Bus, BusError, DeadLetterCopy, PullSettings, Puller, Settlement, settle};
 use crate::envelope::AgentName;
-use crate::event::WorkerEvent;
+use crate::event::{ErrorInfo, WorkerEvent};
 use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
-use crate::task::TaskState;
+use crate::task::{TaskEvent, TaskState};
 use crate::telemetry::{context, metrics, spans};
 
 /// An event's message and the span of its application (a child of the
@@ -108,6 +108,23 @@ fn shard_of(msg: &Message) -> usize {
 /// The change a worker event asks for; `reporter` is the agent the
 /// event's subject (`<prefix>.events.<agent>.<task>`) names.
 fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
+    // A result the store could not read back is not kept: the attempt
+    // fails (another would send the same).
+    let fits = crate::codec::check_depth("result", &event.result, 0)
+        .and_then(|()| crate::codec::check_depth("artifacts", &event.artifacts, 1));
+    if let Err(e) = fits {
+        let error = ErrorInfo::new("result_too_deep", e.to_string(), false);
+        return Change {
+            event: TaskEvent::Fail,
+            attempt: Some(event.attempt.get()),
+            actor: format!("agent:{}", event.agent),
+            reason: format!("{}: {}", error.code.as_str(), error.message),
+            result: None,
+            error: Some(error),
+            retry_after: None,
+            reporter,
+        };
+    }
     let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
@@ -197,6 +214,12 @@ impl Applier {
             match outcome {
                 Ok(outcome) => applied.push((arrived, event, outcome)),
                 Err(StoreError::NotFound(_)) => self.unknown_task(arrived, &event).await,
+                Err(e) if super::quarantine::unreadable(&e) => {
+                    // Set aside: the event comes back for a task that is
+                    // no longer there, and is audited as such.
+                    super::quarantine::set_aside(&self.store, task_id, &e.to_string()).await;
+                    self.failed(arrived, &e.to_string()).await;
+                }
                 Err(e @ StoreError::Transition { .. }) => {
                     spans::failed(&arrived.span, "not applied: the state machine refused it");
                     arrived.span.in_scope(

@@ -16,6 +16,7 @@ mod event_triggers;
 mod events;
 mod orphans;
 mod publisher;
+mod quarantine;
 mod reads;
 mod reaper;
 mod reload;
@@ -437,14 +438,6 @@ impl Orchestrator {
                 });
             };
             skill_scopes.clone_from(&skill.scopes);
-            self.inner
-                .schemas
-                .check(&request.to, request.action.as_str(), &request.params)
-                .map_err(|e| {
-                    // The schema's message may quote the value.
-                    let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
-                    ServiceError::BadInput(e.scrubbed(&secrets))
-                })?;
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
@@ -456,22 +449,17 @@ impl Orchestrator {
         scopes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         scopes.dedup();
         // The token's scopes are only ever narrowed from the caller's: a
-        // caller lacking one is refused before anything is stored.
+        // caller lacking one is refused before anything is stored, and
+        // before the params are looked at (so it cannot probe the schema).
         caller.require(
             format_args!("`{}` on `{}`", request.action, request.to),
             envelope.control.required_scopes.iter().map(|s| s.as_str()),
         )?;
-        // A task whose token could not bind its envelope is refused now,
-        // not failed at publish time; only params can hold such a number.
-        let mut path = String::from("params");
-        for (name, value) in &envelope.payload.params {
-            path.truncate("params".len());
-            path.push('.');
-            path.push_str(name);
-            crate::auth::canonical::check(value, &mut path).map_err(|e| {
-                ServiceError::BadInput(crate::codec::DecodeError::invalid(e.path, e.message))
-            })?;
-        }
+        self.check_params(&request).map_err(|e| {
+            // A refusal's message may quote a value.
+            let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
+            ServiceError::BadInput(e.scrubbed(&secrets))
+        })?;
         let size = envelope.encoded_len();
         if size > self.inner.max_envelope {
             return Err(ServiceError::TooLarge {
@@ -499,6 +487,28 @@ impl Orchestrator {
             self.inner.publisher.now(record).await;
         }
         Ok(submitted)
+    }
+
+    /// The params' checks: their depth (first: the other checks walk
+    /// them, and every stored envelope must read back), the skill's input
+    /// schema, and that the token can bind them (an integer beyond 2^53
+    /// has no canonical form: refused now, not failed at publish time).
+    fn check_params(&self, request: &TaskRequest) -> Result<(), crate::codec::DecodeError> {
+        crate::codec::check_depth("params", request.params.values(), 1)?;
+        if !self.inner.cards.is_empty() {
+            self.inner
+                .schemas
+                .check(&request.to, request.action.as_str(), &request.params)?;
+        }
+        let mut path = String::from("params");
+        for (name, value) in &request.params {
+            path.truncate("params".len());
+            path.push('.');
+            path.push_str(name);
+            crate::auth::canonical::check(value, &mut path)
+                .map_err(|e| crate::codec::DecodeError::invalid(e.path, e.message))?;
+        }
+        Ok(())
     }
 
     /// Cancels a task: idempotent for a canceled task, refused for one that

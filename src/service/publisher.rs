@@ -255,6 +255,10 @@ impl Loop {
             None => match self.to_publish(&due) {
                 Ok(Some(known)) => known,
                 Ok(None) => return None,
+                Err(e) if super::quarantine::unreadable(&e) => {
+                    super::quarantine::set_aside(&self.store, due.task_id, &e.to_string()).await;
+                    return None;
+                }
                 Err(e) => {
                     warn!(task_id = %due.task_id, error = %e, "cannot read the task to publish it");
                     return Some(due);

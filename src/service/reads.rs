@@ -20,7 +20,15 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<Option<TaskRecord>, ServiceError> {
         let store = &self.inner.store;
-        let record = store.get(id)?.filter(|r| caller.may_see(&r.status));
+        let read = match store.get(id) {
+            // Set aside now: the read answers that it was.
+            Err(e) if super::quarantine::unreadable(&e) => {
+                super::quarantine::set_aside_noted(store).await;
+                store.get(id)
+            }
+            read => read,
+        };
+        let record = read?.filter(|r| caller.may_see(&r.status));
         store.settled().await?;
         Ok(record)
     }

@@ -125,8 +125,14 @@ impl Reaper {
         }
     }
 
-    /// Checks every live task unchanged for `stall_after`.
+    /// Checks every live task unchanged for `stall_after`; then sets
+    /// aside what readers (this scan, listings) found unreadable.
     async fn scan(&self) {
+        self.scan_live().await;
+        super::quarantine::set_aside_noted(&self.store).await;
+    }
+
+    async fn scan_live(&self) {
         let cutoff = Timestamp::now().before(self.settings.stall_after);
         for state in [TaskState::Submitted, TaskState::Working] {
             let mut after = None;

@@ -151,7 +151,8 @@ impl Orchestrator {
                 let Some(last) = page.last() else { break };
                 after = Some(last.task_id);
                 for status in &page {
-                    if let Some(envelope) = store.envelope(status.task_id)? {
+                    let envelope = store.envelope(status.task_id);
+                    if let Some(envelope) = store.readable(status.task_id, envelope)? {
                         self.inner.deadlines.watch(&envelope).await;
                     }
                     if status.state == TaskState::Submitted && status.published_seq.is_none() {
@@ -170,6 +171,9 @@ impl Orchestrator {
                 "publishing attempts the broker never acknowledged"
             );
         }
+        // What could not be read is set aside now, not met again at
+        // every look.
+        super::quarantine::set_aside_noted(store).await;
         Ok(())
     }
 }

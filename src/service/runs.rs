@@ -187,13 +187,18 @@ impl Orchestrator {
         let trigger = self
             .trigger(id)
             .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
-        trigger
-            .check_input(&input)
-            .map_err(ServiceError::BadInput)?;
+        // Scopes first: a caller who may not start the trigger learns
+        // nothing of what its input must look like.
         caller.require(
             format_args!("trigger `{id}`"),
             trigger.required_scopes.iter().map(|s| s.as_str()),
         )?;
+        crate::codec::check_depth("input", [&input], 0).map_err(ServiceError::BadInput)?;
+        trigger.check_input(&input).map_err(|e| {
+            // The schema's message may quote the value.
+            let secrets = self.inner.config.sensitive_fields.secrets_in(&input);
+            ServiceError::BadInput(e.scrubbed(&secrets))
+        })?;
         let run_id = RunId::new();
         let span = spans::run(id, &run_id.to_string(), RunMark::Start);
         let mut record = RunRecord::new(
@@ -337,6 +342,7 @@ impl Orchestrator {
                     field: "input".into(),
                 })
             })?;
+            crate::codec::check_depth("input", [input], 0).map_err(ServiceError::BadInput)?;
             if let Some(schema) = &gate.input_schema {
                 let validator = jsonschema::validator_for(schema).map_err(|e| {
                     ServiceError::BadInput(DecodeError::invalid("input_schema", e.to_string()))
@@ -347,7 +353,11 @@ impl Orchestrator {
                     "input",
                     &format!("step `{step}`'s input_schema"),
                 )
-                .map_err(ServiceError::BadInput)?;
+                .map_err(|e| {
+                    // The schema's message may quote the value.
+                    let secrets = self.inner.config.sensitive_fields.secrets_in(input);
+                    ServiceError::BadInput(e.scrubbed(&secrets))
+                })?;
             }
         }
         let decision = Decision {

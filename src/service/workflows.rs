@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span, debug, info, warn};
+use tracing::{Instrument, Span, debug, error, info, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::runs::waiting_gate;
@@ -144,9 +144,17 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
         let o = o.clone();
         let done = done.clone();
         tokio::spawn(async move {
-            if let Err(e) = advance(&o, id).await {
-                warn!(run_id = %id, error = %e, "run not advanced; trying again shortly");
-                o.inner.engine.later(id, RETRY_AFTER);
+            match advance(&o, id).await {
+                Ok(()) => {}
+                // Reading it again will not help: said once, left alone
+                // (`store verify` names it).
+                Err(ServiceError::Store(e)) if super::quarantine::unreadable(&e) => {
+                    error!(run_id = %id, error = %e, "a run's stored record cannot be read: it is not advanced");
+                }
+                Err(e) => {
+                    warn!(run_id = %id, error = %e, "run not advanced; trying again shortly");
+                    o.inner.engine.later(id, RETRY_AFTER);
+                }
             }
             let _ = done.send(id);
         });

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::idempotency::Claim;
 use super::{Store, StoreError, audit, keys};
+use crate::envelope::{Envelope, TaskId};
 use crate::task::TaskStatus;
 
 /// The result of [`Store::check_indexes`].
@@ -30,23 +31,36 @@ impl IndexReport {
 }
 
 impl Store {
-    /// Checks that every task is in both indexes under its current
-    /// correlation id and state, that every index entry names an existing
-    /// task that matches it, that every idempotency claim names a task, and
-    /// that the run indexes agree with the runs.
+    /// Checks that every task's status and envelope can be read, that
+    /// every task is in both indexes under its current correlation id and
+    /// state, that every index entry names an existing task that matches
+    /// it, that every idempotency claim names a task (or a quarantined
+    /// one), and that the run records can be read and their indexes agree
+    /// with them.
     pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
         let inner = &self.inner;
         let mut report = IndexReport::default();
         for item in inner.tasks.iter() {
             let (key, bytes) = item?;
-            let record: TaskStatus = keys::decode_value("tasks", &key, &bytes)?;
             report.tasks += 1;
+            let record: TaskStatus = match keys::decode_value("tasks", &key, &bytes) {
+                Ok(record) => record,
+                Err(e) => {
+                    report.problem(e.to_string());
+                    continue;
+                }
+            };
             let id = record.task_id;
             if keys::task(id).as_slice() != key.as_ref() {
                 report.problem(format!("task stored under another id's key: {id}"));
             }
-            if !inner.envelopes.contains_key(key)? {
-                report.problem(format!("task {id} has no envelope"));
+            match inner.envelopes.get(&key)? {
+                None => report.problem(format!("task {id} has no envelope")),
+                Some(bytes) => {
+                    if let Err(e) = keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
+                        report.problem(e.to_string());
+                    }
+                }
             }
             let own = id.is_written_as(record.correlation_id.as_str());
             let indexed = inner
@@ -69,7 +83,10 @@ impl Store {
         for item in inner.by_correlation.iter() {
             let (key, _) = item?;
             let id = keys::trailing_task_id("by_correlation", &key)?;
-            match self.status(id)? {
+            let Some(status) = self.readable_status(id)? else {
+                continue;
+            };
+            match status {
                 Some(r) if keys::correlation(&r.correlation_id, id) == key.as_ref() => {}
                 Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
                 None => report.problem(format!("by_correlation names missing task {id}")),
@@ -78,7 +95,10 @@ impl Store {
         for item in inner.by_state.iter() {
             let (key, _) = item?;
             let id = keys::trailing_task_id("by_state", &key)?;
-            match self.status(id)? {
+            let Some(status) = self.readable_status(id)? else {
+                continue;
+            };
+            match status {
                 Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
                 Some(r) => report.problem(format!(
                     "by_state has a stale entry for {id} (task is {})",
@@ -89,8 +109,15 @@ impl Store {
         }
         for item in inner.idempotency.iter() {
             let (key, bytes) = item?;
-            let claim: Claim = keys::decode_value("idempotency", &key, &bytes)?;
-            if self.status(claim.task_id)?.is_none() {
+            let claim: Claim = match keys::decode_value("idempotency", &key, &bytes) {
+                Ok(claim) => claim,
+                Err(e) => {
+                    report.problem(e.to_string());
+                    continue;
+                }
+            };
+            let gone = matches!(self.readable_status(claim.task_id)?, Some(None));
+            if gone && self.quarantined(claim.task_id)?.is_none() {
                 report.problem(format!(
                     "idempotency key {} names missing task {}",
                     keys::describe("idempotency", &key),
@@ -103,6 +130,17 @@ impl Store {
             report.problem(problem);
         }
         Ok(report)
+    }
+
+    /// The status of task `id` as a check sees it: `None` when it cannot
+    /// be read (reported where its record is checked), `Some(None)` when
+    /// there is none.
+    fn readable_status(&self, id: TaskId) -> Result<Option<Option<TaskStatus>>, StoreError> {
+        match self.status(id) {
+            Ok(status) => Ok(Some(status)),
+            Err(StoreError::Decode { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every audit record about a task is in the by-task index, and every

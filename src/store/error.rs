@@ -47,6 +47,14 @@ pub enum StoreError {
     /// No task has this id.
     #[error("task {0} not found")]
     NotFound(TaskId),
+    /// The task's stored records could not be decoded and were set aside.
+    #[error("task {task_id}'s stored record cannot be read and was set aside: {reason}")]
+    Quarantined {
+        /// The task.
+        task_id: TaskId,
+        /// Why, as recorded when it was set aside.
+        reason: String,
+    },
     /// A task with this id exists already.
     #[error("task {0} exists already")]
     DuplicateTask(TaskId),
@@ -95,6 +103,7 @@ impl StoreError {
             StoreError::Decode { .. } => "store_corrupt",
             StoreError::Io(_) => "store_io",
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
+            StoreError::Quarantined { .. } => "quarantined",
             StoreError::RunRefused(_) => "invalid_transition",
             StoreError::RunKeyConflict { .. } => "idempotency_conflict",
             StoreError::DuplicateTask(_) => "duplicate_task",

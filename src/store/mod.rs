@@ -14,7 +14,8 @@
 //! (index keys → nothing; a task whose correlation id is its own id is not
 //! in `by_correlation`), `audit` (sequence → chained record),
 //! `audit_by_task` (task id → its records' sequences: a task's history) and
-//! `meta` (format marker, audit head), and `runs` (workflow runs, their
+//! `meta` (format marker, audit head, quarantined records: see
+//! `quarantine.rs`), and `runs` (workflow runs, their
 //! step links, keys and indexes: see `runs.rs` and `run_index.rs`). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
 
@@ -27,6 +28,7 @@ mod idempotency;
 mod keys;
 mod mark;
 mod migrate;
+mod quarantine;
 mod run_index;
 mod runs;
 mod tasks;
@@ -38,6 +40,7 @@ pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
+pub use quarantine::Quarantined;
 pub use runs::{NewRun, RunStarted, ScheduleCursor, StepLink};
 pub use tasks::{NewTask, Submitted};
 pub use watch::Watch;
@@ -127,6 +130,11 @@ struct Inner {
     audit_by_task: sled::Tree,
     /// Workflow runs (see `runs.rs` for its keys).
     runs: sled::Tree,
+    /// Format marker, audit head, quarantined records.
+    meta: sled::Tree,
+    /// Tasks whose records a reader could not decode, with why, until the
+    /// orchestrator takes them to quarantine (`quarantine.rs`).
+    unreadable: std::sync::Mutex<std::collections::BTreeMap<crate::envelope::TaskId, String>>,
     /// Runs every change, batching those that arrive together into one
     /// transaction. Dropped before `commit`, so its last batch is flushed.
     writer: writer::Writer,
@@ -257,11 +265,31 @@ impl Store {
                 audit,
                 audit_by_task,
                 runs,
+                meta,
+                unreadable: std::sync::Mutex::default(),
                 retention: config.idempotency_retention,
                 retry: config.retry,
                 watchers: watch::Watchers::default(),
             }),
         })
+    }
+
+    /// Opens the store described by `config` only if one is there: for
+    /// maintenance commands, which must never create one (a mistyped
+    /// directory is an error, not an empty store that checks out).
+    pub fn open_existing(config: &StoreConfig) -> Result<Store, StoreError> {
+        if !config.path.join(mark::FILE_NAME).is_file() {
+            let found = if config.path.exists() {
+                format!("no {} in it", mark::FILE_NAME)
+            } else {
+                "no such directory".to_string()
+            };
+            return Err(StoreError::NotAStore {
+                path: config.path.clone(),
+                found,
+            });
+        }
+        Store::open(config)
     }
 
     /// Where the store lives.
@@ -344,6 +372,10 @@ impl Store {
     async fn transact<T: Send + 'static>(&self, body: writer::Body<T>) -> Result<T, StoreError> {
         self.inner.writer.run(body).await
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How a transaction body gives up: with a [`StoreError`] or on a conflict.

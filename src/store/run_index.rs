@@ -71,7 +71,13 @@ pub(super) fn check_indexes(runs: &sled::Tree) -> Result<Vec<String>, StoreError
     let mut problems = Vec::new();
     for item in runs.scan_prefix([RECORD]) {
         let (key, bytes) = item?;
-        let record: RunRecord = keys::decode_value("runs", &key, &bytes)?;
+        let record: RunRecord = match keys::decode_value("runs", &key, &bytes) {
+            Ok(record) => record,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
         for entry in index_keys(&record) {
             if !runs.contains_key(&entry)? {
                 problems.push(format!(
@@ -85,7 +91,13 @@ pub(super) fn check_indexes(runs: &sled::Tree) -> Result<Vec<String>, StoreError
         for item in runs.scan_prefix([prefix]) {
             let (key, _) = item?;
             let id = indexed_id(&key)?;
-            match stored_run(runs, id)? {
+            let stored = match stored_run(runs, id) {
+                Ok(stored) => stored,
+                // Reported with the record itself, above.
+                Err(StoreError::Decode { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            match stored {
                 Some(r) if index_keys(&r).iter().any(|k| k.as_slice() == key.as_ref()) => {}
                 Some(r) => problems.push(format!(
                     "a run index has a stale entry for run {id} (it is {} of {})",
@@ -125,12 +137,21 @@ impl Store {
                 break;
             }
             let (key, bytes) = item?;
-            if prefix[0] == RECORD {
-                out.push(keys::decode_value("runs", &key, &bytes)?);
-                continue;
+            let read = if prefix[0] == RECORD {
+                keys::decode_value("runs", &key, &bytes).map(Some)
+            } else {
+                self.run(indexed_id(&key)?)
+            };
+            // A run that cannot be read (or an index entry naming none:
+            // `store verify` reports both) is skipped, not an error.
+            match read {
+                Ok(Some(run)) => out.push(run),
+                Ok(None) => {}
+                Err(e @ StoreError::Decode { .. }) => {
+                    tracing::warn!(error = %e, "skipping a run whose stored record cannot be read");
+                }
+                Err(e) => return Err(e),
             }
-            let id = indexed_id(&key)?;
-            out.push(self.run(id)?.ok_or(StoreError::RunNotFound(id))?);
         }
         Ok(out)
     }

@@ -399,8 +399,12 @@ impl Store {
     ) -> Result<BTreeMap<String, crate::task::TaskStatus>, StoreError> {
         let mut out = BTreeMap::new();
         for (step, task_id) in self.run_steps(id)? {
-            let status = self.status(task_id)?.ok_or(StoreError::NotFound(task_id))?;
-            out.insert(step, status);
+            // A step whose task cannot be read (or was quarantined) is
+            // left out: submitting it again finds the linked task and
+            // fails the step with why.
+            if let Some(status) = self.readable(task_id, self.status(task_id))? {
+                out.insert(step, status);
+            }
         }
         Ok(out)
     }

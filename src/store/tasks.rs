@@ -5,6 +5,7 @@ use std::ops::Bound;
 
 use serde_json::json;
 use sled::transaction::ConflictableTransactionError;
+use tracing::warn;
 
 use super::idempotency::{Claim, Fingerprint};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
@@ -216,11 +217,40 @@ impl Store {
 
     /// The task with this id, if any: its status, its envelope and its
     /// history (from the audit log).
+    ///
+    /// A task set aside because its records cannot be read is
+    /// [`StoreError::Quarantined`]; one whose records cannot be read and
+    /// is not set aside yet is [`StoreError::Decode`], and noted for the
+    /// quarantine ([`Store::take_unreadable`]).
     pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        match self.status(id)? {
-            Some(status) => self.assemble(status).map(Some),
-            None => Ok(None),
+        let read = match self.status(id) {
+            Ok(Some(status)) => self.assemble(status).map(Some),
+            other => other.map(|_| None),
+        };
+        match read {
+            Ok(None) => match self.quarantined(id)? {
+                Some(q) => Err(StoreError::Quarantined {
+                    task_id: id,
+                    reason: q.reason,
+                }),
+                None => Ok(None),
+            },
+            Err(e @ StoreError::Decode { .. }) => {
+                self.note_unreadable(id, &e);
+                Err(e)
+            }
+            other => other,
         }
+    }
+
+    /// [`Store::get`] for listings: a task whose records cannot be read
+    /// is skipped (noted for the quarantine), not an error.
+    fn get_readable(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        let read = match self.status(id) {
+            Ok(Some(status)) => self.assemble(status).map(Some),
+            other => other.map(|_| None),
+        };
+        self.readable(id, read)
     }
 
     /// The status of the task with this id, if any (one small read).
@@ -276,14 +306,16 @@ impl Store {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for item in self
-            .inner
-            .tasks
-            .range((start, Bound::Unbounded))
-            .take(limit)
-        {
+        for item in self.inner.tasks.range((start, Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
             let (key, bytes) = item?;
-            out.push(self.assemble(keys::decode_value("tasks", &key, &bytes)?)?);
+            let id = keys::trailing_task_id("tasks", &key)?;
+            let read = keys::decode_value("tasks", &key, &bytes).and_then(|s| self.assemble(s));
+            if let Some(record) = self.readable(id, read.map(Some))? {
+                out.push(record);
+            }
         }
         Ok(out)
     }
@@ -305,7 +337,7 @@ impl Store {
             &prefix,
             start,
             limit,
-            |id| self.get(id),
+            |id| self.get_readable(id),
         )?;
         let own = correlation
             .as_str()
@@ -313,11 +345,11 @@ impl Store {
             .ok()
             .filter(|id| after.is_none_or(|after| *id > after));
         if let Some(id) = own
-            && let Some(status) = self.status(id)?
-            && status.correlation_id == *correlation
+            && let Some(record) = self.get_readable(id)?
+            && record.status.correlation_id == *correlation
         {
             let at = out.partition_point(|r| r.task_id() < id);
-            out.insert(at, self.assemble(status)?);
+            out.insert(at, record);
             out.truncate(limit);
         }
         Ok(out)
@@ -330,8 +362,16 @@ impl Store {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        let statuses = self.statuses_by_state(state, after, limit)?;
-        statuses.into_iter().map(|s| self.assemble(s)).collect()
+        let prefix = [state.code()];
+        let start = after.map(|id| keys::state(state, id).to_vec());
+        self.index_range(
+            &self.inner.by_state,
+            "by_state",
+            &prefix,
+            start,
+            limit,
+            |id| self.get_readable(id),
+        )
     }
 
     /// [`Store::list_by_state`], statuses only (no envelope or history read).
@@ -349,12 +389,14 @@ impl Store {
             &prefix,
             start,
             limit,
-            |id| self.status(id),
+            |id| self.readable(id, self.status(id)),
         )
     }
 
     /// Up to `limit` items read by `read` for the task ids of `index`
-    /// under `prefix`, after the key `after`.
+    /// under `prefix`, after the key `after`. An entry whose task `read`
+    /// does not find (unreadable, or a damaged index: `store verify`
+    /// reports both) is skipped.
     fn index_range<T>(
         &self,
         index: &sled::Tree,
@@ -378,11 +420,7 @@ impl Store {
             match read(id)? {
                 Some(record) => out.push(record),
                 None => {
-                    return Err(StoreError::Decode {
-                        tree: name,
-                        key: keys::describe(name, &key),
-                        message: format!("indexes task {id}, which does not exist"),
-                    });
+                    warn!(task_id = %id, index = name, "an index names a task that cannot be read: skipped")
                 }
             }
         }

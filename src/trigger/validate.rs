@@ -144,7 +144,9 @@ fn card_problem(e: CardError) -> TriggerError {
                 DecodeError::UnknownField { .. } => (None, "unknown field".into()),
                 DecodeError::MissingField { .. } => (None, "missing field".into()),
                 DecodeError::InvalidField { message, .. } => (None, message.clone()),
-                DecodeError::TooLarge { .. } => (None, error.to_string()),
+                DecodeError::TooLarge { .. } | DecodeError::TooDeep { .. } => {
+                    (None, error.to_string())
+                }
             };
             TriggerError {
                 line: line.or_else(|| field.as_deref().and_then(|f| line_of(&text, f))),

@@ -64,6 +64,17 @@ pub fn client_with(api_key: Option<&str>) -> reqwest::Client {
         .unwrap()
 }
 
+/// A new API key for `principal` with `scopes`, and its settings entry.
+pub fn key_for(principal: &str, scopes: &[&str]) -> (String, ApiKeyEntry) {
+    let key = api_keys::generate();
+    let entry = ApiKeyEntry {
+        principal: principal.into(),
+        scopes: Grants::new(scopes.iter().copied()),
+        sha256: api_keys::hash(&key),
+    };
+    (key, entry)
+}
+
 /// Bus settings that make redelivery quick in tests.
 pub fn fast_bus() -> BusConfig {
     BusConfig {

@@ -1,0 +1,166 @@
+//! Input an attacker controls (a caller's body, a worker's report) is
+//! bounded at the edge: nothing accepted can make a stored record
+//! unreadable, and no refusal quotes a secret back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::system::{System, card, fast_bus};
+use orchestrator::codec::MAX_DEPTH;
+use serde_json::{Value, json};
+
+/// A value of `levels` nested arrays around a number.
+fn nested(levels: usize) -> Value {
+    let mut value = json!(1);
+    for _ in 0..levels {
+        value = json!([value]);
+    }
+    value
+}
+
+fn too_deep(status: u16, body: &Value, field: &str) {
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["code"], "too_deep", "{body:#}");
+    assert_eq!(body["error"]["field"], field, "{body:#}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&MAX_DEPTH.to_string()), "{body:#}");
+}
+
+fn trigger_dir(yaml: &str) -> (tempfile::TempDir, orchestrator::trigger::Triggers) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
+    let triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
+    assert!(triggers.errors.is_empty(), "{:?}", triggers.errors);
+    (dir, triggers)
+}
+
+/// Params, a run's input and a gate's answer nest at most `MAX_DEPTH`
+/// levels: one more is a 422 naming the field and the limit, well before
+/// serde_json's own limit (a body past that gets the same answer), and
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_nested_past_the_limit_are_refused_with_422() {
+    let (_dir, triggers) =
+        trigger_dir("id: t\nsteps:\n  - {id: s, agent: echo, action: echo, params: {}}\n");
+    let mut sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    sys.stop_orchestrator().await;
+    sys.triggers = triggers;
+    sys.start_orchestrator(vec![card("echo", &["echo"])]).await;
+
+    // The params object is the first level.
+    let task = |x: Value| json!({"to": "echo", "action": "echo", "params": {"x": x}});
+    let (status, body) = sys.post("/v1/tasks", task(nested(MAX_DEPTH - 1))).await;
+    assert_eq!(status, 201, "{body:#}");
+    let (status, body) = sys.post("/v1/tasks", task(nested(MAX_DEPTH))).await;
+    too_deep(status, &body, "params");
+    let (status, body) = sys.post("/v1/tasks", task(nested(200))).await;
+    too_deep(status, &body, "params");
+    let (_, listed) = sys.get("/v1/tasks?limit=10").await;
+    assert_eq!(listed["tasks"].as_array().map(Vec::len), Some(1));
+
+    let run = |input: Value| json!({ "input": input });
+    let (status, body) = sys
+        .post("/v1/triggers/t/runs", run(nested(MAX_DEPTH)))
+        .await;
+    assert_eq!(status, 201, "{body:#}");
+    let (status, body) = sys
+        .post("/v1/triggers/t/runs", run(nested(MAX_DEPTH + 1)))
+        .await;
+    too_deep(status, &body, "input");
+    let (_, runs) = sys.get("/v1/runs").await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs:#}");
+}
+
+/// A worker's result (or artifacts) nested past the limit is not kept:
+/// the attempt fails, saying why, and the task reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_nested_past_the_limit_fails_the_task() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    for (result, artifacts) in [
+        (Some(nested(MAX_DEPTH + 1)), json!([])),
+        (None, json!([nested(MAX_DEPTH)])),
+    ] {
+        let id = sys.submit("echo", "echo", json!({})).await;
+        let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+        let deep: orchestrator::WorkerEvent = serde_json::from_value(json!({
+            "v": 1, "task_id": id, "correlation_id": task["correlation_id"],
+            "agent": "echo", "attempt": 1, "state": "completed",
+            "result": result, "artifacts": artifacts,
+            "at": orchestrator::envelope::Timestamp::now(),
+        }))
+        .unwrap();
+        sys.bus()
+            .await
+            .publish_event(&deep, &tracing::Span::none())
+            .await
+            .unwrap();
+        let task = sys.wait_terminal(&id, Duration::from_secs(10)).await;
+        assert_eq!(task["state"], "failed", "{task:#}");
+        assert_eq!(task["error"]["code"], "result_too_deep", "{task:#}");
+        assert!(task["result"].is_null(), "{task:#}");
+    }
+}
+
+/// A password is never quoted back in a refusal (a schema's, or the
+/// canonical form's for an integer beyond 2^53) of params or a run's
+/// input; and a caller without the trigger's or skill's
+/// scopes is refused before its input is looked at, so it cannot probe
+/// the schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_never_quote_a_secret_and_scopes_come_before_input() {
+    const SECRET: &str = "hunter2-planted";
+    let (_dir, triggers) = trigger_dir(
+        "id: t\nrequired_scopes: [Vault.Use]\n\
+         input_schema: {type: object, properties: {password: {type: string, maxLength: 3}}}\n\
+         steps:\n  - {id: s, agent: vault, action: login, params: {}}\n",
+    );
+    let mut vault: Value = serde_json::to_value(card("vault", &["login"])).unwrap();
+    vault["skills"][0]["scopes"] = json!(["Vault.Use"]);
+    vault["skills"][0]["inputSchema"] =
+        json!({"type": "object", "properties": {"password": {"type": "string", "maxLength": 3}}});
+    let cards = vec![serde_json::from_value(vault).unwrap()];
+    let (eve, eve_entry) = common::system::key_for("eve", &["Files.Read"]);
+    let mut sys = System::start_with(
+        common::nats::NatsServer::start(),
+        cards.clone(),
+        fast_bus(),
+        |c| c.api_auth.api_keys.push(eve_entry),
+    )
+    .await;
+    sys.stop_orchestrator().await;
+    sys.triggers = triggers;
+    sys.start_orchestrator(cards).await;
+    let admin = sys.admin_key.clone();
+
+    let task = |password: Value| json!({"to": "vault", "action": "login", "params": {"password": password}});
+    let refusals = [
+        ("/v1/tasks", task(json!(SECRET))),
+        ("/v1/tasks", task(json!(9007199254740993u64))),
+        (
+            "/v1/triggers/t/runs",
+            json!({"input": {"password": SECRET}}),
+        ),
+    ];
+    for (path, body) in &refusals {
+        let (status, answer, _) = sys
+            .call_as(
+                admin.as_deref(),
+                reqwest::Method::POST,
+                path,
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, 422, "{answer:#}");
+        let text = answer.to_string();
+        assert!(!text.contains(SECRET), "{text}");
+        assert!(!text.contains("9007199254740993"), "{text}");
+        assert!(text.contains("password"), "the field is named: {text}");
+        // Without the scopes, the same bodies are refused for that alone.
+        let (status, answer, _) = sys
+            .call_as(Some(&eve), reqwest::Method::POST, path, Some(body.clone()))
+            .await;
+        assert_eq!(status, 403, "{answer:#}");
+        assert_eq!(answer["error"]["code"], "insufficient_scope");
+    }
+}
