@@ -116,6 +116,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotCancelable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "not_cancelable", e.to_string())
             }
+            ServiceError::ReplayRefused { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "replay_refused", e.to_string())
+            }
             ServiceError::UnknownTrigger(_) | ServiceError::NoDeadLetter(_) => {
                 ApiError::not_found(e.to_string())
             }

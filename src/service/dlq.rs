@@ -238,18 +238,48 @@ pub(crate) async fn list(bus: &Bus, after: u64, limit: usize) -> Result<Vec<Dead
     Ok(out)
 }
 
-/// Finds the dead letter of `task_id`: its DLQ sequence and envelope.
-pub(crate) async fn find(bus: &Bus, task_id: TaskId) -> Result<Option<(u64, Envelope)>, BusError> {
+/// Every dead letter that names `task_id` (in its `Orch-Task-Id`
+/// header), oldest first. Anyone who may dead-letter may name any task
+/// there: what a letter says is checked against the store before use.
+pub(crate) async fn letters_of(bus: &Bus, task_id: TaskId) -> Result<Vec<DeadLetter>, BusError> {
     let mut after = 0;
+    let mut found = Vec::new();
     loop {
         let page = list(bus, after, 256).await?;
         let Some(last) = page.last() else {
-            return Ok(None);
+            return Ok(found);
         };
         after = last.seq;
-        if let Some(hit) = page.into_iter().find(|d| d.task_id == Some(task_id)) {
-            let env: Option<Envelope> = serde_json::from_value(hit.message).ok();
-            return Ok(env.map(|e| (hit.seq, e)));
+        found.extend(page.into_iter().filter(|d| d.task_id == Some(task_id)));
+    }
+}
+
+impl DeadLetter {
+    /// The agent the letter's envelope is addressed to (`header.to`),
+    /// when its envelope could be read.
+    pub(crate) fn addressed_to(&self) -> Option<&str> {
+        self.message.get("header")?.get("to")?.as_str()
+    }
+
+    /// Why this letter may not stand for the stored task `record`, if it
+    /// may not: the agent of its subject (who dead-lettered it: an agent
+    /// may write only its own), its envelope's `header.to` and the task's
+    /// agent must agree.
+    pub(crate) fn disagrees_with(&self, record: &crate::task::TaskRecord) -> Option<String> {
+        let agent = record.agent().as_str();
+        if self.agent != agent {
+            return Some(format!(
+                "the letter was dead-lettered on agent `{}`'s subject; task {} is for `{agent}`",
+                self.agent,
+                record.task_id()
+            ));
+        }
+        match self.addressed_to() {
+            Some(to) if to != agent => Some(format!(
+                "the letter's envelope is addressed to `{to}`; task {} is for `{agent}`",
+                record.task_id()
+            )),
+            _ => None,
         }
     }
 }
@@ -283,5 +313,27 @@ pub(crate) fn replay_entry(old: TaskId, new: TaskId, seq: u64, principal: &str) 
         correlation_id: None,
         trace_id: None,
         detail: json!({"replayed_task": old, "dlq_seq": seq}),
+    }
+}
+
+/// The audit record of a dead letter refused as the source of a replay.
+pub(crate) fn refused_entry(
+    task: TaskId,
+    letter: &DeadLetter,
+    why: &str,
+    principal: &str,
+) -> AuditEntry {
+    AuditEntry {
+        actor: principal.to_string(),
+        kind: "dlq.replay_refused".into(),
+        task_id: Some(task),
+        correlation_id: None,
+        trace_id: None,
+        detail: json!({
+            "dlq_seq": letter.seq,
+            "letter_agent": letter.agent,
+            "addressed_to": letter.addressed_to(),
+            "reason": why,
+        }),
     }
 }

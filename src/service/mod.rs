@@ -191,6 +191,15 @@ pub enum ServiceError {
     /// No dead letter holds this task.
     #[error("no dead letter for task {0}")]
     NoDeadLetter(TaskId),
+    /// The dead letter cannot be replayed (it disagrees with the store's
+    /// record of its task, or the task is not one that failed).
+    #[error("task {task_id} is not replayed: {reason}")]
+    ReplayRefused {
+        /// The task the letter names.
+        task_id: TaskId,
+        /// Why.
+        reason: String,
+    },
     /// The task's envelope is larger than the broker carries.
     #[error(
         "the task's envelope would be {size} bytes; the broker carries at most {max} (its max_payload, less room for headers)"
@@ -563,10 +572,16 @@ impl Orchestrator {
             .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
     }
 
-    /// Runs a dead-lettered task again, as a new task: same agent, action and
-    /// params, the old task as its cause, a derived idempotency key. The old
-    /// task stays failed (terminal states are final); the dead letter is
-    /// removed once the new task is stored.
+    /// Runs a dead-lettered task again, as a new task rebuilt from the
+    /// store's own record of it (same agent, action, params and meta; the
+    /// old task as its cause; a derived idempotency key), never from the
+    /// letter: anyone who may dead-letter can write a letter. Only a task
+    /// that ended `failed` or `rejected` is replayed, from a letter on its
+    /// own agent's dead-letter subject whose envelope (when readable) is
+    /// addressed to that agent; a letter that disagrees is refused and
+    /// audited (`dlq.replay_refused`). The old task stays as it ended
+    /// (terminal states are final); the letter is removed once the new task
+    /// is stored.
     pub async fn replay(
         &self,
         task_id: TaskId,
@@ -576,10 +591,46 @@ impl Orchestrator {
             "replaying a dead letter",
             [crate::access::grants::DLQ_MANAGE],
         )?;
-        let (seq, old) = dlq::find(&self.inner.bus, task_id)
-            .await?
-            .ok_or(ServiceError::NoDeadLetter(task_id))?;
-        let key = format!("{}:replay:{seq}", old.control.idempotency_key);
+        let letters = dlq::letters_of(&self.inner.bus, task_id).await?;
+        if letters.is_empty() {
+            return Err(ServiceError::NoDeadLetter(task_id));
+        }
+        let record = match self.inner.store.get(task_id)? {
+            Some(record) => record,
+            None => {
+                let why = "no task of this orchestrator has that id".to_string();
+                return Err(self.refuse_replay(task_id, &letters, &why, caller).await);
+            }
+        };
+        if !matches!(record.status.state, TaskState::Failed | TaskState::Rejected) {
+            let why = format!(
+                "the task is {}; only a task that failed or was rejected is replayed",
+                record.status.state
+            );
+            return Err(self.refuse_replay(task_id, &letters, &why, caller).await);
+        }
+        let (agreeing, disagreeing): (Vec<_>, Vec<_>) = letters
+            .into_iter()
+            .partition(|l| l.disagrees_with(&record).is_none());
+        for letter in &disagreeing {
+            let why = letter.disagrees_with(&record).unwrap_or_default();
+            self.inner
+                .store
+                .audit(dlq::refused_entry(task_id, letter, &why, &caller.principal))
+                .await?;
+        }
+        let Some(letter) = agreeing.first() else {
+            let why = disagreeing
+                .first()
+                .and_then(|l| l.disagrees_with(&record))
+                .unwrap_or_default();
+            return Err(ServiceError::ReplayRefused {
+                task_id,
+                reason: why,
+            });
+        };
+        let old = &record.envelope;
+        let key = format!("{}:replay:{}", old.control.idempotency_key, letter.seq);
         let request = TaskRequest {
             to: old.header.to.clone(),
             action: old.payload.action.clone(),
@@ -605,10 +656,35 @@ impl Orchestrator {
         let new_id = submitted.record().task_id();
         self.inner
             .store
-            .audit(dlq::replay_entry(task_id, new_id, seq, &caller.principal))
+            .audit(dlq::replay_entry(
+                task_id,
+                new_id,
+                letter.seq,
+                &caller.principal,
+            ))
             .await?;
-        dlq::remove(&self.inner.bus, seq).await?;
+        dlq::remove(&self.inner.bus, letter.seq).await?;
         Ok(submitted)
+    }
+
+    /// Audits every letter of `task_id` as refused for `why`; the error.
+    async fn refuse_replay(
+        &self,
+        task_id: TaskId,
+        letters: &[DeadLetter],
+        why: &str,
+        caller: &Caller,
+    ) -> ServiceError {
+        for letter in letters {
+            let entry = dlq::refused_entry(task_id, letter, why, &caller.principal);
+            if let Err(e) = self.inner.store.audit(entry).await {
+                return e.into();
+            }
+        }
+        ServiceError::ReplayRefused {
+            task_id,
+            reason: why.to_string(),
+        }
     }
 }
 
