@@ -434,6 +434,42 @@ async fn a_paused_worker_is_fenced_out(kind: Kind) {
     assert_eq!(after["updated_at"], task["updated_at"]);
 }
 
+/// The exact bytes of a finished attempt's envelope (its token still
+/// valid), published again after its claim's lease ended and with no
+/// header saying it is a copy: the worker finds the attempt's final event
+/// and settles the copy without running the handler again.
+async fn a_copy_of_a_finished_attempt_never_runs(kind: Kind) {
+    use futures::StreamExt;
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let bus = b.sys.bus().await;
+    let mut sniffed = bus
+        .client()
+        .subscribe("orch.tasks.py-echo.>")
+        .await
+        .unwrap();
+    let id = b.submit("echo", json!({"n": 1}), 3).await;
+    let original = tokio::time::timeout(Duration::from_secs(10), sniffed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.finished(&id).await["state"], "completed");
+    // Past the claim's lease (the bench's ack wait, 2 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    bus.jetstream()
+        .publish(original.subject.clone(), original.payload.clone())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("the copy is settled", Duration::from_secs(20), || async {
+        common::queued(&bus).await == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(attempts(&b.runs(&id, "start")), [1], "the copy ran");
+}
+
 /// Generates one test per scenario and kind: `rust_worker::<scenario>`
 /// and `python_worker::<scenario>`.
 macro_rules! for_both_workers {
@@ -468,6 +504,7 @@ for_both_workers!(
     canceled_before_pick_up_never_starts,
     canceled_while_disconnected_stops_the_handler,
     a_paused_worker_is_fenced_out,
+    a_copy_of_a_finished_attempt_never_runs,
 );
 
 /// A Python and a Rust replica of one agent share its work: every task

@@ -351,14 +351,22 @@ class Worker:
                     await msg.nak(delay=self.retry_delay)
                 return
         resumed = delivered > 1 or bool(msg.headers and msg.headers.get("Orch-Republished"))
-        if resumed and await self.attempt_over(task, attempt):
+        # §4.4: any delivery may copy an attempt that already reported, so
+        # its record is read every time, beside the claim (no added wait).
+        over, claimed = await asyncio.gather(
+            self.attempt_over(task, attempt),
+            self.claims.acquire(task, attempt, stream_seq),
+            return_exceptions=True,
+        )
+        if over is True:
+            if not isinstance(claimed, BaseException) and claimed[0] == "run":
+                await self.claims.release(task, claimed[1])
             await msg.ack()
             return
-        try:
-            decision, revision = await self.claims.acquire(task, attempt, stream_seq)
-        except Exception:
+        if isinstance(claimed, BaseException):
             await msg.nak(delay=self.retry_delay)
             return
+        decision, revision = claimed
         if decision in ("canceled", "duplicate", "superseded"):
             await msg.ack()
             return

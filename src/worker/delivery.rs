@@ -94,25 +94,35 @@ async fn handle_envelope(
     let task_id = envelope.header.task_id;
     let attempt = envelope.control.attempt.get();
     // A redelivery, or a copy published again after an orchestrator
-    // restart, may be of an attempt that already reported its result.
+    // restart, may be of an attempt that partly ran.
     let republished = header(&msg, REPUBLISHED_HEADER).is_some();
     let resumed = delivered > 1 || republished;
     if resumed {
         info!(task_id = %task_id, attempt, delivered, republished, "a repeated delivery: an earlier one may have partly run");
     }
-    if resumed && attempt_is_over(&shared, &envelope).await {
-        debug!(task_id = %task_id, attempt, "attempt already reported: settling the copy");
-        return settle(&msg, Settlement::Ack).await;
-    }
     let delivery = Delivery {
         attempt,
         stream_seq,
     };
-    match shared
-        .claims
-        .acquire(&envelope.header.to, task_id, delivery, &shared.instance)
-        .await
-    {
+    // Any delivery, whatever its headers, may be a copy of an attempt that
+    // already reported its result (its exact bytes, published again): the
+    // attempt's record is read beside the claim, so it costs no wait.
+    let (over, acquired) = tokio::join!(
+        attempt_is_over(&shared, &envelope),
+        shared
+            .claims
+            .acquire(&envelope.header.to, task_id, delivery, &shared.instance)
+    );
+    if over {
+        debug!(task_id = %task_id, attempt, delivered, "attempt already reported: settling the copy");
+        if let Ok(Acquired::Run(held)) = acquired
+            && let Err(e) = shared.claims.release(held).await
+        {
+            warn!(task_id = %task_id, error = %e, "could not release the claim of a copy");
+        }
+        return settle(&msg, Settlement::Ack).await;
+    }
+    match acquired {
         Ok(Acquired::Run(held)) => {
             run_task(&shared, msg, envelope, resumed, held, hard_stop, trace).await;
         }
