@@ -2,8 +2,14 @@
 //! over it, wired together here, above both, so the service knows nothing
 //! of HTTP and the API nothing of the loops.
 
+use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
+
+/// File descriptors kept for everything but API connections: the store's
+/// files, the broker's connection, a managed broker's pipes, logs.
+const RESERVED_FILES: u64 = 256;
 
 use crate::service::{Orchestrator, ServiceError};
 
@@ -19,14 +25,19 @@ pub async fn serve(
 ) -> Result<(), ServiceError> {
     let stop = CancellationToken::new();
     let background = orchestrator.start(stop.clone()).await?;
+    let config = orchestrator.config();
+    let bounds = crate::http::listen::Bounds {
+        header_timeout: config.http_header_timeout,
+        max_connections: crate::http::listen::fit_connections(
+            config.http_max_connections,
+            RESERVED_FILES,
+        ),
+        // A long poll answers within the request timeout.
+        shutdown_grace: config.http_request_timeout + Duration::from_secs(1),
+    };
     let app = crate::http::router(orchestrator, access);
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await;
-    if let Err(e) = served {
-        warn!(error = %e, "HTTP server ended with an error");
-    }
+    crate::http::listen::serve(listener, app, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();
     background.join().await
 }

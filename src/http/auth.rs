@@ -1,8 +1,9 @@
 //! Authentication of API calls: every route but health checks needs
 //! `Authorization: Bearer <API key or JWT>`; the caller it names (a
 //! principal with scopes) travels to the handler in the request's
-//! extensions. With `api_auth.mode: none`, every response says so in an
-//! `Orch-Auth: none` header.
+//! extensions, within its principal's share of the API (429 past it),
+//! before anything reads the body. With `api_auth.mode: none`, every
+//! response says so in an `Orch-Auth: none` header.
 
 use std::sync::Arc;
 
@@ -18,9 +19,18 @@ use crate::access::{Authenticator, Denied, Principal};
 /// The header every response carries when authentication is off.
 pub const AUTH_HEADER: &str = "orch-auth";
 
-/// Lets the call through with its principal, or answers 401.
+/// Who may call, and how much of the API each may hold at once.
+pub struct Gate {
+    /// Checks credentials.
+    pub(super) access: Arc<Authenticator>,
+    /// Requests in progress per principal.
+    pub(super) per_principal: Arc<super::limits::PerPrincipal>,
+}
+
+/// Lets the call through with its principal, or answers 401 (no or bad
+/// credentials) or 429 (its principal's share of the API is in use).
 pub async fn authenticate(
-    State(access): State<Arc<Authenticator>>,
+    State(gate): State<Arc<Gate>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -29,8 +39,12 @@ pub async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("\u{0}"));
-    match access.authenticate(authorization) {
+    match gate.access.authenticate(authorization) {
         Ok(principal) => {
+            let Some(_entered) = gate.per_principal.enter(&principal.name) else {
+                warn!(principal = %principal.name, path = %request.uri().path(), "API call refused: the principal's share of the API is in use");
+                return gate.per_principal.refused(&principal.name);
+            };
             request.extensions_mut().insert(principal);
             next.run(request).await
         }

@@ -1,7 +1,10 @@
-//! Bounds on the API as a whole: requests served at once (one more is shed
-//! with 503, not queued) and time per request (408), both answered in the
-//! API's error shape.
+//! Bounds on the API: requests served at once (one more is shed with 503,
+//! not queued), requests of one principal at once (one more is 429), time
+//! per request (408) and per body (408), all answered in the API's error
+//! shape.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -54,6 +57,123 @@ fn refused(e: BoxError, timeout: Duration) -> Response {
         e.to_string(),
     )
     .into_response()
+}
+
+/// How many requests each principal has in progress, at most `max`.
+pub(super) struct PerPrincipal {
+    /// The most one principal may have in progress.
+    max: usize,
+    /// In progress, by principal; a principal with none has no entry.
+    held: Mutex<HashMap<String, usize>>,
+}
+
+/// One request of a principal in progress; ends when dropped.
+pub(super) struct Entered {
+    limits: Arc<PerPrincipal>,
+    principal: String,
+}
+
+impl PerPrincipal {
+    pub(super) fn new(max: usize) -> Arc<Self> {
+        Arc::new(PerPrincipal {
+            max,
+            held: Mutex::default(),
+        })
+    }
+
+    /// A request of `principal` begins, unless it has `max` in progress.
+    pub(super) fn enter(self: &Arc<Self>, principal: &str) -> Option<Entered> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = held.entry(principal.to_string()).or_default();
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(Entered {
+            limits: Arc::clone(self),
+            principal: principal.to_string(),
+        })
+    }
+
+    /// The answer to a principal over its limit.
+    pub(super) fn refused(&self, principal: &str) -> Response {
+        let message = format!(
+            "`{principal}` has {} requests in progress, the most one principal may; try again shortly",
+            self.max
+        );
+        let mut response =
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
+                .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let mut held = self
+            .limits
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// Reads a request's body: at most `max_bytes` (413 past it, told before
+/// reading when its length is declared) within `timeout` (408 after).
+pub(super) async fn read_body(
+    body: axum::body::Body,
+    declared: Option<usize>,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Result<bytes::Bytes, ApiError> {
+    if let Some(size) = declared.filter(|size| *size > max_bytes) {
+        return Err(crate::codec::DecodeError::TooLarge {
+            size,
+            limit: max_bytes,
+        }
+        .into());
+    }
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, max_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_length_limit(&e) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is over the limit of {max_bytes} bytes"),
+        )),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "unreadable_body",
+            format!("the body could not be read: {e}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the body did not arrive within {}",
+                humantime::format_duration(timeout)
+            ),
+        )),
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod dlq;
 mod error;
 mod health;
 mod limits;
+pub mod listen;
 mod runs;
 mod tasks;
 mod trace;
@@ -87,13 +88,20 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
     (items, next)
 }
 
-/// The whole API, bounded by the configured concurrency and timeout; every
-/// route but the health checks needs the credentials `access` accepts.
+/// The whole API: every route but the probes needs the credentials
+/// `access` accepts, and is bounded by the configured concurrency (in all
+/// and per principal) and timeout; the probes (`/healthz`, `/readyz`,
+/// `/metrics`) are outside those bounds, so they answer while the API is
+/// full.
 pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router {
     let config = orchestrator.config();
     let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
     let open = access.is_off();
-    let guarded = Router::new()
+    let gate = Arc::new(auth::Gate {
+        access,
+        per_principal: limits::PerPrincipal::new(config.http_max_in_flight_per_principal),
+    });
+    let api = Router::new()
         .merge(tasks::router())
         .merge(triggers::router())
         .merge(runs::router())
@@ -101,18 +109,33 @@ pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router 
         .merge(agents::router())
         .merge(dlq::router())
         .layer(axum::middleware::from_fn_with_state(
-            access,
+            gate,
             auth::authenticate,
-        ));
-    let api = Router::new()
-        .merge(guarded)
-        .merge(health::router())
+        ))
+        .layer(axum::middleware::from_fn(trace::layer))
+        .with_state(orchestrator.clone());
+    let probes = health::router()
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);
-    let bounded = limits::limit(api, max_in_flight, timeout);
+    let app = probes.merge(limits::limit(api, max_in_flight, timeout));
     if open {
-        bounded.layer(axum::middleware::map_response(auth::mark_unauthenticated))
+        app.layer(axum::middleware::map_response(auth::mark_unauthenticated))
     } else {
-        bounded
+        app
     }
+}
+
+/// A request's body, read within the configured time and size
+/// ([`limits::read_body`]): extract it last, as `Body`, so the handler can
+/// check what the path asks before anything is read.
+async fn body(
+    o: &Orchestrator,
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<axum::body::Bytes, ApiError> {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let c = o.config();
+    limits::read_body(body, declared, c.max_envelope_bytes, c.http_body_timeout).await
 }

@@ -1,7 +1,8 @@
 //! `/v1/runs`: read runs, answer their approval gates, cancel them.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -9,7 +10,7 @@ use serde_json::Value;
 
 use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
-use crate::service::{Answer, Orchestrator, RunView};
+use crate::service::{Answer, Orchestrator, RunAct, RunView};
 use crate::workflow::{RunId, RunState};
 
 pub(super) fn router() -> Router<Orchestrator> {
@@ -99,12 +100,23 @@ impl Validate for AnswerBody {
     }
 }
 
-fn body(o: &Orchestrator, bytes: &Bytes) -> Result<AnswerBody, ApiError> {
+/// The body of an act on run `id`, read once the caller is known to be
+/// allowed it (an empty body is all defaults).
+async fn act_body(
+    o: &Orchestrator,
+    caller: &crate::service::Caller,
+    id: RunId,
+    act: RunAct,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<AnswerBody, ApiError> {
+    o.may_act_on_run(id, act, caller)?;
+    let bytes = super::body(o, headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(AnswerBody::default());
     }
     Ok(codec::decode(
-        bytes,
+        &bytes,
         Strictness::Strict,
         o.config().max_envelope_bytes,
     )?)
@@ -114,13 +126,12 @@ async fn answer(
     o: Orchestrator,
     caller: crate::service::Caller,
     id: String,
-    bytes: Bytes,
+    (headers, body): (HeaderMap, Body),
     answer: Answer,
 ) -> Result<Json<RunView>, ApiError> {
-    let b = body(&o, &bytes)?;
-    let view = o
-        .answer(parse_id(&id)?, answer, b.reason, b.input, &caller)
-        .await?;
+    let id = parse_id(&id)?;
+    let b = act_body(&o, &caller, id, RunAct::Answer, &headers, body).await?;
+    let view = o.answer(id, answer, b.reason, b.input, &caller).await?;
     Ok(Json(view))
 }
 
@@ -128,35 +139,40 @@ async fn approve(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    bytes: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, bytes, Answer::Approve).await
+    answer(o, caller, id, (headers, body), Answer::Approve).await
 }
 
 async fn reject(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    bytes: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, bytes, Answer::Reject).await
+    answer(o, caller, id, (headers, body), Answer::Reject).await
 }
 
 async fn input(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    bytes: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, bytes, Answer::Input).await
+    answer(o, caller, id, (headers, body), Answer::Input).await
 }
 
 async fn cancel(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    bytes: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    let b = body(&o, &bytes)?;
-    Ok(Json(o.cancel_run(parse_id(&id)?, b.reason, &caller).await?))
+    let id = parse_id(&id)?;
+    let b = act_body(&o, &caller, id, RunAct::Cancel, &headers, body).await?;
+    Ok(Json(o.cancel_run(id, b.reason, &caller).await?))
 }

@@ -1,8 +1,8 @@
 //! `/v1/tasks`: submit, get, list, cancel.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -86,8 +86,10 @@ async fn submit(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Query(q): Query<super::WaitQuery>,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
+    let body = super::body(&o, &headers, body).await?;
     let request: TaskRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
     let wait = match (q.within(&o)?, request.response_mode) {

@@ -1,9 +1,9 @@
 //! `/v1/triggers`: list triggers (with the files that did not load) and
 //! start runs.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -48,8 +48,12 @@ async fn start_run(
     State(o): State<Orchestrator>,
     Requester(caller): Requester,
     Path(id): Path<String>,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
+    // Whether the caller may start it at all, before its body is read.
+    o.may_start(&id, &caller)?;
+    let body = super::body(&o, &headers, body).await?;
     let request: RunRequest =
         codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
     let started = o

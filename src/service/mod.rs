@@ -31,7 +31,7 @@ pub use caller::Caller;
 pub use dlq::DeadLetter;
 pub use request::TaskRequest;
 pub use run::Background;
-pub use runs::{Answer, RunView, StepView, Waiting};
+pub use runs::{Answer, RunAct, RunView, StepView, Waiting};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -85,10 +85,24 @@ pub struct ServiceConfig {
     /// Envelopes published but not yet acknowledged by the broker, at most.
     pub publish_in_flight: usize,
     /// HTTP requests served at once; more are answered 503 at once.
+    /// Health checks and metrics are outside this limit.
     pub http_max_in_flight: usize,
+    /// HTTP requests of one principal served at once; more are answered
+    /// 429 at once, so no caller can take every slot.
+    pub http_max_in_flight_per_principal: usize,
     /// How long one HTTP request may take before it is answered 408.
     #[serde(with = "humantime_serde")]
     pub http_request_timeout: Duration,
+    /// How long a request's body may take to arrive (408 after).
+    #[serde(with = "humantime_serde")]
+    pub http_body_timeout: Duration,
+    /// How long a request's headers may take to arrive; an idle
+    /// keep-alive connection is closed after it too.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// HTTP connections open at once; more wait in the listen backlog.
+    /// Lowered at start to fit the open-file limit.
+    pub http_max_connections: usize,
     /// Task tokens: keys, issuer, lifetime, checking.
     pub tokens: crate::auth::TokenSettings,
     /// Param field names whose values are secrets: they are scrubbed from
@@ -116,7 +130,11 @@ impl Default for ServiceConfig {
             stall_after: Duration::from_secs(60),
             publish_in_flight: 1024,
             http_max_in_flight: 512,
+            http_max_in_flight_per_principal: 128,
             http_request_timeout: Duration::from_secs(30),
+            http_body_timeout: Duration::from_secs(10),
+            http_header_timeout: Duration::from_secs(10),
+            http_max_connections: 1024,
             tokens: crate::auth::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
             api_auth: crate::access::ApiAuthSettings::default(),
@@ -131,6 +149,11 @@ impl crate::codec::Validate for ServiceConfig {
             ("max_envelope_bytes", self.max_envelope_bytes),
             ("publish_in_flight", self.publish_in_flight),
             ("http_max_in_flight", self.http_max_in_flight),
+            (
+                "http_max_in_flight_per_principal",
+                self.http_max_in_flight_per_principal,
+            ),
+            ("http_max_connections", self.http_max_connections),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(crate::codec::DecodeError::invalid(
@@ -139,9 +162,14 @@ impl crate::codec::Validate for ServiceConfig {
             ));
         }
         self.bus.auth.check()?;
-        if self.http_request_timeout.is_zero() {
+        let timeouts = [
+            ("http_request_timeout", self.http_request_timeout),
+            ("http_body_timeout", self.http_body_timeout),
+            ("http_header_timeout", self.http_header_timeout),
+        ];
+        if let Some((field, _)) = timeouts.iter().find(|(_, t)| t.is_zero()) {
             return Err(crate::codec::DecodeError::invalid(
-                "http_request_timeout",
+                *field,
                 "must be positive",
             ));
         }

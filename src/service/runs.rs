@@ -7,6 +7,7 @@
 //! `orch:tasks:cancel_all`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::TraceContextExt;
@@ -145,6 +146,16 @@ pub enum Answer {
     Input,
 }
 
+/// What a caller does to a run, for the check of whether it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAct {
+    /// Answers its gate (approve, reject, input): its starter, or a caller
+    /// with `orch:runs:approve`.
+    Answer,
+    /// Cancels it: its starter, or a caller with `orch:tasks:cancel_all`.
+    Cancel,
+}
+
 impl Answer {
     /// Its name: `approve`, `reject` or `input`.
     pub fn as_str(self) -> &'static str {
@@ -184,15 +195,7 @@ impl Orchestrator {
         caller: &Caller,
         slot: Option<Timestamp>,
     ) -> Result<RunStarted, ServiceError> {
-        let trigger = self
-            .trigger(id)
-            .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
-        // Scopes first: a caller who may not start the trigger learns
-        // nothing of what its input must look like.
-        caller.require(
-            format_args!("trigger `{id}`"),
-            trigger.required_scopes.iter().map(|s| s.as_str()),
-        )?;
+        let trigger = self.startable(id, caller)?;
         crate::codec::check_depth("input", [&input], 0).map_err(ServiceError::BadInput)?;
         trigger.check_input(&input).map_err(|e| {
             // The schema's message may quote the value.
@@ -267,6 +270,49 @@ impl Orchestrator {
         }
     }
 
+    /// Trigger `id`, if `caller` may start it (it holds the trigger's
+    /// scopes): checked before its input is looked at, so a caller who may
+    /// not start it learns nothing of what the input must look like.
+    fn startable(&self, id: &str, caller: &Caller) -> Result<Arc<Trigger>, ServiceError> {
+        let trigger = self
+            .trigger(id)
+            .ok_or_else(|| ServiceError::UnknownTrigger(id.to_string()))?;
+        caller.require(
+            format_args!("trigger `{id}`"),
+            trigger.required_scopes.iter().map(|s| s.as_str()),
+        )?;
+        Ok(trigger)
+    }
+
+    /// Refuses a caller who may not start trigger `id`: for a face to ask
+    /// before it reads the request's body.
+    pub fn may_start(&self, id: &str, caller: &Caller) -> Result<(), ServiceError> {
+        self.startable(id, caller).map(|_| ())
+    }
+
+    /// Run `id`, if `caller` may `act` on it: one it may see, its own or
+    /// with the act's grant.
+    fn run_to(&self, id: RunId, act: RunAct, caller: &Caller) -> Result<RunRecord, ServiceError> {
+        let run = self.visible_run(id, caller)?;
+        let (what, grant) = match act {
+            RunAct::Answer => ("answering another principal's run", grants::RUNS_APPROVE),
+            RunAct::Cancel => ("canceling another principal's run", grants::CANCEL_ALL),
+        };
+        caller.require_on_run(&run, what, grant)?;
+        Ok(run)
+    }
+
+    /// Refuses a caller who may not `act` on run `id`: for a face to ask
+    /// before it reads the request's body.
+    pub fn may_act_on_run(
+        &self,
+        id: RunId,
+        act: RunAct,
+        caller: &Caller,
+    ) -> Result<(), ServiceError> {
+        self.run_to(id, act, caller).map(|_| ())
+    }
+
     /// The run with this id, if the caller may see it; not found otherwise.
     fn visible_run(&self, id: RunId, caller: &Caller) -> Result<RunRecord, ServiceError> {
         self.inner
@@ -319,12 +365,7 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
-        let run = self.visible_run(id, caller)?;
-        caller.require_on_run(
-            &run,
-            "answering another principal's run",
-            grants::RUNS_APPROVE,
-        )?;
+        let run = self.run_to(id, RunAct::Answer, caller)?;
         let not_waiting = || {
             StoreError::RunRefused(RunRefused::NotWaiting {
                 run: id,
@@ -392,12 +433,7 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
-        let run = self.visible_run(id, caller)?;
-        caller.require_on_run(
-            &run,
-            "canceling another principal's run",
-            grants::CANCEL_ALL,
-        )?;
+        self.run_to(id, RunAct::Cancel, caller)?;
         let request = CancelRequest {
             by: caller.principal.clone(),
             reason,

@@ -121,6 +121,13 @@ static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static HTTP_CONNECTION_CAP: LazyLock<IntCounter> = LazyLock::new(|| {
+    registered(IntCounter::new(
+        "orch_http_connection_cap_reached_total",
+        "Times a new HTTP connection had to wait because http_max_connections were open.",
+    ))
+});
+
 static RUNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "orch_runs_total",
@@ -234,6 +241,11 @@ pub fn http_answered(method: &str, route: &str, status: u16) {
         .inc();
 }
 
+/// A new HTTP connection waits: `http_max_connections` are open.
+pub fn http_connection_cap_reached() {
+    HTTP_CONNECTION_CAP.inc();
+}
+
 /// A worker received a task message (`delivered`: its delivery count).
 pub fn delivered(agent: &str, delivered: i64) {
     DELIVERIES.with_label_values(&[agent]).inc();
@@ -273,6 +285,7 @@ pub fn render() -> String {
     LazyLock::force(&DELIVERIES);
     LazyLock::force(&REDELIVERIES);
     LazyLock::force(&HTTP_REQUESTS);
+    LazyLock::force(&HTTP_CONNECTION_CAP);
     LazyLock::force(&TASK_SECONDS);
     LazyLock::force(&QUEUE_DEPTH);
     LazyLock::force(&DLQ);
