@@ -2,7 +2,8 @@
 //! `orchestrator nats config` writes: the orchestrator and a worker do
 //! their work as their own users, and an agent's user cannot publish
 //! tasks, publish another agent's events, write another agent's claims,
-//! pull another agent's consumer, read what is not its own, or change the
+//! pull another agent's consumer, read what is not its own (a stream's
+//! info among it, which would list other agents' task ids), or change the
 //! streams; a client without credentials is refused.
 
 mod common;
@@ -152,6 +153,28 @@ async fn each_process_does_its_work_and_an_agent_nothing_else() {
     )
     .await;
     assert!(!matches!(deleted, Ok(Ok(_))), "the agent deleted a stream");
+    // A stream's info lists its subjects, task ids among them: no stream's
+    // info is the agent's to ask for.
+    for stream in [
+        "ORCH_EVENTS",
+        "KV_ORCH_DELIVERIES",
+        "ORCH_TASKS",
+        "KV_ORCH_AGENTS",
+    ] {
+        let info = client.request(
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            json!({"subjects_filter": ">"}).to_string().into(),
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(2), info).await;
+        let text = match &answer {
+            Ok(Ok(reply)) => String::from_utf8_lossy(&reply.payload).into_owned(),
+            _ => String::new(),
+        };
+        assert!(
+            !matches!(answer, Ok(Ok(_))) && !text.contains(&waiting_id),
+            "the agent read {stream}'s info: {text}"
+        );
+    }
     client.flush().await.unwrap();
 
     // The orchestrator republishes nothing meanwhile; everything stands.

@@ -203,26 +203,13 @@ class Worker:
     # §2: provisioning ---------------------------------------------------
 
     async def provision(self):
-        """§2: waits until the orchestrator has provisioned the streams and
-        buckets (in the current layout), then creates or updates this
-        agent's consumers."""
-        wanted = {
-            "ORCH_TASKS": {},
-            "ORCH_EVENTS": {"allow_direct": True},
-            "ORCH_DLQ": {},
-            "ORCH_ADVISORIES": {},
-            "KV_ORCH_AGENTS": {},
-            "KV_ORCH_DELIVERIES": {"allow_msg_ttl": True},
-        }
+        """§2: waits until the orchestrator has provisioned what this agent
+        uses (in the current layout), looking only at its own consumer,
+        event subject and claim key (§12: never a stream's info), then
+        creates or updates this agent's consumers."""
         said = False
         while True:
-            missing = None
-            for name, flags in wanted.items():
-                info = json.loads((await self.nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
-                config = info.get("config", {})
-                if "error" in info or any(config.get(k) != v for k, v in flags.items()):
-                    missing = name
-                    break
+            missing = await self.missing()
             if missing is None:
                 break
             if not said:
@@ -246,7 +233,27 @@ class Worker:
                 ),
             )
             self.pulls[priority] = f"$JS.API.CONSUMER.MSG.NEXT.ORCH_TASKS.{durable}"
-        self.registry = await self.js.key_value("ORCH_AGENTS")
+
+    async def missing(self):
+        """§2: the first thing this agent uses that is not provisioned yet."""
+        consumer = f"$JS.API.CONSUMER.INFO.ORCH_TASKS.agent_{self.agent}_high"
+        try:
+            info = json.loads((await self.nc.request(consumer, b"", timeout=5)).data)
+        except Exception:
+            return "ORCH_TASKS"
+        if "error" in info and info["error"].get("err_code") != 10014:  # consumer not found
+            return "ORCH_TASKS"
+        try:
+            await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.layout", direct=True)
+        except NotFoundError:
+            pass
+        except Exception:
+            return "ORCH_EVENTS (with direct gets)"
+        try:
+            await self.js.publish(f"$KV.ORCH_DELIVERIES.{self.agent}.layout", b"", headers={"Nats-TTL": "1"})
+        except Exception:
+            return "KV_ORCH_DELIVERIES (with per-message TTL)"
+        return None
 
     # §3: taking work ----------------------------------------------------
 
@@ -553,7 +560,8 @@ class Worker:
             self.running[task].stop("canceled")
 
     async def heartbeat(self):
-        key = f"{self.agent}.{self.instance}"
+        """§8: the entry is written by a publish to its key's subject."""
+        subject = f"$KV.ORCH_AGENTS.{self.agent}.{self.instance}"
         while not self.stopping.is_set():
             entry = {
                 "agent": self.agent,
@@ -564,12 +572,12 @@ class Worker:
                 "in_flight": len(self.running),
             }
             try:
-                await self.registry.put(key, json.dumps(entry).encode())
+                await self.js.publish(subject, json.dumps(entry).encode())
             except Exception as e:
                 log(f"registry heartbeat failed: {e!r}")
             await wait_any(self.stopping, timeout=REGISTRY_EVERY)
         try:
-            await self.registry.delete(key)
+            await self.js.publish(subject, b"", headers={"KV-Operation": "DEL"})
         except Exception:
             pass
 

@@ -283,11 +283,20 @@ impl Bus {
         self.inner.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    /// The delivery claims, with leases of `lease`.
+    /// The delivery claims, with leases of `lease` (no request to the
+    /// broker: the bucket is the orchestrator's to provision).
     pub async fn claims(&self, lease: Duration) -> Result<crate::claim::Claims, BusError> {
+        let bucket = self.inner.names.deliveries_bucket();
+        let stream = self
+            .inner
+            .js
+            .get_stream_no_info(format!("KV_{bucket}"))
+            .await
+            .map_err(|e| provision_error(format!("bucket {bucket}"))(e.to_string()))?;
         Ok(crate::claim::Claims::new(
             self.inner.js.clone(),
-            self.deliveries().await?,
+            stream,
+            bucket,
             lease,
         ))
     }
@@ -302,10 +311,11 @@ impl Bus {
     ) -> Result<consumer::PullConsumer, BusError> {
         let n = &self.inner.names;
         let name = n.agent_consumer(agent, priority);
+        // No stream info: a worker may create only its own consumers.
         let stream = self
             .inner
             .js
-            .get_stream(n.tasks_stream())
+            .get_stream_no_info(n.tasks_stream())
             .await
             .map_err(|e| provision_error(format!("stream {}", n.tasks_stream()))(e.to_string()))?;
         let config = consumer::pull::Config {

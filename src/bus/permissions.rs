@@ -4,14 +4,16 @@
 //!
 //! - `orchestrator`: everything (it provisions the bus, publishes tasks,
 //!   reads every event, writes cancel marks, moves dead letters).
-//! - `agent-<id>`, one per agent card: pulls, acks and creates only its own
-//!   consumers; publishes only its own events (`<prefix>.events.<id>.>`),
-//!   its own registry entries, its own claims (`<id>.<task>` keys) and
-//!   dead letters of its own unreadable messages (`<prefix>.dlq.<id>`); reads
-//!   its own events and claims by direct get; receives replies only under
-//!   `_INBOX.agents.<id>` and the cancel broadcasts. It cannot publish
-//!   tasks, create streams, touch another agent's consumers, claims or
-//!   events, or read another agent's replies.
+//! - `agent-<id>`, one per agent card: pulls, acks, creates and looks up
+//!   only its own consumers; publishes only its own events
+//!   (`<prefix>.events.<id>.>`), its own registry entries, its own claims
+//!   (`<id>.<task>` keys) and dead letters of its own unreadable messages
+//!   (`<prefix>.dlq.<id>`); reads its own events and claims by direct get;
+//!   receives replies only under `_INBOX.agents.<id>` and the cancel
+//!   broadcasts. It cannot publish tasks, create streams, ask for any
+//!   stream's info (which lists every agent's subjects, task ids among
+//!   them), touch another agent's consumers, claims or events, or read
+//!   another agent's replies.
 //!
 //! Every permission is an allow-list: what is not listed is refused by the
 //! broker, which drops the message and tells the client.
@@ -45,20 +47,9 @@ pub fn agent(names: &Names, agent: &AgentName) -> Permissions {
     let tasks = names.tasks_stream();
     let events = names.events_stream();
     let (agents, deliveries) = (names.agents_bucket(), names.deliveries_bucket());
-    // Provisioning checks every stream and bucket exists (never changes
-    // them when they do).
-    let mut publish: Vec<String> = [
-        tasks.clone(),
-        events.clone(),
-        names.dlq_stream(),
-        names.advisories_stream(),
-        format!("KV_{agents}"),
-        format!("KV_{deliveries}"),
-    ]
-    .iter()
-    .map(|s| format!("$JS.API.STREAM.INFO.{s}"))
-    .collect();
-    publish.push("$JS.API.INFO".into());
+    // A worker learns the bus is provisioned from its own consumer, event
+    // subject and claim key, never from a stream's info.
+    let mut publish = Vec::new();
     for priority in Priority::ALL {
         let consumer = names.agent_consumer(agent, priority);
         let filter = names.task_subject(agent, priority);

@@ -8,6 +8,7 @@ use async_nats::jetstream::{kv, stream};
 use tracing::info;
 
 use super::{Bus, BusConfig, BusError, provision_error};
+use crate::envelope::AgentName;
 
 impl Bus {
     /// Creates the streams and buckets, or brings those of an older layout
@@ -134,13 +135,16 @@ impl Bus {
         Ok(store.clone())
     }
 
-    /// Waits until the streams and buckets the orchestrator provisions
-    /// exist (in this layout), looking every half second and saying once
-    /// that it waits. For workers, which never create them.
-    pub async fn wait_provisioned(&self) -> Result<(), BusError> {
+    /// Waits until what `agent`'s workers use exists in this layout,
+    /// looking every half second and saying once that it waits. For
+    /// workers, which never create streams: each look touches only the
+    /// agent's own consumer, event subject and claim key (what a
+    /// least-privilege bus allows it), never a stream's info, which would
+    /// list every agent's tasks.
+    pub async fn wait_provisioned(&self, agent: &AgentName) -> Result<(), BusError> {
         let mut said = false;
         loop {
-            let missing = self.missing().await?;
+            let missing = self.missing_for(agent).await?;
             let Some(missing) = missing else {
                 return Ok(());
             };
@@ -152,29 +156,114 @@ impl Bus {
         }
     }
 
-    /// The first stream or bucket not provisioned yet, if any.
-    async fn missing(&self) -> Result<Option<String>, BusError> {
+    /// The first thing `agent`'s workers use that is not provisioned (in
+    /// this layout) yet, if any:
+    /// - the task stream: its high-priority consumer can be asked about
+    ///   (found, or "consumer not found", not "stream not found");
+    /// - the event stream, with direct gets: the last event on the
+    ///   agent's probe subject can be asked for (found or not);
+    /// - the claim bucket, with per-message TTL: a one-second entry under
+    ///   the agent's probe key is taken (JetStream refuses a TTL the
+    ///   stream does not allow, and there is nobody to take it without the
+    ///   stream).
+    async fn missing_for(&self, agent: &AgentName) -> Result<Option<String>, BusError> {
+        use async_nats::jetstream::response::Response;
+        use async_nats::jetstream::{ErrorCode, consumer};
         let n = &self.inner.names;
-        let streams = [
-            n.tasks_stream(),
-            n.events_stream(),
-            n.advisories_stream(),
-            n.dlq_stream(),
-            format!("KV_{}", n.agents_bucket()),
-            format!("KV_{}", n.deliveries_bucket()),
-        ];
-        for name in streams {
-            match self.inner.js.get_stream(&name).await {
-                // A stream of an older layout counts as not there yet.
-                Ok(s) if !in_layout(n, &s.cached_info().config) => return Ok(Some(name)),
-                Ok(_) => {}
-                Err(e) if not_found(&e) => return Ok(Some(name)),
-                Err(e) => return Err(provision_error(format!("stream {name}"))(e.to_string())),
-            }
+        let js = &self.inner.js;
+        let tasks = n.tasks_stream();
+        let consumer = n.agent_consumer(agent, crate::envelope::Priority::High);
+        // The request must be empty (not JSON `null`).
+        let info = self
+            .inner
+            .client
+            .request(
+                format!("$JS.API.CONSUMER.INFO.{tasks}.{consumer}"),
+                bytes::Bytes::new(),
+            )
+            .await
+            .map_err(|e| provision_error(format!("stream {tasks}"))(e.to_string()))?;
+        match serde_json::from_slice::<Response<consumer::Info>>(&info.payload) {
+            Ok(Response::Ok(_)) => {}
+            Ok(Response::Err { error }) if error.error_code() == ErrorCode::CONSUMER_NOT_FOUND => {}
+            _ => return Ok(Some(tasks)),
+        }
+        let events = n.events_stream();
+        let probe = n.agent_events(agent).replace('>', PROBE);
+        let stream = js
+            .get_stream_no_info(&events)
+            .await
+            .map_err(|e| provision_error(format!("stream {events}"))(e.to_string()))?;
+        match stream.direct_get_last_for_subject(probe).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {}
+            Err(_) => return Ok(Some(format!("{events} (with direct gets)"))),
+        }
+        let bucket = n.deliveries_bucket();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_TTL, "1");
+        let taken = async {
+            js.publish_with_headers(format!("$KV.{bucket}.{agent}.{PROBE}"), headers, "".into())
+                .await?
+                .await
+        };
+        if taken.await.is_err() {
+            return Ok(Some(format!("KV_{bucket} (with per-message TTL)")));
         }
         Ok(None)
     }
+
+    /// Puts `value` as this worker's live-registry entry
+    /// (`<agent>.<instance>` in `ORCH_AGENTS`): a publish to its key's
+    /// subject, which a least-privilege bus lets the agent make.
+    pub async fn register(
+        &self,
+        agent: &AgentName,
+        instance: &str,
+        value: bytes::Bytes,
+    ) -> Result<(), BusError> {
+        self.registry_write(agent, instance, async_nats::HeaderMap::new(), value)
+            .await
+    }
+
+    /// Deletes this worker's live-registry entry (at shutdown).
+    pub async fn unregister(&self, agent: &AgentName, instance: &str) -> Result<(), BusError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        self.registry_write(agent, instance, headers, bytes::Bytes::new())
+            .await
+    }
+
+    async fn registry_write(
+        &self,
+        agent: &AgentName,
+        instance: &str,
+        headers: async_nats::HeaderMap,
+        value: bytes::Bytes,
+    ) -> Result<(), BusError> {
+        let subject = format!(
+            "$KV.{}.{agent}.{instance}",
+            self.inner.names.agents_bucket()
+        );
+        let failed = |e: &dyn std::fmt::Display| BusError::Publish {
+            subject: subject.clone(),
+            message: e.to_string(),
+        };
+        self.inner
+            .js
+            .publish_with_headers(subject.clone(), headers, value)
+            .await
+            .map_err(|e| failed(&e))?
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(())
+    }
 }
+
+/// The last token of the subjects a worker probes to learn that the bus
+/// is provisioned (`orch.events.<agent>.layout`, claim key
+/// `<agent>.layout`): never a task id, so no task's record is touched.
+pub const PROBE: &str = "layout";
 
 /// Whether a stream has what this version relies on: direct gets on the
 /// events stream (workers read their last events so), per-message TTL on
@@ -183,12 +272,6 @@ fn in_layout(names: &super::Names, config: &stream::Config) -> bool {
     let events = config.name == names.events_stream();
     let claims = config.name == format!("KV_{}", names.deliveries_bucket());
     (!events || config.allow_direct) && (!claims || config.allow_message_ttl)
-}
-
-/// Whether a stream lookup failed because there is no such stream.
-fn not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
-    use async_nats::jetstream::{ErrorCode, context::GetStreamErrorKind};
-    matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// A file-stored stream on `subject`; `max_age` zero keeps messages until

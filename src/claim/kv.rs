@@ -5,14 +5,18 @@
 //! `Nats-Expected-Last-Subject-Sequence` (the revision it replaces, 0 for
 //! "no entry"), which makes it a compare-and-swap, and `Nats-TTL` (the
 //! lease), which makes the broker, not a host clock, end a lease nobody
-//! renews.
+//! renews. Every read is a direct get of that one subject: nothing here
+//! asks for the bucket's stream info, which would list every agent's keys
+//! (a least-privilege bus lets an agent do neither).
 
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
-use async_nats::header::{NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MESSAGE_TTL};
+use async_nats::header::{
+    NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MARKER_REASON, NATS_MESSAGE_TTL, NATS_ROLLUP,
+};
 use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::{self, stream};
 
 use super::{ClaimValue, Decision, Delivery, decide, key};
 use crate::envelope::{AgentName, TaskId};
@@ -99,20 +103,40 @@ pub enum Acquired {
 pub struct Claims {
     /// Publishes the compare-and-swap writes.
     js: jetstream::Context,
-    /// Reads entries.
-    kv: kv::Store,
+    /// The bucket's stream, for direct gets of one key.
+    stream: stream::Stream<()>,
+    /// The bucket's name (`ORCH_DELIVERIES`).
+    bucket: String,
     /// How long a lease lasts without renewal.
     lease: Duration,
 }
+
+/// The header that marks a key-value entry as deleted or purged.
+const KV_OPERATION: &str = "KV-Operation";
 
 /// How many times [`Claims::acquire`] looks again when the claim changes
 /// under it.
 const ACQUIRE_TRIES: usize = 8;
 
 impl Claims {
-    /// Claims in `kv` (the `ORCH_DELIVERIES` bucket), with `lease`.
-    pub fn new(js: jetstream::Context, kv: kv::Store, lease: Duration) -> Self {
-        Claims { js, kv, lease }
+    /// Claims in `bucket` (`ORCH_DELIVERIES`), whose stream is `stream`,
+    /// with `lease`.
+    pub fn new(
+        js: jetstream::Context,
+        stream: stream::Stream<()>,
+        bucket: String,
+        lease: Duration,
+    ) -> Self {
+        Claims {
+            js,
+            stream,
+            bucket,
+            lease,
+        }
+    }
+
+    fn subject(&self, key: &str) -> String {
+        format!("$KV.{}.{key}", self.bucket)
     }
 
     /// The lease length.
@@ -139,7 +163,6 @@ impl Claims {
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<Option<u64>, ClaimError> {
-        let subject = format!("$KV.{}.{key}", self.kv.name);
         let mut headers = HeaderMap::new();
         if let Some(revision) = expected {
             headers.insert(
@@ -150,6 +173,19 @@ impl Claims {
         if let Some(ttl) = ttl {
             headers.insert(NATS_MESSAGE_TTL, ttl_seconds(ttl).to_string().as_str());
         }
+        self.publish(task_id, key, headers, value).await
+    }
+
+    /// Publishes `value` with `headers` under the task's key; its
+    /// revision, `None` when the expected revision did not match.
+    async fn publish(
+        &self,
+        task_id: TaskId,
+        key: &str,
+        headers: HeaderMap,
+        value: bytes::Bytes,
+    ) -> Result<Option<u64>, ClaimError> {
+        let subject = self.subject(key);
         let unavailable = |e: &dyn std::fmt::Display| {
             Self::error(task_id, ClaimErrorKind::Unavailable, e.to_string())
         };
@@ -181,20 +217,27 @@ impl Claims {
         task_id: TaskId,
         key: &str,
     ) -> Result<(Option<ClaimValue>, Option<u64>), ClaimError> {
-        let entry = self
-            .kv
-            .entry(key)
+        let entry = match self
+            .stream
+            .direct_get_last_for_subject(self.subject(key))
             .await
-            .map_err(|e| Self::error(task_id, ClaimErrorKind::Unavailable, e))?;
-        match entry {
-            None => Ok((None, None)),
-            Some(e) if e.operation != kv::Operation::Put => Ok((None, Some(e.revision))),
-            Some(e) => {
-                let value = serde_json::from_slice(&e.value)
-                    .map_err(|err| Self::error(task_id, ClaimErrorKind::Undecodable, err))?;
-                Ok((Some(value), Some(e.revision)))
-            }
+        {
+            Ok(entry) => entry,
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => return Ok((None, None)),
+            Err(e) => return Err(Self::error(task_id, ClaimErrorKind::Unavailable, e)),
+        };
+        // A delete or purge, or the marker an expired lease leaves.
+        let removed = entry
+            .headers
+            .get(KV_OPERATION)
+            .is_some_and(|op| op.as_str() != "PUT")
+            || entry.headers.get(NATS_MARKER_REASON).is_some();
+        if removed {
+            return Ok((None, Some(entry.sequence)));
         }
+        let value = serde_json::from_slice(&entry.payload)
+            .map_err(|err| Self::error(task_id, ClaimErrorKind::Undecodable, err))?;
+        Ok((Some(value), Some(entry.sequence)))
     }
 
     /// Decides on one delivery of `task_id` and, when it is to run, claims
@@ -301,10 +344,16 @@ impl Claims {
     /// replica can take the task without waiting out the lease. Only
     /// removes the claim if this holder still has it.
     pub async fn release(&self, held: Held) -> Result<(), ClaimError> {
-        self.kv
-            .purge_expect_revision(&held.key, Some(held.revision))
+        let mut headers = HeaderMap::new();
+        headers.insert(KV_OPERATION, "PURGE");
+        headers.insert(NATS_ROLLUP, "sub");
+        headers.insert(
+            NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            held.revision.to_string().as_str(),
+        );
+        self.publish(held.task_id, &held.key, headers, bytes::Bytes::new())
             .await
-            .map_err(|e| Self::error(held.task_id, ClaimErrorKind::Unavailable, e))
+            .map(|_| ())
     }
 
     /// Marks the task canceled (the orchestrator, before its broadcast):

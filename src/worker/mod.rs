@@ -168,7 +168,7 @@ impl Worker {
                 agent: card.name.to_string(),
             });
         }
-        bus.wait_provisioned().await?;
+        bus.wait_provisioned(&card.name).await?;
         let mut settings = DeliverySettings::from(bus.config());
         if let Some(d) = &card.delivery {
             settings.ack_wait = d.ack_wait.unwrap_or(settings.ack_wait);
@@ -292,15 +292,8 @@ impl Worker {
 
 /// Keeps this instance's card in the live registry until `stop` fires.
 async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
-    let key = format!("{}.{}", shared.card.name, shared.instance);
+    let (agent, instance) = (&shared.card.name, shared.instance.as_str());
     let started_at = Timestamp::now();
-    let registry = match shared.bus.agents().await {
-        Ok(kv) => kv,
-        Err(e) => {
-            warn!(error = %e, "no live registry: this worker will not be listed");
-            return;
-        }
-    };
     let mut tick = tokio::time::interval(shared.config.heartbeat);
     loop {
         tokio::select! {
@@ -313,14 +306,14 @@ async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     "heartbeat_at": Timestamp::now(),
                     "in_flight": lock(&shared.running).len(),
                 });
-                if let Err(e) = registry.put(&key, value.to_string().into()).await {
+                if let Err(e) = shared.bus.register(agent, instance, value.to_string().into()).await {
                     warn!(error = %e, "registry heartbeat failed");
                 }
             }
             () = stop.cancelled() => break,
         }
     }
-    let _ = registry.delete(&key).await;
+    let _ = shared.bus.unregister(agent, instance).await;
 }
 
 /// Cancels running tasks when their cancel is broadcast.
