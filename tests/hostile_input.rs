@@ -277,3 +277,65 @@ async fn a_planted_dead_letter_is_never_run() {
         "{payload:#}"
     );
 }
+
+/// A compromised agent `echo` writes, under its own registry key, an
+/// entry claiming to be agent `other`, and reports on its own event
+/// subject for `other`'s task with `"agent": "other"` in the body: the
+/// registry lists the entry as `echo`'s, and the ignored report is audited
+/// as `echo`'s. Who wrote is the subject's, never the body's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_and_the_audit_name_the_subjects_agent() {
+    let sys = System::start(
+        vec![card("echo", &["echo"]), card("other", &["echo"])],
+        fast_bus(),
+    )
+    .await;
+    let bus = sys.bus().await;
+    let forged = json!({"agent": "other", "instance": "other-1", "in_flight": 0});
+    bus.jetstream()
+        .publish("$KV.ORCH_AGENTS.echo.w-1", forged.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let (_, agents) = sys.get("/v1/agents").await;
+    let instances = |name: &str| {
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["card"]["name"] == name)
+            .unwrap()["instances"]
+            .clone()
+    };
+    assert_eq!(instances("other"), json!([]), "{agents:#}");
+    assert_eq!(instances("echo")[0]["agent"], "echo", "{agents:#}");
+    assert_eq!(instances("echo")[0]["instance"], "w-1", "{agents:#}");
+
+    let id = sys.submit("other", "echo", json!({})).await;
+    let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+    let event = json!({"v": 1, "task_id": id, "correlation_id": task["correlation_id"],
+        "agent": "other", "attempt": 1, "state": "completed", "result": {"forged": true},
+        "at": orchestrator::envelope::Timestamp::now()});
+    bus.jetstream()
+        .publish(format!("orch.events.echo.{id}"), event.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    common::eventually("the report is audited", Duration::from_secs(10), || async {
+        let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
+        common::strings(&audit, "records", "kind").contains(&"task.ignored_event".to_string())
+    })
+    .await;
+    let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
+    let ignored = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "task.ignored_event")
+        .unwrap();
+    assert_eq!(ignored["actor"], "agent:echo", "{audit:#}");
+    let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["state"], "submitted", "{task:#}");
+}

@@ -190,7 +190,9 @@ class Worker:
         self.backoff = [parse_duration(d) for d in delivery.get("backoff", [])]
         self.concurrency = int(delivery.get("concurrency", 16))
         self.retry_delay = parse_duration(os.environ.get("ORCH_RETRY_DELAY", "1s"))
-        self.instance = f"py-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        # One subject token (§8): no dots, whatever the host is called.
+        host = socket.gethostname().replace(".", "-")
+        self.instance = f"py-{host}-{os.getpid()}-{secrets.token_hex(3)}"
         self.claims = Claims(self.js, self.lease, self.instance, self.agent)
         self.handler = load_handler(agent_dir)
         self.running = {}  # task id -> Halt, to stop its handler

@@ -105,6 +105,12 @@ fn shard_of(msg: &Message) -> usize {
     (hasher.finish() % SHARDS as u64) as usize
 }
 
+/// Who an event's audit records name: the agent its subject names (the
+/// identity the bus's permissions bind), never the body's `agent` field.
+fn actor(reporter: Option<&AgentName>) -> String {
+    format!("agent:{}", reporter.map_or("unknown", AgentName::as_str))
+}
+
 /// The change a worker event asks for; `reporter` is the agent the
 /// event's subject (`<prefix>.events.<agent>.<task>`) names.
 fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
@@ -117,7 +123,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         return Change {
             event: TaskEvent::Fail,
             attempt: Some(event.attempt.get()),
-            actor: format!("agent:{}", event.agent),
+            actor: actor(reporter.as_ref()),
             reason: format!("{}: {}", error.code.as_str(), error.message),
             result: None,
             error: Some(error),
@@ -133,7 +139,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
     Change {
         event: event.state.event(retryable),
         attempt: Some(event.attempt.get()),
-        actor: format!("agent:{}", event.agent),
+        actor: actor(reporter.as_ref()),
         reason,
         result: event.result.clone(),
         error: event.error.clone(),
@@ -213,7 +219,10 @@ impl Applier {
         for ((arrived, event), outcome) in group.into_iter().zip(outcomes) {
             match outcome {
                 Ok(outcome) => applied.push((arrived, event, outcome)),
-                Err(StoreError::NotFound(_)) => self.unknown_task(arrived, &event).await,
+                Err(StoreError::NotFound(_)) => {
+                    let reporter = self.subject_agent(&arrived.msg.subject);
+                    self.unknown_task(arrived, &event, reporter).await;
+                }
                 Err(e) if super::quarantine::unreadable(&e) => {
                     // Set aside: the event comes back for a task that is
                     // no longer there, and is audited as such.
@@ -288,11 +297,16 @@ impl Applier {
 
     /// An event for a task this orchestrator never stored (published
     /// straight onto the bus, or from another deployment): audited.
-    async fn unknown_task(&self, arrived: Arrived, event: &WorkerEvent) {
+    async fn unknown_task(
+        &self,
+        arrived: Arrived,
+        event: &WorkerEvent,
+        reporter: Option<AgentName>,
+    ) {
         warn!(task_id = %event.task_id, "event for an unknown task");
         let trace_id = context::StoredTrace::of(&arrived.span).trace_id();
         let entry = AuditEntry {
-            actor: format!("agent:{}", event.agent),
+            actor: actor(reporter.as_ref()),
             kind: "task.unknown_event".into(),
             task_id: Some(event.task_id),
             correlation_id: Some(event.correlation_id.clone()),

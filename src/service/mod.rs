@@ -19,6 +19,7 @@ mod publisher;
 mod quarantine;
 mod reads;
 mod reaper;
+mod registry;
 mod reload;
 mod request;
 mod run;
@@ -29,6 +30,7 @@ mod workflows;
 
 pub use caller::Caller;
 pub use dlq::DeadLetter;
+pub use registry::{AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
 pub use runs::{Answer, RunAct, RunView, StepView, Waiting};
