@@ -892,3 +892,24 @@ steps:
         "each handler ran once"
     );
 }
+
+/// One edit (or a `touch`) of a trigger file reloads the directory once,
+/// and then it settles: the reload's own reads of the files are not
+/// changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_settles_after_one_edit() {
+    let (sys, _rec) = system(VERSIONED).await;
+    let dir = triggers_dir(&sys);
+    let loaded_at = |list: &Value| list["loaded_at"].as_str().unwrap_or_default().to_string();
+    let (_, before) = sys.get("/v1/triggers").await;
+    std::fs::write(
+        dir.join("t.yaml"),
+        VERSIONED.replace("version: 1", "version: 2"),
+    )
+    .unwrap();
+    let reloaded = triggers_when(&sys, |l| version_of(l, "t") == Some(json!(2))).await;
+    assert_ne!(loaded_at(&reloaded), loaded_at(&before));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, later) = sys.get("/v1/triggers").await;
+    assert_eq!(loaded_at(&later), loaded_at(&reloaded), "it kept reloading");
+}

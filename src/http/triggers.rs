@@ -26,7 +26,11 @@ async fn list(State(o): State<Orchestrator>) -> Json<Value> {
     let triggers = o.triggers();
     let loaded: Vec<&crate::trigger::Trigger> =
         triggers.loaded.values().map(|t| t.as_ref()).collect();
-    Json(serde_json::json!({ "triggers": loaded, "errors": triggers.errors }))
+    Json(serde_json::json!({
+        "triggers": loaded,
+        "errors": triggers.errors,
+        "loaded_at": triggers.loaded_at,
+    }))
 }
 
 /// `POST /v1/triggers/{id}/runs` body.

@@ -26,7 +26,7 @@ pub(crate) async fn watch(o: Orchestrator, dir: PathBuf, stop: CancellationToken
     let (tx, mut changes) = mpsc::unbounded_channel();
     let watcher =
         notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
-            Ok(event) if event.paths.iter().any(|p| is_trigger_file(p)) => {
+            Ok(event) if changes_content(&event) => {
                 let _ = tx.send(());
             }
             Ok(_) => {}
@@ -57,6 +57,19 @@ pub(crate) async fn watch(o: Orchestrator, dir: PathBuf, stop: CancellationToken
         }
         reload(&o, &dir);
     }
+}
+
+/// Whether `event` may change what a trigger file holds: a file created,
+/// written, renamed, removed or touched. Opening and reading one (the
+/// reload's own reads among them) is not: reacting to it would reload
+/// forever.
+fn changes_content(event: &notify::Event) -> bool {
+    use notify::EventKind;
+    let kind = matches!(
+        event.kind,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any
+    );
+    kind && event.paths.iter().any(|p| is_trigger_file(p))
 }
 
 /// Loads `dir` again and replaces the triggers, saying what changed.

@@ -260,6 +260,8 @@ pub struct Triggers {
     /// The directory they were loaded from, watched while the
     /// orchestrator runs.
     pub dir: Option<PathBuf>,
+    /// When the directory was read.
+    pub loaded_at: Option<crate::envelope::Timestamp>,
 }
 
 impl Triggers {
@@ -278,6 +280,7 @@ impl Triggers {
             },
         };
         triggers.dir = Some(dir.to_path_buf());
+        triggers.loaded_at = Some(crate::envelope::Timestamp::now());
         triggers
     }
 
@@ -319,7 +322,7 @@ impl Triggers {
         Triggers {
             loaded,
             errors,
-            dir: None,
+            ..Triggers::default()
         }
     }
 }
