@@ -289,8 +289,10 @@ async fn without_authentication_every_response_says_so() {
     assert_eq!(audit["records"][0]["actor"], "anonymous", "{audit:#}");
 }
 
-/// A bearer JWT from the configured issuer makes its `sub` the principal,
-/// with the token's scopes; an expired one is refused.
+/// A bearer JWT from the configured issuer makes `<issuer>#<sub>` the
+/// principal, with the token's scopes; an expired one is refused. Its
+/// principals are apart from the API keys': a token whose `sub` is an API
+/// key's principal (`alice`) neither sees nor owns that key's tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_issuers_bearer_jwt_is_a_principal() {
     let idp = tempfile::tempdir().unwrap();
@@ -300,11 +302,13 @@ async fn an_issuers_bearer_jwt_is_a_principal() {
     let signing =
         jsonwebtoken::EncodingKey::from_ed_pem(&std::fs::read(&files.signing).unwrap()).unwrap();
     let public = files.verify.clone();
+    let (alice_key, alice_entry) = common::system::key_for("alice", &["Files.Read"]);
     let sys = System::start_with(
         common::nats::NatsServer::start(),
         vec![mail_card()],
         fast_bus(),
         move |c| {
+            c.api_auth.api_keys.push(alice_entry);
             c.api_auth.jwt = Some(IssuerSettings {
                 issuer: "https://idp.test".into(),
                 audience: "orchestrator-api".into(),
@@ -316,15 +320,16 @@ async fn an_issuers_bearer_jwt_is_a_principal() {
     )
     .await;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let token = |exp: i64| {
+    let token_for = |sub: &str, exp: i64| {
         jsonwebtoken::encode(
             &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA),
-            &json!({"iss": "https://idp.test", "aud": "orchestrator-api", "sub": "dave@example.com",
+            &json!({"iss": "https://idp.test", "aud": "orchestrator-api", "sub": sub,
                     "exp": exp, "scope": "Files.Read"}),
             &signing,
         )
         .unwrap()
     };
+    let token = |exp: i64| token_for("dave@example.com", exp);
     let body = json!({"to": "mail", "action": "read", "params": {}});
     let good = token(now + 300);
     let (status, task, _) = sys
@@ -334,9 +339,48 @@ async fn an_issuers_bearer_jwt_is_a_principal() {
     let id = task["task_id"].as_str().unwrap();
     let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
     assert_eq!(
-        audit["records"][0]["actor"], "dave@example.com",
+        audit["records"][0]["actor"], "https://idp.test#dave@example.com",
         "{audit:#}"
     );
+    // `alice` the API key and `alice` the token's subject are two callers.
+    let body_for_alice = json!({"to": "mail", "action": "read", "params": {},
+                                "idempotency_key": "same-key"});
+    let (status, keys_task, _) = sys
+        .call_as(
+            Some(&alice_key),
+            Method::POST,
+            "/v1/tasks",
+            Some(body_for_alice.clone()),
+        )
+        .await;
+    assert_eq!(status, 201, "{keys_task:#}");
+    let keys_id = keys_task["task_id"].as_str().unwrap();
+    let token_alice = token_for("alice", now + 300);
+    let (status, _, _) = sys
+        .call_as(
+            Some(&token_alice),
+            Method::GET,
+            &format!("/v1/tasks/{keys_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status, 404,
+        "a token's `alice` saw the key's `alice`'s task"
+    );
+    let (status, tokens_task, _) = sys
+        .call_as(
+            Some(&token_alice),
+            Method::POST,
+            "/v1/tasks",
+            Some(body_for_alice),
+        )
+        .await;
+    assert_eq!(
+        status, 201,
+        "the same idempotency key is another caller's: {tokens_task:#}"
+    );
+    assert_ne!(tokens_task["task_id"], keys_task["task_id"]);
     let send = json!({"to": "mail", "action": "send", "params": {}});
     let (status, _, _) = sys
         .call_as(Some(&good), Method::POST, "/v1/tasks", Some(send))

@@ -73,7 +73,7 @@ impl ApiKeys {
                         .into(),
                 ));
             }
-            let principal = Principal::checked(e.principal.clone(), e.scopes.clone(), "api key")
+            let principal = Principal::of_api_key(e.principal.clone(), e.scopes.clone())
                 .map_err(|d| at(d.message))?;
             if keys.insert(hash, principal).is_some() {
                 return Err(at("the same key is listed twice".into()));

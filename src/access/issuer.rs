@@ -230,7 +230,7 @@ impl Issuer {
             Some(Scp::Text(text)) => scopes.extend(text.split_whitespace().map(str::to_string)),
             None => {}
         }
-        Principal::checked(claims.sub, Grants::new(scopes), "bearer token")
+        Principal::of_issuer(&self.issuer, &claims.sub, Grants::new(scopes))
     }
 }
 
@@ -284,7 +284,7 @@ mod tests {
         let (_dir, key, public) = pair();
         let issuer = Issuer::open(&settings(Some(public), None)).unwrap();
         let p = issuer.verify(&sign(&key, None, &claims(|_| {}))).unwrap();
-        assert_eq!(p.name, "dave");
+        assert_eq!(p.name, "https://idp.example#dave");
         assert_eq!(
             p.grants.as_slice(),
             ["Files.Read", "orch:audit:read", "Mail.Send"]
@@ -327,8 +327,8 @@ mod tests {
         );
         let none = format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{body}.");
         assert!(refused(none).contains("cannot be read"));
-        // A reserved principal.
-        assert!(refused(with(|c| c["sub"] = json!("anonymous"))).contains("reserved"));
+        // An empty subject.
+        assert!(refused(with(|c| c["sub"] = json!(""))).contains("empty"));
     }
 
     #[test]
@@ -357,14 +357,14 @@ mod tests {
                 .verify(&sign(&key, Some("one"), &claims(|_| {})))
                 .unwrap()
                 .name,
-            "dave"
+            "https://idp.example#dave"
         );
         assert_eq!(
             issuer
                 .verify(&sign(&second, Some("two"), &claims(|_| {})))
                 .unwrap()
                 .name,
-            "dave"
+            "https://idp.example#dave"
         );
         let wrong = issuer
             .verify(&sign(&key, Some("two"), &claims(|_| {})))
