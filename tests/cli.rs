@@ -320,3 +320,42 @@ steps:
     assert!(!text.contains("no agent `nobody`"), "{text}");
     assert!(text.contains("were not checked"), "{text}");
 }
+
+/// `validate` refuses what `orchestrator worker` refuses: a card that does
+/// not say how to run its agent, or names a built-in handler there is not,
+/// is a problem naming the field, and the worker fails to start on it
+/// with the same words.
+#[test]
+fn validate_and_the_worker_agree_on_what_a_card_needs_to_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("nothing", json!(null), "invocation"),
+        (
+            "ghost",
+            json!({"type": "builtin", "handler": "ghost"}),
+            "invocation.handler",
+        ),
+    ];
+    for (name, invocation, field) in cases {
+        let agent = dir.path().join(name);
+        std::fs::create_dir_all(&agent).unwrap();
+        let mut card = json!({"name": name, "version": "1.0.0", "description": "d",
+                              "skills": [{"id": "do", "description": "d"}]});
+        if !invocation.is_null() {
+            card["invocation"] = invocation;
+        }
+        std::fs::write(agent.join("agent.json"), card.to_string()).unwrap();
+        let out = orchestrator(&["validate", "--json", agent.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1));
+        let report = stdout_json(&out);
+        assert_eq!(report["problems"][0]["field"], field, "{report:#}");
+        let said = report["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let worker = orchestrator(&["worker", "--agent", agent.to_str().unwrap()]);
+        assert_ne!(worker.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&worker.stderr);
+        assert!(stderr.contains(&said), "{said} / {stderr}");
+    }
+}

@@ -380,7 +380,7 @@ class Worker:
             await msg.ack()
             return
         if decision == "busy":
-            await msg.nak(delay=self.lease)
+            await msg.nak(delay=self.retry_delay)  # §5: its holder died or is cut off
             return
         if decision != "run":
             await msg.nak(delay=self.retry_delay)
@@ -415,8 +415,9 @@ class Worker:
                 if not working and now >= started + WORKING_AFTER:
                     working = asyncio.create_task(self.report(env, "working", trace=trace))
                 if now >= beat_at:
-                    await msg.in_progress()
+                    # §4.6: the claim first, then the message's ack wait.
                     revision, last_write = await self.renew(task, value, revision, last_write)
+                    await msg.in_progress()
             # §4.8: fence before reporting.
             if time.monotonic() - last_write > self.lease / 2:
                 revision, last_write = await self.renew(task, value, revision, last_write)
@@ -531,10 +532,12 @@ class Worker:
             task = env["header"]["task_id"]
         except Exception:
             pass
+        code = "malformed_json" if env is None else "malformed_envelope"
+        reason = str(error)[:200] or type(error).__name__
         headers = {
             "Nats-Msg-Id": f"dlq.ORCH_TASKS.{stream_seq}",
-            "Orch-Dlq-Code": "malformed_json" if env is None else "malformed_envelope",
-            "Orch-Dlq-Reason": str(error)[:200] or type(error).__name__,
+            "Orch-Dlq-Code": code,
+            "Orch-Dlq-Reason": reason.replace("\r", " ").replace("\n", " "),  # one line
             "Orch-Original-Subject": msg.subject,
             "Orch-Stream-Seq": str(stream_seq),
         }
@@ -547,9 +550,12 @@ class Worker:
             return
         try:
             correlation = env["header"]["correlation_id"]
-            stub = {"header": {"task_id": task, "correlation_id": correlation}, "control": {"attempt": 1}}
+            attempt = env.get("control", {}).get("attempt")
+            if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+                attempt = 1
+            stub = {"header": {"task_id": task, "correlation_id": correlation}, "control": {"attempt": attempt}}
             message = f"the envelope cannot be read: {error}"
-            await self.report(stub, "rejected", error={"code": "malformed_envelope", "message": message})
+            await self.report(stub, "rejected", error={"code": code, "message": message})
         except Exception:
             pass  # no ids to report on
         await msg.term()

@@ -223,6 +223,38 @@ impl Validate for AgentCard {
     }
 }
 
+/// The handlers built into this binary that `invocation.type: builtin`
+/// may name.
+pub const BUILTIN_HANDLERS: [&str; 1] = ["echo"];
+
+impl AgentCard {
+    /// How `orchestrator worker` runs this agent's tasks: the card's
+    /// `invocation`, when it is one this binary can run. The worker refuses
+    /// to start otherwise, and `orchestrator validate` reports the same
+    /// problem. (A worker written in another language reads only `name`,
+    /// `skills` and `delivery`; the orchestrator itself never needs it.)
+    pub fn runnable(&self) -> Result<&Invocation, DecodeError> {
+        match &self.invocation {
+            None => Err(DecodeError::invalid(
+                "invocation",
+                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command` or `builtin` invocation)",
+            )),
+            Some(Invocation::Builtin { handler })
+                if !BUILTIN_HANDLERS.contains(&handler.as_str()) =>
+            {
+                Err(DecodeError::invalid(
+                    "invocation.handler",
+                    format!(
+                        "`{handler}` is not a built-in handler (known: {})",
+                        BUILTIN_HANDLERS.join(", ")
+                    ),
+                ))
+            }
+            Some(invocation) => Ok(invocation),
+        }
+    }
+}
+
 fn is_semver(v: &str) -> bool {
     let core = v.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();

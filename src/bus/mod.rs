@@ -510,8 +510,10 @@ impl Bus {
     /// given, makes a repeated copy of the same message harmless.
     pub async fn dead_letter(&self, letter: DeadLetterCopy<'_>) -> Result<(), BusError> {
         let mut headers = HeaderMap::new();
-        headers.insert(DLQ_REASON_HEADER, letter.reason);
-        headers.insert(DLQ_CODE_HEADER, letter.code);
+        // A header value is one line.
+        let one_line = |text: &str| text.replace(['\r', '\n'], " ");
+        headers.insert(DLQ_REASON_HEADER, one_line(letter.reason).as_str());
+        headers.insert(DLQ_CODE_HEADER, one_line(letter.code).as_str());
         headers.insert(DLQ_SUBJECT_HEADER, letter.original_subject);
         headers.insert(DLQ_SEQ_HEADER, letter.stream_seq.to_string().as_str());
         if let Some(id) = letter.task_id {

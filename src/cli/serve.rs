@@ -320,6 +320,11 @@ async fn run_worker(
     card: AgentCard,
     dir: PathBuf,
 ) -> ExitCode {
+    // The card's own problem first: nothing else matters until it can run.
+    let handler = match handler_for(&card) {
+        Ok(h) => h,
+        Err(e) => return fail(format!("{}: {e}", args.agent.display())),
+    };
     if let Some(k) = args.verify_key {
         config.tokens.verify_key = Some(k);
     }
@@ -339,10 +344,6 @@ async fn run_worker(
             None
         }
         Err(e) => return fail(e),
-    };
-    let handler = match handler_for(&card) {
-        Ok(h) => h,
-        Err(e) => return fail(format!("{}: {e}", args.agent.display())),
     };
     let url = args
         .nats_url

@@ -52,6 +52,14 @@ pub fn validate(paths: &[PathBuf]) -> Validation {
                 message: format!("`{}` is the name of another agent", card.name),
             }),
             Ok((card, _)) => {
+                // What `orchestrator worker` would refuse is a problem here
+                // too; triggers are still checked against the card.
+                if let Err(error) = card.runnable() {
+                    problems.push(card_problem(CardError::Invalid {
+                        path: card_file(path),
+                        error,
+                    }));
+                }
                 cards.insert(card.name.clone(), card);
             }
             Err(e) => problems.push(card_problem(e)),

@@ -127,8 +127,11 @@ async fn handle_envelope(
             run_task(&shared, msg, envelope, resumed, held, hard_stop, trace).await;
         }
         Ok(Acquired::Skip(Decision::Busy)) => {
-            debug!(task_id = %task_id, "another holder runs this message: looking again after a lease");
-            settle(&msg, Settlement::Nak(shared.lease())).await;
+            // Its holder missed a whole lease of in-progress acks: it died
+            // (its claim ends within moments) or it is cut off (it gives
+            // the claim up within a lease). Look again soon.
+            debug!(task_id = %task_id, "another holder has this message: looking again after the retry delay");
+            settle(&msg, Settlement::Nak(shared.retry_delay())).await;
         }
         Ok(Acquired::Skip(decision)) => {
             info!(task_id = %task_id, attempt, ?decision, "not run: settling the message");
@@ -217,11 +220,15 @@ async fn run_task(
                 }));
             }
             _ = renew.tick() => {
-                settle(&msg, Settlement::Progress).await;
+                // The claim first, then the message's ack wait, and the
+                // latter only once the former is renewed: a holder that
+                // dies (or stays cut off) leaves a claim that ends no later
+                // than its message comes back.
                 match shared.claims.renew(&mut held).await {
-                    Ok(()) => {}
+                    Ok(()) => settle(&msg, Settlement::Progress).await,
                     Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease()) => {
                         warn!(task_id = %task_id, error = %e, "lease renewal failed; trying again");
+                        renew.reset_after(shared.renew_retry());
                     }
                     Err(e) => {
                         warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
@@ -380,7 +387,8 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
 }
 
 /// A `rejected` event for a message that did not parse, when its task id
-/// and correlation id can still be read from it.
+/// and correlation id can still be read from it; about the attempt in
+/// `control.attempt` when that is a positive integer, else attempt 1.
 fn rejected_from_fragments(
     card: &AgentCard,
     payload: &[u8],
@@ -391,12 +399,19 @@ fn rejected_from_fragments(
     let header = value.get("header")?;
     let task_id = header.get("task_id")?.as_str()?.parse().ok()?;
     let correlation_id = header.get("correlation_id")?.as_str()?.parse().ok()?;
+    let attempt = value
+        .get("control")
+        .and_then(|c| c.get("attempt"))
+        .and_then(Value::as_u64)
+        .and_then(|a| u32::try_from(a).ok())
+        .and_then(std::num::NonZeroU32::new)
+        .unwrap_or(std::num::NonZeroU32::MIN);
     Some(WorkerEvent {
         v: crate::envelope::Version,
         task_id,
         correlation_id,
         agent: card.name.clone(),
-        attempt: std::num::NonZeroU32::MIN,
+        attempt,
         state: ReportedState::Rejected,
         result: None,
         artifacts: Vec::new(),

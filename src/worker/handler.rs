@@ -52,22 +52,19 @@ impl Handler for EchoHandler {
     }
 }
 
-/// The handler a card's `invocation` names.
+/// The handler a card's `invocation` names ([`AgentCard::runnable`]).
 pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
-    match &card.invocation {
-        Some(Invocation::Command {
+    match card.runnable().map_err(|e| e.to_string())? {
+        Invocation::Command {
             command,
             timeout,
             env,
-        }) => Ok(Arc::new(CommandHandler::new(
+        } => Ok(Arc::new(CommandHandler::new(
             command.clone(),
             *timeout,
             CommandHandler::environment(env, std::env::vars()),
         ))),
-        Some(Invocation::Builtin { handler }) if handler == "echo" => Ok(Arc::new(EchoHandler)),
-        Some(Invocation::Builtin { handler }) => Err(format!(
-            "invocation.handler: `{handler}` is not a built-in handler (known: echo)"
-        )),
-        None => Err("invocation: the card does not say how to run the agent".into()),
+        // `runnable` allows only the built-in handlers there are.
+        Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
     }
 }

@@ -148,6 +148,15 @@ impl Shared {
     fn retry_delay(&self) -> Duration {
         self.bus.config().retry_delay
     }
+
+    /// How soon a renewal that could not reach the bucket is tried again:
+    /// the retry delay, at most a sixth of a lease (so several tries fit
+    /// in what is left of it).
+    fn renew_retry(&self) -> Duration {
+        self.retry_delay()
+            .min(self.lease() / 6)
+            .max(Duration::from_millis(50))
+    }
 }
 
 impl Worker {
