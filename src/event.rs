@@ -1,7 +1,8 @@
 //! The status and result events a worker publishes about a task.
 //!
-//! Schema: `docs/schema/worker-event.schema.json`. The orchestrator applies
-//! each event to the task's state machine through [`ReportedState::event`].
+//! Schema: `docs/schema/worker-event.schema.json`. A wire format, below
+//! the task's state machine: what an event means for the task is the
+//! orchestrator's to say (`service::events`).
 
 use std::num::NonZeroU32;
 
@@ -10,7 +11,6 @@ use serde_json::Value;
 
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::{AgentName, CorrelationId, TaskId, Timestamp, Version};
-use crate::task::TaskEvent;
 
 /// One status or result report from a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,21 +88,6 @@ impl ReportedState {
             ReportedState::Failed => "failed",
             ReportedState::Rejected => "rejected",
             ReportedState::Canceled => "canceled",
-        }
-    }
-
-    /// The state machine event this report stands for. A retryable failure
-    /// is a [`TaskEvent::Retry`]: the orchestrator schedules another attempt.
-    pub fn event(self, retryable: bool) -> TaskEvent {
-        match self {
-            ReportedState::Working => TaskEvent::Start,
-            ReportedState::InputRequired => TaskEvent::RequireInput,
-            ReportedState::AuthRequired => TaskEvent::RequireAuth,
-            ReportedState::Completed => TaskEvent::Complete,
-            ReportedState::Failed if retryable => TaskEvent::Retry,
-            ReportedState::Failed => TaskEvent::Fail,
-            ReportedState::Rejected => TaskEvent::Reject,
-            ReportedState::Canceled => TaskEvent::Cancel,
         }
     }
 }
@@ -195,12 +180,6 @@ impl WorkerEvent {
     pub fn from_user(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
         codec::decode(bytes, Strictness::Strict, max_bytes)
     }
-
-    /// The state machine event this report stands for.
-    pub fn task_event(&self) -> TaskEvent {
-        let retryable = self.error.as_ref().is_some_and(|e| e.retryable);
-        self.state.event(retryable)
-    }
 }
 
 #[cfg(test)]
@@ -240,26 +219,18 @@ mod tests {
     }
 
     #[test]
-    fn failures_need_an_error_and_map_to_retry_or_fail() {
+    fn failures_and_rejections_need_an_error() {
         assert_eq!(
             event("failed", Value::Null).unwrap_err().field(),
             Some("error")
         );
-        let retry =
-            serde_json::json!({"code": "upstream_timeout", "message": "m", "retryable": true});
         assert_eq!(
-            event("failed", retry).unwrap().task_event(),
-            TaskEvent::Retry
+            event("rejected", Value::Null).unwrap_err().field(),
+            Some("error")
         );
         let permanent = serde_json::json!({"code": "bad_input", "message": "m"});
-        assert_eq!(
-            event("failed", permanent).unwrap().task_event(),
-            TaskEvent::Fail
-        );
-        assert_eq!(
-            event("working", Value::Null).unwrap().task_event(),
-            TaskEvent::Start
-        );
+        assert!(event("failed", permanent).is_ok());
+        assert!(event("working", Value::Null).is_ok());
     }
 
     #[test]

@@ -3,39 +3,63 @@
 //!
 //! # Layout
 //!
-//! Layers point one way: `http` calls `service`, which calls `store`, `bus`
-//! `claim` and `auth`; `server` wires the service and the HTTP API together above
-//! both; the worker talks to the bus and the claims only.
+//! Layers point one way, top to bottom: a module uses modules of its own
+//! layer or below, never above, and no two use each other.
+//!
+//! 1. `server` wires the service and the HTTP API together (the binary's
+//!    `cli` starts processes and parses flags).
+//! 2. Faces: `http` calls `service` only (never `store`, `bus` or
+//!    `claim`); `worker` is a process of its own, on `bus`, `claim`,
+//!    `auth` and `agent`.
+//! 3. `service`: the orchestrator.
+//! 4. Infrastructure: `store` (sled), `bus` (NATS), `broker`.
+//! 5. Domain, read from files at most: `workflow`, `trigger`, `access`,
+//!    `agent`, `task`, `audit`.
+//! 6. Contracts between processes and their context: `claim`, `auth`,
+//!    `telemetry`.
+//! 7. Wire formats and their helpers: `event`, `envelope`, `codec`,
+//!    `redact`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
-//!   for user input, tolerant on the wire.
+//!   for user input, tolerant on the wire; the nesting bound.
 //! - [`envelope`]: the task envelope (wire format v1) and its ids.
 //! - [`event`]: the status and result events workers publish.
 //! - [`task`]: task states, the state machine, the retry policy, the task
-//!   record and status.
-//! - [`store`]: the durable sled store: task statuses, envelopes,
-//!   idempotency, indexes, the audit log and its by-task index, waits for a
-//!   task's end, format migrations.
+//!   record and status, a submission's outcome.
+//! - [`audit`]: the audit trail's records, filters and chain report.
 //! - [`agent`]: agent cards (`agents/<id>/agent.json`).
-//! - [`trigger`]: trigger definitions (`triggers/`).
-//! - [`bus`]: the NATS JetStream layout, publishing, pulling, settling.
+//! - [`trigger`]: trigger definitions (`triggers/`) and `validate`.
+//! - [`workflow`]: workflow runs: their record and the pure plan of what a
+//!   run does next.
+//! - [`redact`]: keeping sensitive param values out of error messages,
+//!   logs and the audit trail.
+//! - [`store`]: the durable sled store: task statuses, envelopes,
+//!   idempotency, indexes, the audit log and its by-task index, runs,
+//!   waits for a task's end, quarantine of unreadable records, format
+//!   migrations.
+//! - [`bus`]: the NATS JetStream layout, publishing, pulling, settling,
+//!   dead-lettering, the least-privilege users.
 //! - [`claim`]: the delivery claims that keep two replicas from running one
 //!   attempt (a contract between processes, below worker and orchestrator).
 //! - [`auth`]: task tokens: key files, the canonical envelope hash, minting
 //!   and the worker's checks (a contract between processes, like `claim`).
 //! - [`access`]: who may call the HTTP API: API keys, bearer JWTs from an
-//!   issuer, scopes (below `service`, which checks them, and `http`).
+//!   issuer, scopes, one namespace per kind of principal.
 //! - [`broker`]: finding or starting a local `nats-server`.
-//! - [`service`]: the orchestrator: submit, cancel, reads, and its
-//!   background work (publisher, event applier, DLQ, reaper, orphan sweep).
-//! - [`redact`]: keeping sensitive param values out of error messages,
-//!   logs and the audit trail.
-//! - [`http`]: the HTTP API over the service, with its bounds.
+//! - [`telemetry`]: logs, traces (OTLP, W3C context on messages) and
+//!   Prometheus metrics.
+//! - [`service`]: the orchestrator: submit, cancel, reads, runs, replays,
+//!   the registry, and its background work (publisher, event applier, DLQ,
+//!   reaper, orphan sweep, workflow engine, schedules, event triggers, hot
+//!   reload, quarantine); its errors say what kind of trouble they are.
+//! - [`http`]: the HTTP API over the service, with its bounds (per
+//!   principal, per body, per connection).
 //! - [`server`]: the orchestrator process: service and HTTP API together.
 //! - [`worker`]: the worker service: intake, claims, handlers, reports.
 
 pub mod access;
 pub mod agent;
+pub mod audit;
 pub mod auth;
 pub mod broker;
 pub mod bus;

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{envelope, new_task};
-use orchestrator::store::{AuditEntry, Change};
+use orchestrator::audit::AuditEntry;
+use orchestrator::store::Change;
 use orchestrator::{Store, StoreConfig, TaskEvent, TaskId, TaskState};
 use serde_json::json;
 

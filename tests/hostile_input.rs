@@ -203,18 +203,19 @@ async fn plant_letter(sys: &System, on: &str, task: &str, to: &str, seq: u64) {
         "control": {"idempotency_key": "k", "priority": "normal", "response_mode": "async",
                     "attempt": 1, "max_attempts": 3}
     });
-    let payload = serde_json::to_vec(&forged).unwrap();
-    let letter = orchestrator::bus::DeadLetterCopy {
-        agent: on,
-        payload: &payload,
-        code: "max_deliveries",
-        reason: "planted",
-        original_subject: "orch.tasks.echo.normal",
-        stream: "ORCH_TASKS",
-        stream_seq: seq,
-        task_id: Some(task.parse().unwrap()),
-    };
-    sys.bus().await.dead_letter(letter).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Orch-Task-Id", task);
+    headers.insert("Orch-Dlq-Code", "max_deliveries");
+    headers.insert("Orch-Dlq-Reason", "planted");
+    headers.insert("Orch-Stream-Seq", seq.to_string().as_str());
+    sys.bus()
+        .await
+        .jetstream()
+        .publish_with_headers(format!("orch.dlq.{on}"), headers, forged.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 }
 
 /// The params of the last envelope queued for agents.

@@ -6,8 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::{envelope, new_task, temp_store};
+use orchestrator::audit::{AuditEntry, AuditFilter};
 use orchestrator::event::ErrorInfo;
-use orchestrator::store::{Applied, AuditEntry, AuditFilter, Change, StepLink, Submitted};
+use orchestrator::store::{Applied, Change, StepLink};
+use orchestrator::task::Submitted;
 use orchestrator::{Store, StoreConfig, StoreError, TaskEvent, TaskState};
 use serde_json::json;
 
@@ -172,7 +174,7 @@ async fn only_a_key_the_caller_gave_is_claimed() {
 /// it is collected.
 #[tokio::test]
 async fn run_keys_expire_like_task_keys() {
-    use orchestrator::store::RunStarted;
+    use orchestrator::workflow::RunStarted;
     async fn start(store: &Store, n: u32) -> Result<RunStarted, StoreError> {
         store
             .start_run(common::new_run("t", Some("k"), json!({ "n": n })))

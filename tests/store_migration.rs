@@ -64,7 +64,7 @@ async fn a_v1_store_is_migrated_on_open() {
         let after = store.get(record.task_id()).unwrap().unwrap();
         assert_eq!(&after, record);
     }
-    let filter = orchestrator::store::AuditFilter {
+    let filter = orchestrator::audit::AuditFilter {
         task_id: Some(ids[1]),
         correlation_id: None,
     };
@@ -83,7 +83,7 @@ async fn a_v1_store_is_migrated_on_open() {
 /// keys are held for the retention from the migration.
 #[tokio::test]
 async fn a_v3_store_gets_its_run_indexes_on_open() {
-    use orchestrator::store::RunStarted;
+    use orchestrator::workflow::RunStarted;
     use orchestrator::workflow::{RunId, RunState};
 
     let dir = tempfile::tempdir().unwrap();
@@ -144,7 +144,8 @@ async fn a_v3_store_gets_its_run_indexes_on_open() {
 /// read back the same.
 #[tokio::test]
 async fn a_v4_store_gets_one_audit_index_key_per_task() {
-    use orchestrator::store::{AuditFilter, Change};
+    use orchestrator::audit::AuditFilter;
+    use orchestrator::store::Change;
     use orchestrator::{TaskEvent, TaskRecord};
 
     let dir = tempfile::tempdir().unwrap();

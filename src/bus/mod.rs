@@ -10,6 +10,7 @@
 
 mod auth;
 mod depth;
+mod dlq;
 mod names;
 pub mod permissions;
 mod provision;
@@ -19,6 +20,10 @@ mod trigger_events;
 
 pub use auth::NatsAuth;
 pub use depth::QueueDepth;
+pub use dlq::{
+    DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER, DeadLetterCopy,
+    Original,
+};
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
 pub use settle::{Settlement, settle, settle_confirmed};
@@ -42,15 +47,6 @@ pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
 /// broker may hold an earlier copy, so a worker checks the attempt's result
 /// record before running it.
 pub const REPUBLISHED_HEADER: &str = "Orch-Republished";
-
-/// Dead-letter header: why, in words.
-pub const DLQ_REASON_HEADER: &str = "Orch-Dlq-Reason";
-/// Dead-letter header: why, as a code.
-pub const DLQ_CODE_HEADER: &str = "Orch-Dlq-Code";
-/// Dead-letter header: the subject the message was on.
-pub const DLQ_SUBJECT_HEADER: &str = "Orch-Original-Subject";
-/// Dead-letter header: its sequence in the task stream.
-pub const DLQ_SEQ_HEADER: &str = "Orch-Stream-Seq";
 
 /// How the bus is laid out and how deliveries behave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -505,26 +501,6 @@ impl Bus {
             .map_err(|e| error(e.to_string()))
     }
 
-    /// Copies a message that cannot be run to `orch.dlq.<agent>`, with why
-    /// in its headers, and waits for JetStream to store it. `msg_id`, when
-    /// given, makes a repeated copy of the same message harmless.
-    pub async fn dead_letter(&self, letter: DeadLetterCopy<'_>) -> Result<(), BusError> {
-        let mut headers = HeaderMap::new();
-        // A header value is one line.
-        let one_line = |text: &str| text.replace(['\r', '\n'], " ");
-        headers.insert(DLQ_REASON_HEADER, one_line(letter.reason).as_str());
-        headers.insert(DLQ_CODE_HEADER, one_line(letter.code).as_str());
-        headers.insert(DLQ_SUBJECT_HEADER, letter.original_subject);
-        headers.insert(DLQ_SEQ_HEADER, letter.stream_seq.to_string().as_str());
-        if let Some(id) = letter.task_id {
-            headers.insert(TASK_ID_HEADER, id.to_string().as_str());
-        }
-        let subject = self.inner.names.dlq_subject(letter.agent);
-        let msg_id = format!("dlq.{}.{}", letter.stream, letter.stream_seq);
-        self.publish(subject, msg_id, headers, letter.payload.to_vec())
-            .await
-    }
-
     /// Publishes a worker event and waits for JetStream to store it, in a
     /// `report` span that is a child of `parent` and whose context the
     /// message carries.
@@ -618,28 +594,6 @@ impl PendingPublish {
                 message: e.to_string(),
             })
     }
-}
-
-/// A message to dead-letter, with why.
-#[derive(Debug, Clone, Copy)]
-pub struct DeadLetterCopy<'a> {
-    /// The agent it was for (its DLQ subject).
-    pub agent: &'a str,
-    /// The message as it was.
-    pub payload: &'a [u8],
-    /// Why, as a code.
-    pub code: &'a str,
-    /// Why, in words.
-    pub reason: &'a str,
-    /// The subject it was on.
-    pub original_subject: &'a str,
-    /// The stream it was in (the task stream, or the events stream for a
-    /// poison event).
-    pub stream: &'a str,
-    /// Its sequence in that stream.
-    pub stream_seq: u64,
-    /// Its task, when the envelope could be read.
-    pub task_id: Option<crate::envelope::TaskId>,
 }
 
 /// Delivery settings of one agent's consumers.

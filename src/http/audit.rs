@@ -6,8 +6,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Requester};
+use crate::audit::{AuditFilter, AuditRecord, AuditReport};
 use crate::service::Orchestrator;
-use crate::store::{AuditFilter, AuditRecord, AuditReport};
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()

@@ -9,8 +9,7 @@ use serde_json::json;
 use tracing::error;
 
 use crate::codec::DecodeError;
-use crate::service::ServiceError;
-use crate::store::StoreError;
+use crate::service::{ErrorKind, ServiceError};
 
 /// An API error.
 #[derive(Debug)]
@@ -69,84 +68,21 @@ impl From<DecodeError> for ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match &e {
-            StoreError::NotFound(_) | StoreError::RunNotFound(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, e.code(), e.to_string())
-            }
-            StoreError::Quarantined { .. } => {
-                ApiError::new(StatusCode::GONE, e.code(), e.to_string())
-            }
-            StoreError::RunRefused(_) => {
-                ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
-            }
-            StoreError::IdempotencyConflict { .. } | StoreError::RunKeyConflict { .. } => {
-                ApiError {
-                    field: Some("idempotency_key".into()),
-                    ..ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
-                }
-            }
-            StoreError::Transition { .. } => {
-                ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string())
-            }
-            _ => ApiError::internal(e),
-        }
-    }
-}
-
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
-        match e {
-            ServiceError::UnknownAgent(_) => ApiError {
-                field: Some("to".into()),
-                ..ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
-            },
-            ServiceError::UnknownAction { .. } => ApiError {
-                field: Some("action".into()),
-                ..ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "unknown_action",
-                    e.to_string(),
-                )
-            },
-            ServiceError::Forbidden { .. } => {
-                ApiError::new(StatusCode::FORBIDDEN, "insufficient_scope", e.to_string())
-            }
-            ServiceError::NotCancelable { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "not_cancelable", e.to_string())
-            }
-            ServiceError::ReplayRefused { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "replay_refused", e.to_string())
-            }
-            ServiceError::UnknownTrigger(_) | ServiceError::NoDeadLetter(_) => {
-                ApiError::not_found(e.to_string())
-            }
-            ServiceError::BadInput(e) => ApiError {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                ..e.into()
-            },
-            ServiceError::Store(e) => e.into(),
-            ServiceError::Bus(e) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "bus_unavailable",
-                e.to_string(),
-            ),
-            ServiceError::TooLarge { .. } => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                e.to_string(),
-            ),
-            ServiceError::Keys(_) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "keys_unavailable",
-                e.to_string(),
-            ),
-            ServiceError::InvalidCard(_) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "invalid_card",
-                e.to_string(),
-            ),
+        let status = match e.kind() {
+            ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::Gone => StatusCode::GONE,
+            ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => return ApiError::internal(e),
+        };
+        ApiError {
+            field: e.field().map(str::to_string),
+            ..ApiError::new(status, e.code(), e.to_string())
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::codec::{self, Strictness};
 use crate::envelope::{CorrelationId, ResponseMode, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::service::{Orchestrator, TaskRequest};
-use crate::store::Submitted;
+use crate::task::Submitted;
 use crate::task::{HistoryEntry, TaskRecord, TaskState};
 
 pub(super) fn router() -> Router<Orchestrator> {

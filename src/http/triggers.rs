@@ -13,8 +13,8 @@ use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::IdempotencyKey;
 use crate::service::{Orchestrator, RunView};
-use crate::store::RunStarted;
 use crate::workflow::Origin;
+use crate::workflow::RunStarted;
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()

@@ -17,14 +17,15 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::audit::AuditEntry;
 use crate::bus::{
     Bus, BusError, DLQ_CODE_HEADER as CODE_HEADER, DLQ_REASON_HEADER as REASON_HEADER,
-    DeadLetterCopy, PullSettings, Puller, Settlement, TASK_ID_HEADER, settle,
+    DeadLetterCopy, Original, PullSettings, Puller, Settlement, TASK_ID_HEADER, settle,
 };
 use crate::claim::{ClaimValue, Claims};
 use crate::envelope::{Envelope, TaskId};
 use crate::event::ErrorInfo;
-use crate::store::{AuditEntry, Change, Store, StoreError};
+use crate::store::{Change, Store, StoreError};
 use crate::task::TaskEvent;
 
 /// What JetStream says in a MAX_DELIVERIES advisory.
@@ -140,12 +141,9 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
         stream_seq: advisory.stream_seq,
         task_id: envelope.as_ref().map(|e| e.header.task_id),
     };
-    if let Err(e) = bus.dead_letter(letter).await {
-        warn!(seq = advisory.stream_seq, error = %e, "dead letter not copied");
+    if let Err(e) = bus.move_to_dlq(letter, Original::Stored).await {
+        warn!(seq = advisory.stream_seq, error = %e, "poison message not moved to the DLQ");
         return retry;
-    }
-    if let Err(e) = tasks.delete_message(advisory.stream_seq).await {
-        warn!(seq = advisory.stream_seq, error = %e, "dead letter copied but not removed from the queue");
     }
     let Some(env) = envelope else {
         info!(

@@ -21,9 +21,10 @@ use tracing::{info, warn};
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
 use crate::bus::{PullSettings, Puller, Settlement, settle};
-use crate::store::{RunStarted, StoreError};
+use crate::store::StoreError;
 use crate::trigger::{RunMode, Trigger};
 use crate::workflow::Origin;
+use crate::workflow::RunStarted;
 
 /// How soon a failed set-up or start is tried again.
 const RETRY: Duration = Duration::from_secs(1);

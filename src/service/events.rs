@@ -13,10 +13,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::publisher::Publisher;
-use crate::bus::{Bus, BusError, DeadLetterCopy, PullSettings, Puller, Settlement, settle};
+use crate::audit::AuditEntry;
+use crate::bus::{
+    Bus, BusError, DeadLetterCopy, Original, PullSettings, Puller, Settlement, settle,
+};
 use crate::envelope::AgentName;
-use crate::event::{ErrorInfo, WorkerEvent};
-use crate::store::{Applied, AuditEntry, Change, Store, StoreError};
+use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
+use crate::store::{Applied, Change, Store, StoreError};
 use crate::task::{TaskEvent, TaskState};
 use crate::telemetry::{context, metrics, spans};
 
@@ -105,6 +108,22 @@ fn shard_of(msg: &Message) -> usize {
     (hasher.finish() % SHARDS as u64) as usize
 }
 
+/// The state machine event a report stands for. A retryable failure is a
+/// [`TaskEvent::Retry`]: the orchestrator schedules another attempt.
+fn task_event(event: &WorkerEvent) -> TaskEvent {
+    let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
+    match event.state {
+        ReportedState::Working => TaskEvent::Start,
+        ReportedState::InputRequired => TaskEvent::RequireInput,
+        ReportedState::AuthRequired => TaskEvent::RequireAuth,
+        ReportedState::Completed => TaskEvent::Complete,
+        ReportedState::Failed if retryable => TaskEvent::Retry,
+        ReportedState::Failed => TaskEvent::Fail,
+        ReportedState::Rejected => TaskEvent::Reject,
+        ReportedState::Canceled => TaskEvent::Cancel,
+    }
+}
+
 /// Who an event's audit records name: the agent its subject names (the
 /// identity the bus's permissions bind), never the body's `agent` field.
 fn actor(reporter: Option<&AgentName>) -> String {
@@ -131,13 +150,12 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
             reporter,
         };
     }
-    let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
         (None, state) => format!("worker reported {}", state.as_str()),
     };
     Change {
-        event: event.state.event(retryable),
+        event: task_event(event),
         attempt: Some(event.attempt.get()),
         actor: actor(reporter.as_ref()),
         reason,
@@ -355,12 +373,12 @@ impl Applier {
             stream_seq: seq,
             task_id,
         };
-        match self.bus.dead_letter(letter).await {
-            Ok(()) => settle(&msg, Settlement::Term).await,
-            Err(e) => {
-                warn!(error = %e, "poison event not copied; it will be redelivered");
-                settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
-            }
+        let moved = self
+            .bus
+            .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Term))
+            .await;
+        if let Err(e) = moved {
+            warn!(error = %e, "poison event not copied; it will be redelivered");
         }
     }
 }
@@ -381,6 +399,30 @@ mod tests {
             "at": crate::envelope::Timestamp::now(),
         }))
         .unwrap()
+    }
+
+    /// Every reported state stands for its state machine event; a failure
+    /// is a retry only when it says it is retryable.
+    #[test]
+    fn each_report_stands_for_its_state_machine_event() {
+        let failed = |retryable: bool| {
+            let mut e = event(TaskId::new(), "failed");
+            e.error = Some(ErrorInfo::new("boom", "m", retryable));
+            e
+        };
+        assert_eq!(task_event(&failed(true)), TaskEvent::Retry);
+        assert_eq!(task_event(&failed(false)), TaskEvent::Fail);
+        let cases = [
+            ("working", TaskEvent::Start),
+            ("input_required", TaskEvent::RequireInput),
+            ("auth_required", TaskEvent::RequireAuth),
+            ("completed", TaskEvent::Complete),
+            ("rejected", TaskEvent::Reject),
+            ("canceled", TaskEvent::Cancel),
+        ];
+        for (state, want) in cases {
+            assert_eq!(task_event(&event(TaskId::new(), state)), want, "{state}");
+        }
     }
 
     /// Only events of one task that follow each other go together, and

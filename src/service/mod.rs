@@ -12,6 +12,7 @@
 
 mod caller;
 mod dlq;
+mod error;
 mod event_triggers;
 mod events;
 mod orphans;
@@ -30,6 +31,7 @@ mod workflows;
 
 pub use caller::Caller;
 pub use dlq::DeadLetter;
+pub use error::{ErrorKind, ServiceError};
 pub use registry::{AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
@@ -47,7 +49,8 @@ use crate::agent::AgentCard;
 use crate::bus::{Bus, BusConfig, BusError};
 use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
-use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError, Submitted};
+use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError};
+use crate::task::Submitted;
 use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
 use crate::trigger::Triggers;
@@ -182,78 +185,6 @@ impl crate::codec::Validate for ServiceConfig {
 /// The default broker URL.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
-/// Why a submission or cancel was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    /// No agent card has this id.
-    #[error("no agent `{0}` is known")]
-    UnknownAgent(AgentName),
-    /// The agent has no such skill.
-    #[error("agent `{agent}` has no skill `{action}`")]
-    UnknownAction {
-        /// The agent.
-        agent: AgentName,
-        /// The action asked for.
-        action: String,
-    },
-    /// The task ended before the cancel came.
-    #[error("task {task_id} is {state} and cannot be canceled")]
-    NotCancelable {
-        /// The task.
-        task_id: TaskId,
-        /// Its terminal state.
-        state: TaskState,
-    },
-    /// No trigger has this id.
-    #[error("no trigger `{0}` is known")]
-    UnknownTrigger(String),
-    /// The trigger's input is not what it expects.
-    #[error("{0}")]
-    BadInput(crate::codec::DecodeError),
-    /// The caller lacks scopes the request needs.
-    #[error("{what} needs scopes the caller does not hold: {}", missing.join(", "))]
-    Forbidden {
-        /// What was asked.
-        what: String,
-        /// The scopes missing.
-        missing: Vec<String>,
-    },
-    /// No dead letter holds this task.
-    #[error("no dead letter for task {0}")]
-    NoDeadLetter(TaskId),
-    /// The dead letter cannot be replayed (it disagrees with the store's
-    /// record of its task, or the task is not one that failed).
-    #[error("task {task_id} is not replayed: {reason}")]
-    ReplayRefused {
-        /// The task the letter names.
-        task_id: TaskId,
-        /// Why.
-        reason: String,
-    },
-    /// The task's envelope is larger than the broker carries.
-    #[error(
-        "the task's envelope would be {size} bytes; the broker carries at most {max} (its max_payload, less room for headers)"
-    )]
-    TooLarge {
-        /// The envelope's size.
-        size: usize,
-        /// The largest envelope accepted.
-        max: usize,
-    },
-    /// The store refused or failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The bus failed.
-    #[error(transparent)]
-    Bus(#[from] BusError),
-    /// The token keys cannot be loaded or made (at open only).
-    #[error("task token keys: {0}")]
-    Keys(String),
-    /// An agent card cannot be used (at open only).
-    #[error("{0}")]
-    InvalidCard(String),
-}
-
 /// Room left in a message for its headers: the largest envelope accepted
 /// is the broker's `max_payload` less this.
 pub const HEADER_ROOM: usize = 1024;
@@ -367,13 +298,13 @@ impl Orchestrator {
         self.inner.generated_keys.as_ref()
     }
 
-    /// The store.
-    pub fn store(&self) -> &Store {
+    /// The store (the service's own: no face reaches it).
+    pub(in crate::service) fn store(&self) -> &Store {
         &self.inner.store
     }
 
-    /// The bus.
-    pub fn bus(&self) -> &Bus {
+    /// The bus (the service's own: no face reaches it).
+    pub(in crate::service) fn bus(&self) -> &Bus {
         &self.inner.bus
     }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::agent::AgentCard;
-use crate::bus::{Bus, DeadLetterCopy, Settlement, settle_confirmed};
+use crate::bus::{Bus, DeadLetterCopy, Original, Settlement};
 use crate::envelope::{AgentName, Envelope};
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store};
@@ -105,10 +105,12 @@ async fn sweep_once(
                 stream_seq: seq,
                 task_id: envelope.as_ref().map(|e| e.header.task_id),
             };
-            if bus.dead_letter(letter).await.is_err() {
+            let moved = bus
+                .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Ack))
+                .await;
+            if moved.is_err() {
                 continue;
             }
-            settle_confirmed(&msg, Settlement::Ack).await;
             info!(agent = %agent, stream_seq = seq, "dead-lettered an envelope for an unknown agent");
             if let Some(env) = envelope {
                 let mut change = Change::new(TaskEvent::Reject, "orchestrator", reason.clone());

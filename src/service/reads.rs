@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use crate::access::grants;
+use crate::audit::{AuditFilter, AuditRecord, AuditReport};
 use crate::envelope::{CorrelationId, TaskId};
-use crate::store::{AuditFilter, AuditRecord, AuditReport, StoreError};
+use crate::store::StoreError;
 use crate::task::{TaskRecord, TaskState};
 
 use super::{Caller, DeadLetter, Orchestrator, ServiceError, dlq};

@@ -21,11 +21,12 @@ use crate::access::grants;
 use crate::codec::DecodeError;
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::store::{Fingerprint, NewRun, RunStarted, ScheduleCursor, StoreError};
+use crate::store::{Fingerprint, NewRun, ScheduleCursor, StoreError};
 use crate::task::{TaskState, TaskStatus};
 use crate::telemetry::context::StoredTrace;
 use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Approval, StepKind, Trigger};
+use crate::workflow::RunStarted;
 use crate::workflow::{
     CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
     RunState, StepState, StepTask, plan,

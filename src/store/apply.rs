@@ -208,7 +208,8 @@ impl Store {
                     ApplyOutcome::Moved(r) => {
                         crate::telemetry::metrics::task_entered(
                             r.agent.as_str(),
-                            r.state,
+                            r.state.as_str(),
+                            r.state.is_terminal(),
                             &r.created_at,
                         );
                         if r.state.is_terminal() {

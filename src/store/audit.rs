@@ -7,62 +7,15 @@
 //! sequence and hash) is kept in the `meta` tree in the same transaction as
 //! each append, so a record missing at the end is found too.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sled::transaction::ConflictableTransactionError;
 
 use super::{StoreError, Tx, keys};
-use crate::envelope::{CorrelationId, TaskId, Timestamp};
+use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
+use crate::envelope::Timestamp;
 
 /// The `meta` key of the chain's head.
 pub(crate) const HEAD_KEY: &[u8] = b"audit_head";
-
-/// What a caller asks to be audited.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditEntry {
-    /// Who did it: a principal, an agent instance, `orchestrator`.
-    pub actor: String,
-    /// What happened, dotted (`task.submitted`, `task.transition`).
-    pub kind: String,
-    /// The task concerned, if any.
-    pub task_id: Option<TaskId>,
-    /// The request concerned, if any.
-    pub correlation_id: Option<CorrelationId>,
-    /// The trace the action belongs to.
-    pub trace_id: Option<String>,
-    /// A summary: never secrets, never full parameters.
-    pub detail: Value,
-}
-
-/// One audit record as stored and listed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// Position in the chain, from 1, without gaps.
-    pub seq: u64,
-    /// When it was recorded.
-    pub at: Timestamp,
-    /// Who did it.
-    pub actor: String,
-    /// What happened.
-    pub kind: String,
-    /// The task concerned, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<TaskId>,
-    /// The request concerned, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<CorrelationId>,
-    /// The trace the action belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
-    /// A summary of what happened.
-    pub detail: Value,
-    /// Hex SHA-256 of the previous record (64 zeros for the first).
-    pub prev_hash: String,
-    /// Hex SHA-256 of this record. Not part of the hashed body.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub hash: String,
-}
 
 /// The end of the chain: the last sequence number and its hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,32 +48,6 @@ impl Head {
             seq: u64::from_be_bytes(seq),
             hash,
         })
-    }
-}
-
-/// The result of checking the whole chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditReport {
-    /// Whether every record is present and chained.
-    pub ok: bool,
-    /// How many records were checked.
-    pub records: u64,
-    /// The first sequence number found missing, altered or undecodable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_bad_seq: Option<u64>,
-    /// What is wrong there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-}
-
-impl AuditReport {
-    fn bad(records: u64, seq: u64, problem: impl Into<String>) -> Self {
-        AuditReport {
-            ok: false,
-            records,
-            first_bad_seq: Some(seq),
-            problem: Some(problem.into()),
-        }
     }
 }
 
@@ -219,7 +146,7 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
             Ok(bytes) => u64::from_be_bytes(bytes),
             Err(_) => {
                 let shown = keys::describe("audit", &key);
-                return Ok(AuditReport::bad(
+                return Ok(AuditReport::broken(
                     expected - 1,
                     expected,
                     format!("malformed key {shown}"),
@@ -227,21 +154,25 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
             }
         };
         if seq != expected {
-            return Ok(AuditReport::bad(expected - 1, expected, "record missing"));
+            return Ok(AuditReport::broken(
+                expected - 1,
+                expected,
+                "record missing",
+            ));
         }
         let (hash, record) = match decode_stored(&key, &value) {
             Ok(decoded) => decoded,
-            Err(e) => return Ok(AuditReport::bad(expected - 1, seq, e.to_string())),
+            Err(e) => return Ok(AuditReport::broken(expected - 1, seq, e.to_string())),
         };
         if record.seq != seq {
-            return Ok(AuditReport::bad(
+            return Ok(AuditReport::broken(
                 seq - 1,
                 seq,
                 format!("record says seq {}", record.seq),
             ));
         }
         if record.prev_hash != hex::encode(prev) {
-            return Ok(AuditReport::bad(
+            return Ok(AuditReport::broken(
                 seq - 1,
                 seq,
                 "previous hash does not match",
@@ -249,7 +180,7 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
         }
         let body = &value[32..];
         if chain_hash(&prev, body) != hash {
-            return Ok(AuditReport::bad(
+            return Ok(AuditReport::broken(
                 seq - 1,
                 seq,
                 "record altered: hash does not match",
@@ -260,14 +191,14 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
     }
     let records = expected - 1;
     if head.seq > records {
-        return Ok(AuditReport::bad(
+        return Ok(AuditReport::broken(
             records,
             records + 1,
             "record missing (the head is further on)",
         ));
     }
     if head.seq < records || head.hash != prev {
-        return Ok(AuditReport::bad(
+        return Ok(AuditReport::broken(
             records,
             head.seq.max(1),
             "the chain does not end at the recorded head",
@@ -279,15 +210,6 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
         first_bad_seq: None,
         problem: None,
     })
-}
-
-/// Which records [`list`] returns.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AuditFilter {
-    /// Only records about this task.
-    pub task_id: Option<TaskId>,
-    /// Only records about this request.
-    pub correlation_id: Option<CorrelationId>,
 }
 
 /// Up to `limit` records after sequence `after`, oldest first. With a task,

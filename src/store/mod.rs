@@ -35,14 +35,14 @@ mod tasks;
 mod watch;
 mod writer;
 
+use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use apply::{Applied, Change};
-pub use audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use check::IndexReport;
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
 pub use quarantine::Quarantined;
-pub use runs::{NewRun, RunStarted, ScheduleCursor, StepLink};
-pub use tasks::{NewTask, Submitted};
+pub use runs::{NewRun, ScheduleCursor, StepLink};
+pub use tasks::NewTask;
 pub use watch::Watch;
 
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@ use super::run_index::index_keys;
 use super::tasks::abort;
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{TaskId, Timestamp};
-use crate::workflow::{RunChange, RunId, RunRecord};
+use crate::workflow::{RunChange, RunId, RunRecord, RunStarted};
 
 pub(super) const RECORD: u8 = b'r';
 const STEP: u8 = b's';
@@ -148,24 +148,6 @@ pub struct ScheduleCursor {
     /// end (`overlap: queue`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Timestamp>,
-}
-
-/// What [`Store::start_run`] did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunStarted {
-    /// A new run.
-    Created(RunRecord),
-    /// The key's run, started before.
-    Existing(RunRecord),
-}
-
-impl RunStarted {
-    /// The run, new or existing.
-    pub fn record(&self) -> &RunRecord {
-        match self {
-            RunStarted::Created(r) | RunStarted::Existing(r) => r,
-        }
-    }
 }
 
 /// Run `id`'s record in the `runs` tree, if any.

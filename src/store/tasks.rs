@@ -10,7 +10,7 @@ use tracing::warn;
 use super::idempotency::{Claim, Fingerprint};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{CorrelationId, Envelope, TaskId, Timestamp, check_label};
-use crate::task::{HistoryEntry, TaskRecord, TaskState, TaskStatus};
+use crate::task::{HistoryEntry, Submitted, TaskRecord, TaskState, TaskStatus};
 
 /// A task to create.
 #[derive(Debug, Clone)]
@@ -30,24 +30,6 @@ pub struct NewTask {
     /// The workflow step this task is: a step is one task forever, so a
     /// second submit for the same step returns the first task.
     pub step: Option<super::StepLink>,
-}
-
-/// What [`Store::submit`] did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Submitted {
-    /// A new task was created.
-    Created(TaskRecord),
-    /// The same request was made before: this is its task.
-    Existing(TaskRecord),
-}
-
-impl Submitted {
-    /// The task, new or existing.
-    pub fn record(&self) -> &TaskRecord {
-        match self {
-            Submitted::Created(r) | Submitted::Existing(r) => r,
-        }
-    }
 }
 
 pub(super) fn abort(e: StoreError) -> Abort {
@@ -197,7 +179,8 @@ impl Store {
             SubmitOutcome::Created => {
                 crate::telemetry::metrics::task_entered(
                     record.agent().as_str(),
-                    TaskState::Submitted,
+                    TaskState::Submitted.as_str(),
+                    false,
                     &record.status.created_at,
                 );
                 Ok(Submitted::Created(record))

@@ -115,3 +115,22 @@ pub struct TaskStatus {
     /// When the task last changed.
     pub updated_at: Timestamp,
 }
+
+/// What a submission did: created a task, or found the one the same
+/// request made before.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A new task was created.
+    Created(TaskRecord),
+    /// The same request was made before: this is its task.
+    Existing(TaskRecord),
+}
+
+impl Submitted {
+    /// The task, new or existing.
+    pub fn record(&self) -> &TaskRecord {
+        match self {
+            Submitted::Created(r) | Submitted::Existing(r) => r,
+        }
+    }
+}

@@ -10,7 +10,6 @@ use prometheus::{
 };
 
 use crate::envelope::Timestamp;
-use crate::task::TaskState;
 
 /// Latency buckets, in seconds: 1 ms to 5 minutes.
 const LATENCY: &[f64] = &[
@@ -194,14 +193,14 @@ static RUNNING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     )
 });
 
-/// A task entered `state`; a final state also observes its end-to-end
-/// latency.
-pub fn task_entered(agent: &str, state: TaskState, created_at: &Timestamp) {
-    TASKS.with_label_values(&[agent, state.as_str()]).inc();
-    if state.is_terminal() {
+/// A task entered the state named `state`; a final one (`ended`) also
+/// observes its end-to-end latency.
+pub fn task_entered(agent: &str, state: &str, ended: bool, created_at: &Timestamp) {
+    TASKS.with_label_values(&[agent, state]).inc();
+    if ended {
         let since = time::OffsetDateTime::now_utc() - created_at.as_offset_date_time();
         TASK_SECONDS
-            .with_label_values(&[agent, state.as_str()])
+            .with_label_values(&[agent, state])
             .observe(since.as_seconds_f64().max(0.0));
     }
 }

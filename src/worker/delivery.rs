@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info, warn};
 
 use super::{Outcome, Shared, Task, event_for, lock, report};
 use crate::agent::AgentCard;
-use crate::bus::{DeadLetterCopy, REPUBLISHED_HEADER, Settlement, settle};
+use crate::bus::{DeadLetterCopy, Original, REPUBLISHED_HEADER, Settlement, settle};
 use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::{Envelope, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
@@ -373,17 +373,19 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
         stream_seq: seq,
         task_id: fragments.as_ref().map(|e| e.task_id),
     };
-    if let Err(e) = shared.bus.dead_letter(letter).await {
-        // Not copied: leave it to be redelivered rather than lose it.
-        warn!(stream_seq = seq, error = %e, "dead letter not copied; redelivering");
-        return settle(&msg, Settlement::Nak(shared.retry_delay())).await;
+    let moved = shared
+        .bus
+        .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Term))
+        .await;
+    if let Err(e) = moved {
+        // Not copied: it comes back rather than being lost.
+        return warn!(stream_seq = seq, error = %e, "dead letter not copied; redelivering");
     }
     if let Some(event) = fragments
         && let Err(e) = shared.bus.publish_event(&event, trace).await
     {
         warn!(task_id = %event.task_id, error = %e, "could not report the rejection");
     }
-    settle(&msg, Settlement::Term).await;
 }
 
 /// A `rejected` event for a message that did not parse, when its task id

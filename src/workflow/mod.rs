@@ -9,5 +9,6 @@ pub mod route;
 
 pub use plan::{Act, Plan, StepState, StepTask, plan};
 pub use record::{
-    CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused, RunState,
+    CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
+    RunStarted, RunState,
 };

@@ -449,3 +449,22 @@ impl RunRecord {
         Ok(audit)
     }
 }
+
+/// What starting a run did: created it, or found the one its idempotency
+/// key started before.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStarted {
+    /// A new run.
+    Created(RunRecord),
+    /// The key's run, started before.
+    Existing(RunRecord),
+}
+
+impl RunStarted {
+    /// The run, new or existing.
+    pub fn record(&self) -> &RunRecord {
+        match self {
+            RunStarted::Created(r) | RunStarted::Existing(r) => r,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The library's layers point one way (the table in `src/lib.rs`): every
+//! module uses only modules of its own layer or below, and no two use each
+//! other. So a face (`http`, and those to come) reaches the store and
+//! the bus only through the service, and inherits its checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The layers of `src/lib.rs`, top first.
+const LAYERS: [&[&str]; 7] = [
+    &["server"],
+    &["http", "worker"],
+    &["service"],
+    &["store", "bus", "broker"],
+    &["workflow", "trigger", "access", "agent", "task", "audit"],
+    &["claim", "auth", "telemetry"],
+    &["event", "envelope", "codec", "redact"],
+];
+
+/// Below its layer, but never to be used by it: the HTTP API reaches the
+/// store, the bus and the task tokens only through the service.
+const FORBIDDEN: [(&str, &[&str]); 1] = [("http", &["store", "bus", "broker", "claim", "auth"])];
+
+fn layer(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// The `crate::<module>` paths in the code of `path` (a file, or a
+/// directory's `.rs` files), outside comments and test modules.
+fn uses(path: &Path, out: &mut BTreeSet<String>) {
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            uses(&entry.unwrap().path(), out);
+        }
+        return;
+    }
+    if path.extension().is_none_or(|e| e != "rs") {
+        return;
+    }
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (i, _) in line.match_indices("crate::") {
+            let name: String = line[i + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            out.insert(name);
+        }
+    }
+}
+
+#[test]
+fn every_module_uses_only_its_layer_and_below() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for module in LAYERS.iter().flat_map(|l| l.iter()) {
+        let dir = src.join(module);
+        let mut found = BTreeSet::new();
+        if dir.is_dir() {
+            uses(&dir, &mut found);
+        } else {
+            uses(&src.join(format!("{module}.rs")), &mut found);
+        }
+        found.remove(*module);
+        graph.insert(module, found);
+    }
+    let mut wrong = Vec::new();
+    for (module, used) in &graph {
+        let here = layer(module).unwrap();
+        for other in used {
+            let forbidden = FORBIDDEN
+                .iter()
+                .any(|(m, never)| m == module && never.contains(&other.as_str()));
+            if forbidden {
+                wrong.push(format!(
+                    "{module} uses {other}, which it must reach through the service"
+                ));
+            }
+            match layer(other) {
+                Some(there) if there < here => wrong.push(format!(
+                    "{module} (layer {here}) uses {other} (layer {there})"
+                )),
+                Some(_) if graph[other.as_str()].contains(*module) => {
+                    wrong.push(format!("{module} and {other} use each other"))
+                }
+                Some(_) => {}
+                None => wrong.push(format!("{module} uses {other}, which no layer holds")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Every module of the library is in a layer.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    for line in lib.lines() {
+        if let Some(name) = line
+            .strip_prefix("pub mod ")
+            .and_then(|m| m.strip_suffix(';'))
+        {
+            assert!(layer(name).is_some(), "`{name}` is in no layer");
+        }
+    }
+}
