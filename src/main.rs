@@ -1,5 +1,6 @@
 //! The `orchestrator` command line: parses arguments, sets up logging and
-//! calls the library. See `docs/cli.md` for every command and exit code.
+//! calls the library. `docs/operations.md` ("Command line") lists every
+//! command and exit code.
 
 mod cli;
 

@@ -135,11 +135,14 @@ async fn client_commands_work_against_a_running_orchestrator() {
         tasks_table.starts_with("TASK") && tasks_table.contains("completed"),
         "{tasks_table}"
     );
-    let audit_table = String::from_utf8_lossy(&audit_table.stdout).to_string();
-    assert!(audit_table.contains("run.started"), "{audit_table}");
+    let (audit_rows, audit_notes) = (
+        String::from_utf8_lossy(&audit_table.stdout).to_string(),
+        String::from_utf8_lossy(&audit_table.stderr).to_string(),
+    );
+    assert!(audit_rows.contains("run.started"), "{audit_rows}");
     assert!(
-        audit_table.contains("more: --cursor 1"),
-        "a further page must be offered: {audit_table}"
+        audit_notes.contains("more: --cursor 1") && !audit_rows.contains("more:"),
+        "a further page is offered on stderr, out of a pipe's way: {audit_rows} / {audit_notes}"
     );
     assert_eq!(bad_input.status.code(), Some(2));
     assert!(
@@ -267,5 +270,178 @@ async fn a_workers_json_log_lines_carry_the_tasks_ids() {
         lines
             .iter()
             .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+}
+
+/// What a script meets, as found by a new user: a closed pipe ends a
+/// command quietly; `--server` without a scheme works; every `--json`
+/// error has the API's shape; `trigger --wait` stops at an approval gate
+/// like `runs get --wait`; a `--wait` that runs out has its own exit code
+/// (4); `runs approve` and `runs cancel` show the run as the answer left
+/// it, not as it was before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_commands_as_scripts_use_them() {
+    let echo = card("echo", &["echo"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("gated.yaml"),
+        "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?}}\n  - {id: s, agent: echo, action: echo}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("slow.yaml"),
+        "id: slow\nsteps:\n  - {id: s, agent: nobody-runs-it, action: echo}\n",
+    )
+    .unwrap();
+    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
+    sys.stop_orchestrator().await;
+    sys.triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
+    assert!(sys.triggers.errors.is_empty(), "{:?}", sys.triggers.errors);
+    sys.start_orchestrator(vec![echo.clone(), card("nobody-runs-it", &["echo"])])
+        .await;
+    sys.worker(echo, Arc::new(EchoHandler)).await;
+    let server: Server = (sys.http.clone(), sys.admin_key.clone());
+    let schemeless: Server = (
+        sys.http.trim_start_matches("http://").to_string(),
+        sys.admin_key.clone(),
+    );
+    let run = |server: Server, args: Vec<&'static str>| {
+        tokio::task::spawn_blocking(move || cli(&server, &args))
+    };
+
+    // A gate stops `trigger --wait`, exit 0, the run waiting.
+    let gated = run(
+        schemeless.clone(),
+        vec!["trigger", "gated", "--wait", "--json"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gated.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&gated.stderr)
+    );
+    let gated = json_out(&gated);
+    assert_eq!(gated["state"], "input_required", "{gated:#}");
+    let id = gated["run_id"].as_str().unwrap().to_string();
+    // Approving shows the run moved on.
+    let approve_id = id.clone();
+    let approved = tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || cli(&server, &["runs", "approve", &approve_id, "--json"])
+    })
+    .await
+    .unwrap();
+    let approved = json_out(&approved);
+    assert_ne!(approved["state"], "input_required", "{approved:#}");
+
+    // A wait that runs out exits 4; canceling shows the run canceled.
+    let slow = run(
+        server.clone(),
+        vec!["trigger", "slow", "--wait", "--timeout", "1s", "--json"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        slow.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&slow.stdout)
+    );
+    let timed_out = json_out(&slow);
+    assert_eq!(timed_out["error"]["code"], "wait_timeout", "{timed_out:#}");
+    let (_, runs) = sys.get("/v1/runs?trigger_id=slow").await;
+    let slow_id = runs["runs"][0]["run_id"].as_str().unwrap().to_string();
+    let canceled = tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || cli(&server, &["runs", "cancel", &slow_id, "--json"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(json_out(&canceled)["state"], "canceled");
+
+    // Errors: one shape, code apart from the message.
+    let refused = run(server.clone(), vec!["tasks", "get", "not-an-id", "--json"])
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let refused = json_out(&refused);
+    assert_eq!(refused["error"]["code"], "invalid_field", "{refused:#}");
+    assert_eq!(refused["error"]["field"], "id", "{refused:#}");
+    assert!(
+        !refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid_field")
+    );
+    let bad_server = run(("ftp://x".into(), None), vec!["tasks", "list", "--json"])
+        .await
+        .unwrap();
+    assert_eq!(bad_server.status.code(), Some(2));
+    assert_eq!(json_out(&bad_server)["error"]["code"], "invalid_server");
+
+    // A reader that stops early: `audit list | head -1`.
+    let mut audit = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["audit", "list", "--limit", "1000"])
+        .env("ORCH_SERVER", &server.0)
+        .env("ORCH_API_KEY", server.1.clone().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(audit.stdout.take());
+    let out = audit.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+/// A second `run` on a data directory in use says so plainly and stops
+/// before starting anything; a log written to a file has no terminal
+/// colours and says each start-up notice once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_on_one_data_directory_is_refused_plainly() {
+    use common::process::{free_port, orchestrator, run_args, wait_ready};
+    let nats = common::nats::NatsServer::start();
+    let (agents, data, logs) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let port = free_port();
+    let log = logs.path().join("first.log");
+    let first = orchestrator(
+        &run_args(agents.path(), data.path(), port, &[]),
+        &nats.url(),
+        &log,
+    );
+    wait_ready(&format!("http://127.0.0.1:{port}/readyz")).await;
+    let second = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(run_args(agents.path(), data.path(), free_port(), &[]))
+        .env("NATS_URL", nats.url())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&second.stderr);
+    let pid = first.0.id().to_string();
+    assert!(
+        said.contains("in use by another `orchestrator run`") && said.contains(&pid),
+        "{said}"
+    );
+    assert!(
+        !said.contains("nats-server") && !said.contains("authoriz"),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains('\u{1b}'), "colours in a log file: {text}");
+    assert_eq!(
+        text.matches("generated an administrator API key").count(),
+        1,
+        "{text}"
     );
 }

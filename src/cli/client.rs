@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 success; 1 the task ended other than completed (`--wait`)
 //! or the audit chain is broken; 2 the request was refused (4xx); 3 the
-//! orchestrator is unreachable or failed (5xx).
+//! orchestrator is unreachable or failed (5xx); 4 a `--wait` ran out (the
+//! task goes on).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::output::{encode, list_table, print_task, s, summary};
+pub(super) use super::output::Failure;
+use super::output::{encode, list_table, outln, print_task, s, summary};
 
 /// Where the orchestrator is, and how to print.
 #[derive(Args, Clone)]
@@ -140,12 +142,6 @@ pub enum AgentsCommand {
     List,
 }
 
-/// A failed call, with the exit code it maps to.
-pub(super) struct Failure {
-    pub(super) code: u8,
-    pub(super) message: String,
-}
-
 pub(super) struct Api {
     base: String,
     http: reqwest::Client,
@@ -154,13 +150,13 @@ pub(super) struct Api {
 }
 
 impl Api {
-    pub(super) fn new(args: &ClientArgs) -> Api {
-        Api {
-            base: args.server.trim_end_matches('/').to_string(),
+    pub(super) fn new(args: &ClientArgs) -> Result<Api, Failure> {
+        Ok(Api {
+            base: server_url(&args.server)?,
             http: reqwest::Client::new(),
             credential: args.api_key.clone().or(args.bearer_token.clone()),
             warned: std::sync::atomic::AtomicBool::new(false),
-        }
+        })
     }
 
     /// GETs `path`; a success is exit code 0.
@@ -183,9 +179,12 @@ impl Api {
         if let Some(body) = body {
             req = req.json(&body);
         }
-        let resp = req.send().await.map_err(|e| Failure {
-            code: 3,
-            message: format!("cannot reach the orchestrator at {}: {e}", self.base),
+        let resp = req.send().await.map_err(|e| {
+            Failure::new(
+                3,
+                "unreachable",
+                format!("cannot reach the orchestrator at {}: {e}", self.base),
+            )
         })?;
         let open = resp.headers().get(orchestrator::http::AUTH_HEADER);
         if open.is_some_and(|v| v == "none")
@@ -201,23 +200,43 @@ impl Api {
         if status.is_success() {
             return Ok(value);
         }
-        let err = &value["error"];
-        let mut message = format!(
-            "{}: {}",
-            err["code"].as_str().unwrap_or("error"),
-            err["message"].as_str().unwrap_or("")
-        );
-        if let Some(field) = err["field"].as_str() {
-            message.push_str(&format!(" (field `{field}`)"));
-        }
+        let mut error = match value.get("error") {
+            Some(Value::Object(e)) => Value::Object(e.clone()),
+            _ => {
+                json!({"code": "http_error", "message": format!("the orchestrator answered {status}")})
+            }
+        };
         if status == reqwest::StatusCode::UNAUTHORIZED {
-            message
-                .push_str("; pass --api-key (ORCH_API_KEY) or --bearer-token (ORCH_BEARER_TOKEN)");
+            error["hint"] =
+                "pass --api-key (ORCH_API_KEY) or --bearer-token (ORCH_BEARER_TOKEN)".into();
         }
         Err(Failure {
-            code: if status.is_client_error() { 2 } else { 3 },
-            message,
+            exit: if status.is_client_error() { 2 } else { 3 },
+            error,
         })
+    }
+}
+
+/// The orchestrator's base URL from `--server`: `http://` is assumed when
+/// no scheme is given (`127.0.0.1:8080`).
+fn server_url(server: &str) -> Result<String, Failure> {
+    let server = server.trim().trim_end_matches('/');
+    let url = if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("http://{server}")
+    };
+    match reqwest::Url::parse(&url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
+            Ok(url)
+        }
+        _ => Err(Failure::new(
+            2,
+            "invalid_server",
+            format!(
+                "--server `{server}` is not an http:// or https:// address (such as http://127.0.0.1:8080)"
+            ),
+        )),
     }
 }
 
@@ -240,25 +259,21 @@ pub(super) fn finish(
     match result {
         Ok((value, code)) => {
             if args.json {
-                println!("{value}");
+                outln!("{value}");
             } else {
                 human(&value);
             }
             ExitCode::from(code)
         }
-        Err(f) => {
-            if args.json {
-                println!("{}", json!({"error": {"message": f.message}}));
-            } else {
-                eprintln!("error: {}", f.message);
-            }
-            ExitCode::from(f.code)
-        }
+        Err(f) => f.report(args.json),
     }
 }
 
 pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     match command {
         TasksCommand::Submit {
             to,
@@ -347,10 +362,8 @@ async fn submit(
     wait: bool,
     timeout: Duration,
 ) -> Result<(Value, u8), Failure> {
-    let params: Value = serde_json::from_str(params).map_err(|e| Failure {
-        code: 2,
-        message: format!("--params is not JSON: {e}"),
-    })?;
+    let params: Value = serde_json::from_str(params)
+        .map_err(|e| Failure::new(2, "invalid_json", format!("--params is not JSON: {e}")))?;
     let mut body = json!({"to": to, "action": action, "params": params});
     if let Some(k) = idempotency_key {
         body["idempotency_key"] = k.into();
@@ -401,10 +414,17 @@ async fn wait_for(
             return Ok((task, code));
         }
         if started.elapsed() > timeout {
-            return Err(Failure {
-                code: 1,
-                message: format!("task {id} still {state} after {timeout:?}"),
-            });
+            if spin {
+                eprint!("\r\x1b[2K");
+            }
+            return Err(Failure::new(
+                4,
+                "wait_timeout",
+                format!(
+                    "task {id} is still {state} after {}; it goes on (orchestrator tasks get {id} --wait)",
+                    humantime::format_duration(timeout)
+                ),
+            ));
         }
         if spin {
             eprint!(
@@ -422,7 +442,10 @@ async fn wait_for(
 }
 
 pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     match command {
         AuditCommand::List {
             task_id,
@@ -469,9 +492,9 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                 });
             finish(args, result, |v| {
                 if v["ok"] == true {
-                    println!("audit chain ok: {} records", s(&v["records"]));
+                    outln!("audit chain ok: {} records", s(&v["records"]));
                 } else {
-                    println!(
+                    outln!(
                         "audit chain BROKEN at record {}: {}",
                         s(&v["first_bad_seq"]),
                         s(&v["problem"])
@@ -483,7 +506,10 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
 }
 
 pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     match command {
         DlqCommand::List { limit, cursor } => {
             let path = list_path(
@@ -521,7 +547,10 @@ pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
 }
 
 pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     let result = api.get("/v1/agents").await;
     finish(args, result, |v| {
         list_table(v, "agents", &["AGENT", "VERSION", "SKILLS", "LIVE"], |a| {

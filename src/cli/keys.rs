@@ -1,6 +1,7 @@
 //! `keys generate`: a key pair for task tokens; `keys api-key`: a key for
 //! a caller of the API.
 
+use crate::cli::output::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,18 +45,18 @@ pub fn generate(args: &GenerateArgs) -> ExitCode {
     match keys::generate(&args.dir, kind, args.force) {
         Ok(files) => {
             if args.json {
-                println!("{}", json!({"ok": true, "keys": files}));
+                outln!("{}", json!({"ok": true, "keys": files}));
             } else {
-                println!(
+                outln!(
                     "signing key (orchestrator, ORCH_SIGNING_KEY): {}",
                     files.signing.display()
                 );
-                println!(
+                outln!(
                     "verify key  (workers, ORCH_VERIFY_KEY):       {}",
                     files.verify.display()
                 );
                 if kind == KeyKind::Hs256 {
-                    println!("HS256 is for development: the same secret signs and verifies.");
+                    outln!("HS256 is for development: the same secret signs and verifies.");
                 }
             }
             ExitCode::SUCCESS
@@ -96,11 +97,11 @@ pub fn api_key(args: &ApiKeyArgs) -> ExitCode {
         );
     }
     if args.json {
-        println!("{}", json!({"ok": true, "api_key": key, "entry": entry}));
+        outln!("{}", json!({"ok": true, "api_key": key, "entry": entry}));
     } else {
-        println!("API key (give it to the caller; it is not stored anywhere):\n  {key}\n");
-        println!("add this to `api_auth.api_keys` in the settings file:");
-        println!("  {}", json!(entry));
+        outln!("API key (give it to the caller; it is not stored anywhere):\n  {key}\n");
+        outln!("add this to `api_auth.api_keys` in the settings file:");
+        outln!("  {}", json!(entry));
     }
     ExitCode::SUCCESS
 }

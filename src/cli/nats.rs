@@ -1,5 +1,6 @@
 //! `nats config`: the NATS users and permissions of a deployment.
 
+use crate::cli::output::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,14 +37,14 @@ pub fn config(args: &ConfigArgs) -> ExitCode {
     match permissions::write(&args.dir, &Names::new(&args.prefix), &agents) {
         Ok(files) => {
             if args.json {
-                println!("{}", json!({"ok": true, "files": files}));
+                outln!("{}", json!({"ok": true, "files": files}));
             } else {
-                println!(
+                outln!(
                     "server: include {} from the nats-server configuration",
                     files.auth_conf.display()
                 );
                 for user in &files.users {
-                    println!("{:<24} NATS_NKEY={}", user.name, user.seed_file.display());
+                    outln!("{:<24} NATS_NKEY={}", user.name, user.seed_file.display());
                 }
             }
             ExitCode::SUCCESS

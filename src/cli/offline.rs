@@ -9,6 +9,8 @@ use orchestrator::codec::{DEFAULT_MAX_BYTES, DecodeError};
 use orchestrator::{Envelope, Store, StoreConfig, WorkerEvent};
 use serde_json::json;
 
+use super::output::{Failure, outln};
+
 #[derive(Args)]
 pub struct CheckArgs {
     /// The JSON file, or `-` for standard input.
@@ -53,9 +55,9 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     match outcome {
         Ok(kind) => {
             if args.json {
-                println!("{}", json!({"ok": true, "kind": kind}));
+                outln!("{}", json!({"ok": true, "kind": kind}));
             } else {
-                println!("{}: valid {kind}", args.file.display());
+                outln!("{}: valid {kind}", args.file.display());
             }
             ExitCode::SUCCESS
         }
@@ -76,7 +78,7 @@ fn report_invalid(file: &Path, e: &DecodeError, as_json: bool) {
             error["line"] = (*line).into();
             error["column"] = (*column).into();
         }
-        println!("{}", json!({"ok": false, "error": error}));
+        outln!("{}", json!({"ok": false, "error": error}));
     } else {
         eprintln!("{}: {e}", file.display());
     }
@@ -101,17 +103,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let (audit, indexes) = match (store.verify_audit(), store.check_indexes()) {
         (Ok(a), Ok(i)) => (a, i),
         (Err(e), _) | (_, Err(e)) => {
-            let code = e.code();
-            let message = e.to_string();
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"ok": false, "error": {"code": code, "message": message}})
-                );
-            } else {
-                eprintln!("{message}");
-            }
-            return ExitCode::from(1);
+            return Failure::new(1, e.code(), e.to_string()).report(args.json);
         }
     };
     let quarantined: Vec<_> = match store.quarantined_tasks() {
@@ -120,40 +112,40 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     };
     let ok = audit.ok && indexes.ok();
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined})
         );
     } else {
-        println!("store {}", store.path().display());
+        outln!("store {}", store.path().display());
         match (&audit.first_bad_seq, &audit.problem) {
             (Some(seq), Some(problem)) => {
-                println!(
+                outln!(
                     "audit chain: BROKEN at record {seq}: {problem} ({} good records before it)",
                     audit.records
                 )
             }
-            _ => println!("audit chain: ok, {} records", audit.records),
+            _ => outln!("audit chain: ok, {} records", audit.records),
         }
         if indexes.ok() {
-            println!("indexes: ok, {} tasks", indexes.tasks);
+            outln!("indexes: ok, {} tasks", indexes.tasks);
         } else {
-            println!(
+            outln!(
                 "indexes: {} problems in {} tasks",
                 indexes.problems.len(),
                 indexes.tasks
             );
             for p in &indexes.problems {
-                println!("  - {p}");
+                outln!("  - {p}");
             }
         }
         if !quarantined.is_empty() {
-            println!(
+            outln!(
                 "quarantined: {} tasks whose records could not be read were set aside (kept in `meta`, audited):",
                 quarantined.len()
             );
             for q in &quarantined {
-                println!("  - {} at {}: {}", q.task_id, q.at, q.reason);
+                outln!("  - {} at {}: {}", q.task_id, q.at, q.reason);
             }
         }
     }
@@ -164,14 +156,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     }
 }
 
+/// A refusal (exit 2), printed in the one error shape.
 pub fn fail(as_json: bool, code: &str, message: &str) -> ExitCode {
-    if as_json {
-        println!(
-            "{}",
-            json!({"ok": false, "error": {"code": code, "message": message}})
-        );
-    } else {
-        eprintln!("error: {message}");
-    }
-    ExitCode::from(2)
+    Failure::new(2, code, message).report(as_json)
 }

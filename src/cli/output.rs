@@ -1,36 +1,112 @@
-//! How client commands print: tables for people, task details.
+//! How commands print: results on stdout (a closed pipe ends the command
+//! quietly: `orchestrator audit list | head -1`), everything else on
+//! stderr, errors in one shape; tables for people, task details.
 
-use serde_json::Value;
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+/// `println!` for results: a reader that closed the pipe ends the
+/// command with success, instead of a panic.
+macro_rules! outln {
+    () => {
+        $crate::cli::output::out(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::output::out(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
+/// Writes one line of a result to stdout (see [`outln`]).
+pub fn out(line: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write the result: {e}");
+        std::process::exit(3);
+    }
+}
+
+/// A command's failure: its exit code and an error in the API's shape
+/// (`{"code", "message", "field"?}`; one from the API is kept as it came).
+#[derive(Debug)]
+pub struct Failure {
+    /// 2 refused, 3 unreachable or failed, 4 a wait ran out (see
+    /// docs/operations.md#command-line).
+    pub exit: u8,
+    /// The error object.
+    pub error: Value,
+}
+
+impl Failure {
+    /// A failure found here, not answered by the orchestrator.
+    pub fn new(exit: u8, code: &str, message: impl Into<String>) -> Failure {
+        Failure {
+            exit,
+            error: json!({"code": code, "message": message.into()}),
+        }
+    }
+
+    /// Prints it (`{"error": …}` on stdout with `--json`, `error: …` on
+    /// stderr otherwise) and gives its exit code.
+    pub fn report(&self, as_json: bool) -> ExitCode {
+        if as_json {
+            outln!("{}", json!({ "error": self.error }));
+        } else {
+            let e = &self.error;
+            let mut line = format!("error: {}", s(&e["message"]));
+            if let Some(field) = e["field"].as_str() {
+                line.push_str(&format!(" (field `{field}`)"));
+            }
+            if let Some(code) = e["code"].as_str() {
+                line.push_str(&format!(" [{code}]"));
+            }
+            eprintln!("{line}");
+            if let Some(hint) = e["hint"].as_str() {
+                eprintln!("hint: {hint}");
+            }
+        }
+        ExitCode::from(self.exit)
+    }
+}
 
 pub fn print_task(t: &Value) {
-    println!("task     {}", s(&t["task_id"]));
-    println!("agent    {} / {}", s(&t["agent"]), s(&t["action"]));
-    println!(
+    outln!("task     {}", s(&t["task_id"]));
+    outln!("agent    {} / {}", s(&t["agent"]), s(&t["action"]));
+    outln!(
         "state    {} (attempt {} of {})",
         s(&t["state"]),
         s(&t["attempt"]),
         s(&t["max_attempts"])
     );
-    println!("request  {}", s(&t["correlation_id"]));
+    outln!("request  {}", s(&t["correlation_id"]));
     match (t["trace_url"].as_str(), t["trace_id"].as_str()) {
-        (Some(url), _) => println!("trace    {url}"),
-        (None, Some(id)) => println!("trace    {id}"),
+        (Some(url), _) => outln!("trace    {url}"),
+        (None, Some(id)) => outln!("trace    {id}"),
         _ => {}
     }
     if !t["result"].is_null() {
-        println!("result   {}", t["result"]);
+        outln!("result   {}", t["result"]);
     }
     if !t["error"].is_null() {
-        println!(
+        outln!(
             "error    {}: {}",
             s(&t["error"]["code"]),
             s(&t["error"]["message"])
         );
     }
     if let Some(history) = t["history"].as_array() {
-        println!("history");
+        outln!("history");
         for h in history {
-            println!(
+            outln!(
                 "  {}  {:<14} {}  ({})",
                 s(&h["at"]),
                 s(&h["to"]),
@@ -74,7 +150,7 @@ pub fn list_table(
     table(headers, &rows);
     let next = s(&value["next_cursor"]);
     if !next.is_empty() {
-        println!("more: --cursor {next}");
+        eprintln!("more: --cursor {next}");
     }
 }
 
@@ -91,7 +167,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        outln!("{}", padded.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {

@@ -2,7 +2,8 @@
 //! steps, answer their approval gates, cancel them.
 //!
 //! Exit codes as for every client command; with `--wait`, 1 when the run
-//! ended other than completed.
+//! ended other than completed, 0 when it completed or waits at an approval
+//! gate, 4 when the wait ran out (the run goes on).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::client::{Api, ClientArgs, Failure, finish, list_path};
-use super::output::{encode, list_table, s};
+use super::output::{encode, list_table, outln, s};
 
 /// `trigger ID --input JSON [--wait]`.
 #[derive(Args)]
@@ -24,8 +25,8 @@ pub struct TriggerArgs {
     /// Makes a retried start the same run.
     #[arg(long)]
     idempotency_key: Option<String>,
-    /// Follow the run to its end, showing each step as it moves (an
-    /// approval gate is shown with the command that answers it).
+    /// Follow the run, showing each step as it moves, until it ends or
+    /// waits at an approval gate (shown with the command that answers it).
     #[arg(long)]
     wait: bool,
     /// Longest wait with --wait.
@@ -87,14 +88,15 @@ pub struct AnswerArgs {
 }
 
 fn json_arg(text: &str, flag: &str) -> Result<Value, Failure> {
-    serde_json::from_str(text).map_err(|e| Failure {
-        code: 2,
-        message: format!("{flag} is not JSON: {e}"),
-    })
+    serde_json::from_str(text)
+        .map_err(|e| Failure::new(2, "invalid_json", format!("{flag} is not JSON: {e}")))
 }
 
 pub async fn trigger(args: &ClientArgs, t: TriggerArgs) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     let result = async {
         let mut body = json!({ "input": json_arg(&t.input, "--input")? });
         if let Some(k) = t.idempotency_key {
@@ -110,14 +112,17 @@ pub async fn trigger(args: &ClientArgs, t: TriggerArgs) -> ExitCode {
         if !t.wait {
             return Ok((run, 0));
         }
-        follow(&api, args, &s(&run["run_id"]), t.timeout, false).await
+        follow(&api, args, &s(&run["run_id"]), t.timeout).await
     }
     .await;
     finish(args, result, print_run)
 }
 
 pub async fn runs(args: &ClientArgs, command: RunsCommand) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     let answer = |verb: &'static str, a: AnswerArgs, input: Option<Value>| {
         let api = &api;
         async move {
@@ -137,7 +142,7 @@ pub async fn runs(args: &ClientArgs, command: RunsCommand) -> ExitCode {
     let result = match command {
         RunsCommand::Get { id, wait, timeout } => {
             if wait {
-                follow(&api, args, &id, timeout, true).await
+                follow(&api, args, &id, timeout).await
             } else {
                 api.get(&format!("/v1/runs/{}", encode(&id))).await
             }
@@ -204,18 +209,16 @@ fn is_end(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "canceled" | "rejected")
 }
 
-/// Follows a run with long polls until it ends (or, with `stop_at_gate`,
-/// waits at a gate), printing each step's moves on stderr.
+/// Follows a run with long polls until it ends or waits at a gate,
+/// printing each step's moves on stderr.
 async fn follow(
     api: &Api,
     args: &ClientArgs,
     id: &str,
     timeout: Duration,
-    stop_at_gate: bool,
 ) -> Result<(Value, u8), Failure> {
     let started = Instant::now();
     let mut seen: Vec<(String, String)> = Vec::new();
-    let mut announced_gate = false;
     loop {
         let run = api
             .call(
@@ -239,53 +242,46 @@ async fn follow(
             return Ok((run, code));
         }
         if state == "input_required" {
-            if stop_at_gate {
-                return Ok((run, 0));
-            }
-            if !announced_gate && !args.json {
-                eprintln!(
-                    "run {id} waits for approval: {}\n  answer with: orchestrator runs approve|reject {id}",
-                    s(&run["waiting"]["prompt"])
-                );
-                announced_gate = true;
-            }
-        } else {
-            announced_gate = false;
+            return Ok((run, 0));
         }
         if started.elapsed() > timeout {
-            return Err(Failure {
-                code: 1,
-                message: format!("run {id} still {state} after {timeout:?}"),
-            });
+            return Err(Failure::new(
+                4,
+                "wait_timeout",
+                format!(
+                    "run {id} is still {state} after {}; it goes on (orchestrator runs get {id} --wait)",
+                    humantime::format_duration(timeout)
+                ),
+            ));
         }
     }
 }
 
 /// A run for people: its state, then a line per step.
 pub fn print_run(r: &Value) {
-    println!("run      {}", s(&r["run_id"]));
-    println!("trigger  {}", s(&r["trigger_id"]));
-    println!("state    {}", s(&r["state"]));
-    println!("by       {}", s(&r["started_by"]));
+    outln!("run      {}", s(&r["run_id"]));
+    outln!("trigger  {}", s(&r["trigger_id"]));
+    outln!("state    {}", s(&r["state"]));
+    outln!("by       {}", s(&r["started_by"]));
     if let Some(url) = r["trace_url"].as_str() {
-        println!("trace    {url}");
+        outln!("trace    {url}");
     }
     if !r["waiting"].is_null() {
-        println!(
+        outln!(
             "waiting  step `{}`: {}",
             s(&r["waiting"]["step"]),
             s(&r["waiting"]["prompt"])
         );
-        println!(
+        outln!(
             "         answer: orchestrator runs approve|reject {} [--reason TEXT]",
             s(&r["run_id"])
         );
     }
     if !r["result"].is_null() {
-        println!("result   {}", super::output::summary(&r["result"]));
+        outln!("result   {}", super::output::summary(&r["result"]));
     }
     if !r["error"].is_null() {
-        println!(
+        outln!(
             "error    {}: {}",
             s(&r["error"]["code"]),
             s(&r["error"]["message"])
@@ -339,7 +335,7 @@ pub fn print_run(r: &Value) {
             ]
         })
         .collect();
-    println!();
+    outln!();
     super::output::table(
         &[
             "STEP", "KIND", "STATE", "AGENT", "ATTEMPT", "TOOK", "RESULT",

@@ -112,9 +112,14 @@ fn shutdown_signal() -> CancellationToken {
     token
 }
 
+/// Says why the process cannot go on, once: as a log line when logging is
+/// set up, else plainly on stderr.
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    error!("{message}");
-    eprintln!("error: {message}");
+    if tracing::dispatcher::has_been_set() {
+        error!("{message}");
+    } else {
+        eprintln!("error: {message}");
+    }
     ExitCode::from(2)
 }
 
@@ -181,6 +186,12 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => return fail(e),
     };
+    // The settings hold; now a second `run` on this data directory stops
+    // here, before it starts a broker or touches the store.
+    let _lock = match lock_data_dir(&config.data_dir) {
+        Ok(lock) => lock,
+        Err(e) => return fail(e),
+    };
     let (bus, managed) = match connect_or_start_broker(&config, &cards).await {
         Ok(pair) => pair,
         Err(e) => return fail(e),
@@ -194,13 +205,6 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    if let Some(files) = orchestrator.generated_keys() {
-        eprintln!(
-            "no signing key configured: generated one at {}; workers verify task tokens with {} (ORCH_VERIFY_KEY)",
-            files.signing.display(),
-            files.verify.display()
-        );
-    }
     let result =
         orchestrator::server::serve(orchestrator, access, listener, shutdown_signal()).await;
     if let Some(broker) = managed {
@@ -209,6 +213,42 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
+    }
+}
+
+/// Takes `<dir>/run.lock` (an exclusive lock, held until the file is
+/// dropped), writing this process's id in it; says plainly when another
+/// `orchestrator run` holds it.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    let at = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(at)?;
+    let path = dir.join("run.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(at)?;
+    match file.try_lock() {
+        Ok(()) => {
+            file.set_len(0).map_err(at)?;
+            file.rewind().map_err(at)?;
+            writeln!(file, "{}", std::process::id()).map_err(at)?;
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Err(format!(
+                "the data directory {} is in use by another `orchestrator run` (pid {}): stop it, \
+                 or give this one another --data-dir",
+                dir.display(),
+                pid.trim()
+            ))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(at(e)),
     }
 }
 
@@ -226,7 +266,6 @@ fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
             path.display()
         );
         info!("{message}");
-        eprintln!("{message}");
     }
     if access.is_off() {
         let message = format!(
@@ -236,7 +275,6 @@ fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
             config.http_addr
         );
         warn!("{message}");
-        eprintln!("warning: {message}");
     }
     Ok(access)
 }
@@ -252,7 +290,6 @@ fn load_triggers(dir: &Path, cards: &[AgentCard]) -> Triggers {
     let triggers = Triggers::load(dir, &by_name);
     for e in &triggers.errors {
         warn!("trigger skipped: {e}");
-        eprintln!("warning: trigger skipped: {e}");
     }
     info!(triggers = triggers.loaded.len(), "triggers loaded");
     triggers
@@ -283,7 +320,6 @@ async fn connect_or_start_broker(
         orchestrator::broker::users_dir(&config.data_dir).display()
     );
     info!("{message}");
-    eprintln!("{message}");
     let mut bus_config = config.bus.clone();
     if bus_config.auth == Default::default() {
         bus_config.auth.nkey_seed_file = Some(permissions::orchestrator_seed(
@@ -340,7 +376,6 @@ async fn run_worker(
             let message = "tokens.verify is false: task tokens are NOT checked; anyone who can \
                            publish on this agent's subject can run its tasks (development only)";
             warn!("{message}");
-            eprintln!("warning: {message}");
             None
         }
         Err(e) => return fail(e),

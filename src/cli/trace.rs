@@ -9,6 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::client::{Api, ClientArgs, Failure, finish, list_path};
+use super::output::outln;
 
 #[derive(Args)]
 pub struct TraceArgs {
@@ -39,7 +40,10 @@ pub struct Node {
 }
 
 pub async fn trace(args: &ClientArgs, t: TraceArgs) -> ExitCode {
-    let api = Api::new(args);
+    let api = match Api::new(args) {
+        Ok(api) => api,
+        Err(f) => return f.report(args.json),
+    };
     let jaeger = t.jaeger_url.trim_end_matches('/').to_string();
     let result = async {
         let trace_ids = trace_ids(&api, &t.id).await?;
@@ -84,12 +88,11 @@ async fn trace_ids(api: &Api, id: &str) -> Result<Vec<String>, Failure> {
                 return task["trace_id"]
                     .as_str()
                     .map(|t| vec![t.to_string()])
-                    .ok_or_else(|| Failure {
-                        code: 1,
-                        message: format!("task {id} has no trace id"),
+                    .ok_or_else(|| {
+                        Failure::new(1, "no_trace", format!("task {id} has no trace id"))
                     });
             }
-            Err(f) if f.code == 2 => {} // not a task: try it as a correlation id
+            Err(f) if f.exit == 2 => {} // not a task: try it as a correlation id
             Err(f) => return Err(f),
         }
     }
@@ -106,10 +109,11 @@ async fn trace_ids(api: &Api, id: &str) -> Result<Vec<String>, Failure> {
         .filter_map(|t| t["trace_id"].as_str().map(str::to_string))
         .collect();
     if ids.is_empty() {
-        return Err(Failure {
-            code: 2,
-            message: format!("no task has the id or correlation id `{id}`"),
-        });
+        return Err(Failure::new(
+            2,
+            "not_found",
+            format!("no task has the id or correlation id `{id}`"),
+        ));
     }
     Ok(ids.into_iter().collect())
 }
@@ -117,12 +121,15 @@ async fn trace_ids(api: &Api, id: &str) -> Result<Vec<String>, Failure> {
 /// The spans of one trace from Jaeger's query API.
 async fn fetch(http: &reqwest::Client, jaeger: &str, trace_id: &str) -> Result<Vec<Node>, Failure> {
     let url = format!("{jaeger}/api/traces/{trace_id}");
-    let unreachable = |e: String| Failure {
-        code: 3,
-        message: format!(
-            "cannot reach Jaeger's query API at {jaeger} ({e}); pass --jaeger-url or set ORCH_JAEGER_URL. \
-             The trace is {jaeger}/trace/{trace_id}"
-        ),
+    let unreachable = |e: String| {
+        Failure::new(
+            3,
+            "jaeger_unreachable",
+            format!(
+                "cannot reach Jaeger's query API at {jaeger} ({e}); pass --jaeger-url or set ORCH_JAEGER_URL. \
+                 The trace is {jaeger}/trace/{trace_id}"
+            ),
+        )
     };
     let resp = http
         .get(&url)
@@ -149,14 +156,15 @@ async fn fetch(http: &reqwest::Client, jaeger: &str, trace_id: &str) -> Result<V
 }
 
 fn not_found(trace_id: &str) -> Failure {
-    Failure {
-        code: 1,
-        message: format!(
+    Failure::new(
+        1,
+        "trace_not_found",
+        format!(
             "Jaeger has no spans of trace {trace_id}: spans arrive a few seconds after the work \
              (batch export), and only from processes with an OTLP endpoint configured \
              (docs/observability.md) whose sampler recorded the trace"
         ),
-    }
+    )
 }
 
 /// The spans of `trace_id` in a Jaeger query answer
@@ -243,17 +251,17 @@ fn millis(us: i64) -> String {
 }
 
 fn print_trace(trace: &Value) {
-    println!("trace {}  {}", s(&trace["trace_id"]), s(&trace["url"]));
+    outln!("trace {}  {}", s(&trace["trace_id"]), s(&trace["url"]));
     let spans = trace["spans"].as_array().cloned().unwrap_or_default();
     let start = spans
         .iter()
         .filter_map(|sp| sp["start_us"].as_i64())
         .min()
         .unwrap_or_default();
-    println!("{:>10}  {:>10}  {:<6}  SPAN", "AT", "DURATION", "STATUS");
+    outln!("{:>10}  {:>10}  {:<6}  SPAN", "AT", "DURATION", "STATUS");
     for sp in &spans {
         let depth = sp["depth"].as_u64().unwrap_or_default() as usize;
-        println!(
+        outln!(
             "{:>10}  {:>10}  {:<6}  {}{} [{}]",
             format!(
                 "+{}",

@@ -1,5 +1,6 @@
 //! `orchestrator validate`: trigger files and agent cards checked offline.
 
+use crate::cli::output::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,7 +27,7 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
     };
     let outcome = check(&paths);
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "ok": outcome.ok(),
@@ -37,7 +38,7 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
         );
     } else {
         for p in &outcome.problems {
-            println!("{p}");
+            outln!("{p}");
         }
         let checked = format!(
             "{} trigger(s) and {} agent(s) without problems",
@@ -45,12 +46,12 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
             outcome.agents.len()
         );
         if outcome.ok() {
-            println!("ok: {checked}");
+            outln!("ok: {checked}");
         } else {
-            println!("{} problem(s); {checked}", outcome.problems.len());
+            outln!("{} problem(s); {checked}", outcome.problems.len());
         }
         if outcome.agents.is_empty() {
-            println!(
+            outln!(
                 "note: no agent card loaded, so the triggers' agents, skills and scopes were not checked"
             );
         }

@@ -254,7 +254,7 @@ impl Orchestrator {
             tracing::info!(
                 signing = %files.signing.display(),
                 verify = %files.verify.display(),
-                "no signing key configured: generated a new Ed25519 pair"
+                "no signing key configured: generated a new Ed25519 pair; workers verify task tokens with the `verify` one (ORCH_VERIFY_KEY)"
             );
         }
         bus.provision().await?;

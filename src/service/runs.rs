@@ -413,16 +413,43 @@ impl Orchestrator {
             step: step.to_string(),
             decision,
         };
-        store.change_run(id, change, &caller.principal).await?;
+        let decided = store.change_run(id, change, &caller.principal).await?;
         // In the run's trace, linked to the request that answered.
         let span = super::workflows::mark(&run, RunMark::Answer(step, answer.as_str()));
         span.add_link(Span::current().context().span().span_context().clone());
         span.set_attribute("decided_by", caller.principal.clone());
         span.in_scope(|| info!(run_id = %id, step = %step, answer = answer.as_str(), by = %caller.principal, "gate answered"));
         self.inner.engine.nudge(id);
-        self.run(id, caller)
-            .await?
-            .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))
+        // As the engine leaves it: moved on (its record changed again) or
+        // waiting at another gate.
+        let answered = step.to_string();
+        self.run_once(id, caller, |view| {
+            view.updated_at != decided.updated_at
+                || view.waiting.as_ref().is_some_and(|w| w.step != answered)
+        })
+        .await
+    }
+
+    /// Run `id` as the caller sees it once `settled` holds for it (the
+    /// engine acted on a change just made), or as it is after
+    /// [`ACTED_WITHIN`].
+    async fn run_once(
+        &self,
+        id: RunId,
+        caller: &Caller,
+        settled: impl Fn(&RunView) -> bool,
+    ) -> Result<RunView, ServiceError> {
+        let until = tokio::time::Instant::now() + ACTED_WITHIN;
+        loop {
+            let view = self
+                .run(id, caller)
+                .await?
+                .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))?;
+            if settled(&view) || tokio::time::Instant::now() >= until {
+                return Ok(view);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Cancels run `id` (idempotent while it runs): its running steps are
@@ -453,9 +480,9 @@ impl Orchestrator {
             Err(e) => return Err(e.into()),
         }
         self.inner.engine.nudge(id);
-        self.run(id, caller)
-            .await?
-            .ok_or(ServiceError::Store(StoreError::RunNotFound(id)))
+        // As the engine leaves it: canceled (its steps' tasks too).
+        self.run_once(id, caller, |view| view.state.is_terminal())
+            .await
     }
 
     /// The view of a run: its steps' states from the same plan the engine
@@ -528,6 +555,10 @@ impl Orchestrator {
 
 /// How often a wait for a run looks at its record again.
 const POLL: Duration = Duration::from_millis(100);
+
+/// How long an answer or a cancel waits for the engine to act on it
+/// before it shows the run as it is.
+const ACTED_WITHIN: Duration = Duration::from_secs(5);
 
 /// What the plan reads of a run's step tasks.
 fn step_tasks(statuses: &BTreeMap<String, TaskStatus>) -> BTreeMap<String, StepTask> {

@@ -80,7 +80,9 @@ pub fn init(
     let trace_filter = EnvFilter::try_new(&resolved.trace_filter)
         .map_err(|e| format!("trace filter `{}`: {e}", resolved.trace_filter))?;
     let logs = match format {
+        // Colours only for a terminal: a log file gets plain text.
         LogFormat::Human => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()

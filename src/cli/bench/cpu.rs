@@ -2,6 +2,8 @@
 //! run costs the machine, and the throughput its cores could carry at that
 //! cost.
 
+use crate::cli::output::outln;
+
 /// CPU seconds (user and system, every thread) a process has used so far.
 fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -109,11 +111,12 @@ pub(super) fn print_cpu(title: &str, cpu: &CpuPerTask) {
         .iter()
         .filter_map(|(name, us)| us.map(|us| format!("{name} {us:.0} µs")))
         .collect();
-    println!("{title} (throughput run):");
-    println!("  {}: {:.0} µs in all", shown.join(", "), cpu.total_us);
-    println!(
+    outln!("{title} (throughput run):");
+    outln!("  {}: {:.0} µs in all", shown.join(", "), cpu.total_us);
+    outln!(
         "  at that cost {} cores carry at most {:.0} per second",
-        cpu.cores, cpu.ceiling_per_second
+        cpu.cores,
+        cpu.ceiling_per_second
     );
 }
 

@@ -14,6 +14,7 @@ mod preload;
 mod procs;
 mod sink;
 
+use crate::cli::output::outln;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,14 +105,19 @@ fn on_terminal() -> bool {
 /// Prints one measured path: its throughput run and its low-load run.
 fn print_run(title: &str, (items, rate): (&str, &str), in_flight: usize, run: &(Figures, Figures)) {
     let (busy, low) = run;
-    println!("{title}:");
-    println!(
+    outln!("{title}:");
+    outln!(
         "  {} {items}, {in_flight} in flight: {:.0} {rate}, p50 {:.2} ms, p99 {:.2} ms",
-        busy.count, busy.per_second, busy.p50_ms, busy.p99_ms
+        busy.count,
+        busy.per_second,
+        busy.p50_ms,
+        busy.p99_ms
     );
-    println!(
+    outln!(
         "  low load, 1 in flight, {} {items}: p50 {:.2} ms, p99 {:.2} ms",
-        low.count, low.p50_ms, low.p99_ms
+        low.count,
+        low.p50_ms,
+        low.p99_ms
     );
 }
 
@@ -194,7 +200,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
     let ratio = full.0.per_second / bare.0.per_second;
     let rss = rss_mib_of(std::process::id());
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "full_path": {"throughput": full.0, "low_load": full.1, "process_rss_mib": rss},
@@ -222,7 +228,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             eprint!("\r\x1b[2K");
         }
         if args.preload > 0 {
-            println!(
+            outln!(
                 "each full path ran on a store preloaded with {} finished tasks",
                 args.preload
             );
@@ -245,28 +251,28 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             args.concurrency,
             &bare,
         );
-        println!(
+        outln!(
             "full path (one process) / bare throughput: {:.0} %",
             ratio * 100.0
         );
         match (args.trace_sampling, &exported) {
-            (Some(r), Some(got)) => println!(
+            (Some(r), Some(got)) => outln!(
                 "deployed processes traced at {:.0} % sampling: {} OTLP exports, {} bytes received",
                 r * 100.0,
                 got["requests"],
                 got["bytes"]
             ),
-            _ => println!(
+            _ => outln!(
                 "deployed processes not traced (no OTLP endpoint; --trace-sampling sets one)"
             ),
         }
         print_cpu("CPU per task, as deployed", &cpu);
         print_cpu("CPU per message, bare JetStream", &bare_cpu);
         if let Some(rss) = orchestrator_rss {
-            println!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
+            outln!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
         }
         if let Some(rss) = rss {
-            println!("bench process RSS at the end (one-process path and clients): {rss:.0} MiB");
+            outln!("bench process RSS at the end (one-process path and clients): {rss:.0} MiB");
         }
     }
     if let Some(m) = managed {
