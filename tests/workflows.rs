@@ -244,6 +244,15 @@ steps:
     let merged = &runs.iter().find(|x| x.step == "after").unwrap().params["merged"];
     assert_eq!(merged["left"]["echo"]["side"], "l");
     assert_eq!(merged["right"]["echo"]["side"], "r");
+    // The run view shows the fan-out's merge and its time, from its first
+    // branch's start to its last branch's end; the branches name it.
+    let fan = step(&run, "fan");
+    assert_eq!(fan["result"], *merged, "{run:#}");
+    assert!(
+        fan["started_at"].is_string() && fan["ended_at"].is_string(),
+        "{fan:#}"
+    );
+    assert_eq!(step(&run, "left")["branch_of"], "fan");
 
     let id = start(&sys, json!({"fail": true})).await;
     let run = wait_for(&sys, &id, &["completed", "failed"]).await;
@@ -258,6 +267,23 @@ steps:
         1,
         "the failed run never reached `after`"
     );
+    assert_eq!(step(&run, "fan")["error"], run["error"], "{run:#}");
+}
+
+/// A step whose params do not render fails the run, and its step in the
+/// run view says why (not just `failed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_does_not_render_shows_on_its_step() {
+    let (sys, _rec) = system(
+        "id: t\nsteps:\n  - {id: s, agent: work, action: do, params: {x: \"{{ input.a.b }}\"}}\n",
+    )
+    .await;
+    let id = start(&sys, json!({})).await;
+    let run = wait_for(&sys, &id, &["completed", "failed"]).await;
+    assert_eq!(run["state"], "failed", "{run:#}");
+    let s = step(&run, "s");
+    assert_eq!(s["state"], "failed", "{run:#}");
+    assert_eq!(s["error"]["code"], "template_error", "{run:#}");
 }
 
 const GATED: &str = r#"

@@ -501,31 +501,32 @@ impl Orchestrator {
             for placed in trigger.placed() {
                 let id = &placed.step.id;
                 let status = statuses.get(id);
-                let decision = run.decisions.get(id).cloned();
+                let state = planned.steps.get(id).copied().unwrap_or(StepState::Pending);
+                // What the plan says it came to: a fan-out's merge, a
+                // gate's answer, a template that would not render.
+                let ended = planned.ended.get(id);
+                let (started_at, ended_at) = step_times(placed.step, &statuses, ended.is_some());
                 steps.push(StepView {
                     id: id.clone(),
                     kind: placed.step.kind_name().to_string(),
                     branch_of: placed.branch_of.map(str::to_string),
                     compensates: placed.compensates.map(str::to_string),
-                    state: planned.steps.get(id).copied().unwrap_or(StepState::Pending),
+                    state,
                     task_id: status.map(|s| s.task_id),
                     task_state: status.map(|s| s.state),
                     agent: status.map(|s| s.agent.to_string()),
                     attempt: status.map(|s| s.attempt),
-                    result: status.and_then(|s| s.result.clone()).or_else(|| {
-                        decision
-                            .as_ref()
-                            .map(|d| serde_json::json!({"approved": d.approved, "input": d.input}))
-                    }),
+                    result: status
+                        .and_then(|s| s.result.clone())
+                        .or_else(|| ended.map(|e| e.result.clone()).filter(|r| !r.is_null())),
                     error: status
                         .and_then(|s| s.error.clone())
-                        .or_else(|| run.step_errors.get(id).cloned()),
-                    decision,
+                        .or_else(|| run.step_errors.get(id).cloned())
+                        .or_else(|| ended.and_then(|e| e.error.clone())),
+                    decision: run.decisions.get(id).cloned(),
                     route: run.routes.get(id).cloned(),
-                    started_at: status.map(|s| s.created_at),
-                    ended_at: status
-                        .filter(|s| s.state.is_terminal())
-                        .map(|s| s.updated_at),
+                    started_at,
+                    ended_at,
                 });
             }
         }
@@ -559,6 +560,29 @@ const POLL: Duration = Duration::from_millis(100);
 /// How long an answer or a cancel waits for the engine to act on it
 /// before it shows the run as it is.
 const ACTED_WITHIN: Duration = Duration::from_secs(5);
+
+/// When `step` started and, once it `ended`, ended: its task's times, or,
+/// for a fan-out, its first branch's start and its last branch's end.
+fn step_times(
+    step: &crate::trigger::Step,
+    statuses: &BTreeMap<String, TaskStatus>,
+    ended: bool,
+) -> (Option<Timestamp>, Option<Timestamp>) {
+    let tasks: Vec<&TaskStatus> = match &step.kind {
+        StepKind::Parallel(p) => p
+            .branches
+            .iter()
+            .filter_map(|b| statuses.get(&b.id))
+            .collect(),
+        _ => statuses.get(&step.id).into_iter().collect(),
+    };
+    let started = tasks.iter().map(|t| t.created_at).min();
+    let over = ended && tasks.iter().all(|t| t.state.is_terminal());
+    let finished = over
+        .then(|| tasks.iter().map(|t| t.updated_at).max())
+        .flatten();
+    (started, finished)
+}
 
 /// What the plan reads of a run's step tasks.
 fn step_tasks(statuses: &BTreeMap<String, TaskStatus>) -> BTreeMap<String, StepTask> {

@@ -10,6 +10,7 @@
 
 mod check;
 mod locate;
+mod parse;
 mod schedule;
 mod step;
 mod template;
@@ -211,14 +212,17 @@ impl Trigger {
                 message: e.to_string(),
             }]
         })?;
-        match parse(&text) {
+        match parse::parse(&text) {
             Ok(trigger) => Ok((trigger, text)),
-            Err((field, line, message)) => Err(vec![TriggerError {
-                file: path.to_path_buf(),
-                line: line.or_else(|| field.as_deref().and_then(|f| line_of(&text, f))),
-                field,
-                message,
-            }]),
+            Err(problems) => Err(problems
+                .into_iter()
+                .map(|p| TriggerError {
+                    file: path.to_path_buf(),
+                    line: p.line,
+                    field: p.field,
+                    message: p.message,
+                })
+                .collect()),
         }
     }
 
@@ -371,69 +375,6 @@ pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<TriggerErr
         .collect();
     errors.sort_by_key(|e| e.line);
     errors
-}
-
-/// Parses a trigger from YAML (JSON is YAML too), strictly: the error is
-/// (field, line, message).
-fn parse(text: &str) -> Result<Trigger, (Option<String>, Option<usize>, String)> {
-    let mut unknown: Option<String> = None;
-    let de = serde_norway::Deserializer::from_str(text);
-    let mut track = serde_path_to_error::Track::new();
-    let parsed: Result<Trigger, _> = {
-        let mut note = |path: serde_ignored::Path<'_>| {
-            if unknown.is_none() {
-                unknown = Some(path.to_string());
-            }
-        };
-        let ignored = serde_ignored::Deserializer::new(de, &mut note);
-        let tracked = serde_path_to_error::Deserializer::new(ignored, &mut track);
-        serde::Deserialize::deserialize(tracked)
-    };
-    match parsed {
-        Ok(trigger) => match unknown {
-            Some(field) => Err((Some(bracketed(&field)), None, "unknown field".into())),
-            None => Ok(trigger),
-        },
-        Err(e) => {
-            let path = track.path().to_string();
-            let field = (path != "." && !path.is_empty()).then_some(path);
-            // The field's own line when it can be found; serde_norway's
-            // location otherwise (a syntax error has no field).
-            let line = field
-                .as_deref()
-                .and_then(|f| line_of(text, f))
-                .or_else(|| e.location().map(|l| l.line()));
-            // serde_norway's message is "<its path>: <what> at line N
-            // column M"; the field and line are reported separately.
-            let mut message = e.to_string();
-            if let Some(i) = message.rfind(" at line ") {
-                message.truncate(i);
-            }
-            if let Some((head, rest)) = message.split_once(": ")
-                && !head.contains(' ')
-                && field.as_deref().is_some_and(|f| f.starts_with(head))
-            {
-                message = rest.to_string();
-            }
-            Err((field, line, message))
-        }
-    }
-}
-
-/// `steps.0.foo` (serde_ignored's form) as `steps[0].foo`.
-fn bracketed(path: &str) -> String {
-    let mut out = String::new();
-    for part in path.split('.') {
-        if part.bytes().all(|b| b.is_ascii_digit()) && !part.is_empty() {
-            out.push_str(&format!("[{part}]"));
-        } else {
-            if !out.is_empty() {
-                out.push('.');
-            }
-            out.push_str(part);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ mod plan;
 mod record;
 pub mod route;
 
-pub use plan::{Act, Plan, StepState, StepTask, plan};
+pub use plan::{Act, Plan, StepEnd, StepState, StepTask, plan};
 pub use record::{
     CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
     RunStarted, RunState,

@@ -101,6 +101,10 @@ pub enum Act {
 pub struct Plan {
     /// Every step that has a state, by id.
     pub steps: BTreeMap<String, StepState>,
+    /// What every step that ended came to (its result or error: a task's,
+    /// a gate's answer, a fan-out's merge, a template that would not
+    /// render), by id.
+    pub ended: BTreeMap<String, StepEnd>,
     /// What to do now.
     pub acts: Vec<Act>,
     /// The state the run should be in.
@@ -108,6 +112,15 @@ pub struct Plan {
     /// The run's result, when it completes.
     pub result: Option<Value>,
     /// The run's error, when it fails.
+    pub error: Option<ErrorInfo>,
+}
+
+/// What an ended step came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepEnd {
+    /// Its result (null when it has none).
+    pub result: Value,
+    /// Why it did not complete, when it did not.
     pub error: Option<ErrorInfo>,
 }
 
@@ -137,6 +150,7 @@ struct Planner<'a> {
     /// What templates see: `input`, `steps`, `run`, `trigger`.
     context: Value,
     steps: BTreeMap<String, StepState>,
+    ended: BTreeMap<String, StepEnd>,
 }
 
 /// Decides where run `run` (of definition `trigger`) stands, given its
@@ -158,6 +172,7 @@ pub fn plan(
             "trigger": { "id": trigger.id },
         }),
         steps: BTreeMap::new(),
+        ended: BTreeMap::new(),
     };
     let stop = if run.cancel.is_some() {
         Some((RunState::Canceled, None))
@@ -266,6 +281,7 @@ impl Planner<'_> {
     ) -> Plan {
         Plan {
             steps: self.steps,
+            ended: self.ended,
             acts,
             state,
             result,
@@ -283,6 +299,13 @@ impl Planner<'_> {
         cleanup: Vec<Act>,
     ) -> Outcome {
         self.steps.insert(step.id.clone(), state);
+        self.ended.insert(
+            step.id.clone(),
+            StepEnd {
+                result: result.clone(),
+                error: error.clone(),
+            },
+        );
         let task_id = self.tasks.get(&step.id).map(|t| t.task_id);
         self.context["steps"][&step.id] = json!({
             "state": state, "result": result, "error": error, "task_id": task_id,
