@@ -98,7 +98,7 @@ impl PerPrincipal {
     /// The answer to a principal over its limit.
     pub(super) fn refused(&self, principal: &str) -> Response {
         let message = format!(
-            "`{principal}` has {} requests in progress, the most one principal may; try again shortly",
+            "`{principal}` has {} requests in progress, the most one principal may (http_max_in_flight_per_principal); try again shortly",
             self.max
         );
         let mut response =

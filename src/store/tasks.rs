@@ -345,16 +345,7 @@ impl Store {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        let prefix = [state.code()];
-        let start = after.map(|id| keys::state(state, id).to_vec());
-        self.index_range(
-            &self.inner.by_state,
-            "by_state",
-            &prefix,
-            start,
-            limit,
-            |id| self.get_readable(id),
-        )
+        self.state_range(state, after, limit, |id| self.get_readable(id))
     }
 
     /// [`Store::list_by_state`], statuses only (no envelope or history read).
@@ -364,6 +355,18 @@ impl Store {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<TaskStatus>, StoreError> {
+        self.state_range(state, after, limit, |id| self.readable(id, self.status(id)))
+    }
+
+    /// Up to `limit` items `read` for the tasks in `state` after task
+    /// `after`, oldest first.
+    fn state_range<T>(
+        &self,
+        state: TaskState,
+        after: Option<TaskId>,
+        limit: usize,
+        read: impl Fn(TaskId) -> Result<Option<T>, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
         let prefix = [state.code()];
         let start = after.map(|id| keys::state(state, id).to_vec());
         self.index_range(
@@ -372,7 +375,7 @@ impl Store {
             &prefix,
             start,
             limit,
-            |id| self.readable(id, self.status(id)),
+            read,
         )
     }
 

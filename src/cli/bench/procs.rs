@@ -62,6 +62,8 @@ pub(super) async fn full_path(
     let mut settings = json!({
         "bus": {"prefix": prefix},
         "http_max_in_flight": (args.concurrency * 2).max(512),
+        // Every client is the one principal `bench`.
+        "http_max_in_flight_per_principal": (args.concurrency * 2).max(512),
         "api_auth": {"api_keys": [{
             "principal": "bench", "scopes": ["*"],
             "sha256": orchestrator::access::api_keys::hash(&api_key),
