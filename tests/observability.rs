@@ -508,11 +508,12 @@ async fn a_run_is_one_trace_with_a_span_per_step() {
     let spans = receiver
         .spans
         .wait_for(
-            "the run's end, and its three tasks delivered and applied",
+            "the run's end, its three tasks delivered and applied, and the answer's request",
             |all| {
                 count(all, t, "end completed") == 1
                     && count(all, t, "process orch.tasks.tracer.normal") == 3
                     && count(all, t, "apply completed") == 3
+                    && count(all, answer_trace, "POST /v1/runs/{id}/approve") == 1
             },
         )
         .await;
