@@ -13,8 +13,7 @@ use crate::codec::{self, Strictness};
 use crate::envelope::{CorrelationId, ResponseMode, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::service::{Orchestrator, TaskRequest};
-use crate::task::Submitted;
-use crate::task::{HistoryEntry, TaskRecord, TaskState};
+use crate::task::{HistoryEntry, Submitted, TaskRecord, TaskState};
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()

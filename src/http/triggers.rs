@@ -13,8 +13,7 @@ use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::IdempotencyKey;
 use crate::service::{Orchestrator, RunView};
-use crate::workflow::Origin;
-use crate::workflow::RunStarted;
+use crate::workflow::{Origin, RunStarted};
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()

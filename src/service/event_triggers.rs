@@ -23,8 +23,7 @@ use crate::access::Grants;
 use crate::bus::{PullSettings, Puller, Settlement, settle};
 use crate::store::StoreError;
 use crate::trigger::{RunMode, Trigger};
-use crate::workflow::Origin;
-use crate::workflow::RunStarted;
+use crate::workflow::{Origin, RunStarted};
 
 /// How soon a failed set-up or start is tried again.
 const RETRY: Duration = Duration::from_secs(1);

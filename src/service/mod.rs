@@ -11,6 +11,7 @@
 //! back. The store alone owns the attempt number and decides retries.
 
 mod caller;
+mod config;
 mod dlq;
 mod error;
 mod event_triggers;
@@ -24,166 +25,36 @@ mod registry;
 mod reload;
 mod request;
 mod run;
+mod run_view;
 mod runs;
 mod schedules;
 mod schemas;
 mod workflows;
 
 pub use caller::Caller;
+pub use config::{DEFAULT_NATS_URL, ServiceConfig};
 pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use registry::{AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
-pub use runs::{Answer, RunAct, RunView, StepView, Waiting};
+pub use run_view::{RunView, StepView, Waiting};
+pub use runs::{Answer, RunAct};
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::agent::AgentCard;
-use crate::bus::{Bus, BusConfig, BusError};
+use crate::bus::{Bus, BusError};
 use crate::claim::Claims;
 use crate::envelope::{AgentName, Meta, Sender, TaskId};
 use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError};
-use crate::task::Submitted;
-use crate::task::{RetryPolicy, TaskEvent, TaskRecord, TaskState};
+use crate::task::{Submitted, TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
 use crate::trigger::Triggers;
 use publisher::Publisher;
 use reaper::Deadlines;
-
-/// The orchestrator's settings (`--config FILE`, JSON; every field optional).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServiceConfig {
-    /// Where the store (and a managed broker's data) live.
-    pub data_dir: PathBuf,
-    /// The HTTP API's address.
-    pub http_addr: SocketAddr,
-    /// The broker; `None`: `nats://127.0.0.1:4222`.
-    pub nats_url: Option<String>,
-    /// Bus layout and delivery settings.
-    pub bus: BusConfig,
-    /// Largest request or envelope accepted, in bytes.
-    pub max_envelope_bytes: usize,
-    /// How long an idempotency key stays claimed.
-    #[serde(with = "humantime_serde")]
-    pub idempotency_retention: Duration,
-    /// How often envelopes for unknown agents are moved to the DLQ.
-    #[serde(with = "humantime_serde")]
-    pub orphan_sweep: Duration,
-    /// The store's page cache, in bytes.
-    pub store_cache_bytes: u64,
-    /// Delays between attempts after retryable failures.
-    pub retry: RetryPolicy,
-    /// How often live tasks are checked for lost attempts.
-    #[serde(with = "humantime_serde")]
-    pub reap_interval: Duration,
-    /// How long a live task may stay unchanged before it is checked.
-    #[serde(with = "humantime_serde")]
-    pub stall_after: Duration,
-    /// Envelopes published but not yet acknowledged by the broker, at most.
-    pub publish_in_flight: usize,
-    /// HTTP requests served at once; more are answered 503 at once.
-    /// Health checks and metrics are outside this limit.
-    pub http_max_in_flight: usize,
-    /// HTTP requests of one principal served at once; more are answered
-    /// 429 at once, so no caller can take every slot.
-    pub http_max_in_flight_per_principal: usize,
-    /// How long one HTTP request may take before it is answered 408.
-    #[serde(with = "humantime_serde")]
-    pub http_request_timeout: Duration,
-    /// How long a request's body may take to arrive (408 after).
-    #[serde(with = "humantime_serde")]
-    pub http_body_timeout: Duration,
-    /// How long a request's headers may take to arrive; an idle
-    /// keep-alive connection is closed after it too.
-    #[serde(with = "humantime_serde")]
-    pub http_header_timeout: Duration,
-    /// HTTP connections open at once; more wait in the listen backlog.
-    /// Lowered at start to fit the open-file limit.
-    pub http_max_connections: usize,
-    /// Task tokens: keys, issuer, lifetime, checking.
-    pub tokens: crate::auth::TokenSettings,
-    /// Param field names whose values are secrets: they are scrubbed from
-    /// error messages, the audit trail and logs.
-    pub sensitive_fields: crate::redact::SensitiveFields,
-    /// Who may call the HTTP API: API keys, a JWT issuer, or `mode: none`.
-    pub api_auth: crate::access::ApiAuthSettings,
-    /// Traces, metrics and the Jaeger link (see docs/observability.md).
-    pub telemetry: crate::telemetry::TelemetrySettings,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        ServiceConfig {
-            data_dir: PathBuf::from("data"),
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            nats_url: None,
-            bus: BusConfig::default(),
-            max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
-            idempotency_retention: Duration::from_secs(24 * 3600),
-            orphan_sweep: Duration::from_secs(10),
-            store_cache_bytes: StoreConfig::new("").cache_bytes,
-            retry: RetryPolicy::default(),
-            reap_interval: Duration::from_secs(10),
-            stall_after: Duration::from_secs(60),
-            publish_in_flight: 1024,
-            http_max_in_flight: 512,
-            http_max_in_flight_per_principal: 128,
-            http_request_timeout: Duration::from_secs(30),
-            http_body_timeout: Duration::from_secs(10),
-            http_header_timeout: Duration::from_secs(10),
-            http_max_connections: 1024,
-            tokens: crate::auth::TokenSettings::default(),
-            sensitive_fields: crate::redact::SensitiveFields::default(),
-            api_auth: crate::access::ApiAuthSettings::default(),
-            telemetry: crate::telemetry::TelemetrySettings::default(),
-        }
-    }
-}
-
-impl crate::codec::Validate for ServiceConfig {
-    fn validate(&self) -> Result<(), crate::codec::DecodeError> {
-        let positive = [
-            ("max_envelope_bytes", self.max_envelope_bytes),
-            ("publish_in_flight", self.publish_in_flight),
-            ("http_max_in_flight", self.http_max_in_flight),
-            (
-                "http_max_in_flight_per_principal",
-                self.http_max_in_flight_per_principal,
-            ),
-            ("http_max_connections", self.http_max_connections),
-        ];
-        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(crate::codec::DecodeError::invalid(
-                *field,
-                "must be positive",
-            ));
-        }
-        self.bus.auth.check()?;
-        let timeouts = [
-            ("http_request_timeout", self.http_request_timeout),
-            ("http_body_timeout", self.http_body_timeout),
-            ("http_header_timeout", self.http_header_timeout),
-        ];
-        if let Some((field, _)) = timeouts.iter().find(|(_, t)| t.is_zero()) {
-            return Err(crate::codec::DecodeError::invalid(
-                *field,
-                "must be positive",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// The default broker URL.
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
 /// Room left in a message for its headers: the largest envelope accepted
 /// is the broker's `max_payload` less this.
@@ -651,28 +522,4 @@ impl Orchestrator {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The defaults printed in docs/operations.md are the defaults, and
-    /// every field there is one the strict reader knows.
-    #[test]
-    fn the_documented_configuration_is_the_default() {
-        let page = include_str!("../../docs/operations.md");
-        let block = page
-            .split("```json\n")
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .expect("a JSON block in docs/operations.md");
-        let documented: ServiceConfig = crate::codec::decode(
-            block.as_bytes(),
-            crate::codec::Strictness::Strict,
-            crate::codec::DEFAULT_MAX_BYTES,
-        )
-        .unwrap();
-        assert_eq!(documented, ServiceConfig::default());
-    }
 }
