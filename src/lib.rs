@@ -18,7 +18,7 @@
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `envelope`, `codec`,
-//!    `redact`.
+//!    `redact`, `retry`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
@@ -33,6 +33,7 @@
 //!   run does next.
 //! - [`redact`]: keeping sensitive param values out of error messages,
 //!   logs and the audit trail.
+//! - [`retry`]: backoff with jitter between tries of what keeps failing.
 //! - [`store`]: the durable sled store: task statuses, envelopes,
 //!   idempotency, indexes, the audit log and its by-task index, runs,
 //!   waits for a task's end, quarantine of unreadable records, format
@@ -45,7 +46,8 @@
 //!   and the worker's checks (a contract between processes, like `claim`).
 //! - [`access`]: who may call the HTTP API: API keys, bearer JWTs from an
 //!   issuer, scopes, one namespace per kind of principal.
-//! - [`broker`]: finding or starting a local `nats-server`.
+//! - [`broker`]: finding or starting a local `nats-server`, or a local
+//!   cluster of them.
 //! - [`telemetry`]: logs, traces (OTLP, W3C context on messages) and
 //!   Prometheus metrics.
 //! - [`service`]: the orchestrator: submit, cancel, reads, runs, replays,
@@ -69,6 +71,7 @@ pub mod envelope;
 pub mod event;
 pub mod http;
 pub mod redact;
+pub mod retry;
 pub mod server;
 pub mod service;
 pub mod store;

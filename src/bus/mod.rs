@@ -9,16 +9,20 @@
 //! `agent_<agent>_<priority>`.
 
 mod auth;
+mod config;
+mod connect;
 mod depth;
 mod dlq;
 mod names;
 pub mod permissions;
 mod provision;
 mod pull;
+mod servers;
 mod settle;
 mod trigger_events;
 
 pub use auth::NatsAuth;
+pub use config::{BusConfig, DeliverySettings, agent_inbox_prefix};
 pub use depth::QueueDepth;
 pub use dlq::{
     DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER, DeadLetterCopy,
@@ -26,6 +30,7 @@ pub use dlq::{
 };
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
+pub use servers::Servers;
 pub use settle::{Settlement, settle, settle_confirmed};
 
 use std::sync::Arc;
@@ -33,7 +38,6 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, kv, stream};
-use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
 use crate::envelope::{AgentName, Envelope, Priority};
@@ -47,82 +51,6 @@ pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
 /// broker may hold an earlier copy, so a worker checks the attempt's result
 /// record before running it.
 pub const REPUBLISHED_HEADER: &str = "Orch-Republished";
-
-/// How the bus is laid out and how deliveries behave.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BusConfig {
-    /// Prefix of every subject, stream and bucket (`orch` → `ORCH_TASKS`).
-    pub prefix: String,
-    /// How long a worker may hold a delivery without acking or sending
-    /// progress before JetStream redelivers it.
-    #[serde(with = "humantime_serde")]
-    pub ack_wait: Duration,
-    /// Deliveries of one message before it is dead-lettered.
-    pub max_deliver: i64,
-    /// Redelivery delays after missed acks; empty = `ack_wait` each time.
-    #[serde(with = "durations")]
-    pub backoff: Vec<Duration>,
-    /// Window in which a republished envelope (same `Nats-Msg-Id`) is dropped.
-    #[serde(with = "humantime_serde")]
-    pub duplicate_window: Duration,
-    /// How long worker events are kept.
-    #[serde(with = "humantime_serde")]
-    pub events_max_age: Duration,
-    /// How long a live-registry entry lives without a heartbeat.
-    #[serde(with = "humantime_serde")]
-    pub registry_ttl: Duration,
-    /// How long a cancel mark is kept in the claim bucket: a canceled task's
-    /// message may wait in the queue this long and still be refused.
-    #[serde(with = "humantime_serde")]
-    pub deliveries_ttl: Duration,
-    /// Ack wait of the orchestrator's own consumers (events, advisories):
-    /// what a crashed orchestrator had taken comes back after this long.
-    #[serde(with = "humantime_serde")]
-    pub consumer_ack_wait: Duration,
-    /// Deliveries of one worker event before it is a poison event, copied to
-    /// the DLQ and skipped.
-    pub events_max_deliver: i64,
-    /// Worker events the orchestrator has taken but not yet acked, at most.
-    pub events_max_ack_pending: i64,
-    /// Delay before a message is tried again after a dependency failed.
-    #[serde(with = "humantime_serde")]
-    pub retry_delay: Duration,
-    /// How to log in to NATS and secure the connection.
-    pub auth: NatsAuth,
-    /// The prefix of this client's reply subjects (`None`: `_INBOX`). A
-    /// worker uses [`agent_inbox_prefix`], the only replies a
-    /// least-privilege bus lets it receive.
-    #[serde(skip)]
-    pub inbox_prefix: Option<String>,
-}
-
-/// The reply-subject prefix of agent `agent`'s workers:
-/// `_INBOX.agents.<agent>`.
-pub fn agent_inbox_prefix(agent: &AgentName) -> String {
-    format!("_INBOX.agents.{agent}")
-}
-
-impl Default for BusConfig {
-    fn default() -> Self {
-        BusConfig {
-            prefix: "orch".into(),
-            ack_wait: Duration::from_secs(30),
-            max_deliver: 5,
-            backoff: Vec::new(),
-            duplicate_window: Duration::from_secs(120),
-            events_max_age: Duration::from_secs(7 * 24 * 3600),
-            registry_ttl: Duration::from_secs(15),
-            deliveries_ttl: Duration::from_secs(7 * 24 * 3600),
-            consumer_ack_wait: Duration::from_secs(5),
-            events_max_deliver: 10,
-            events_max_ack_pending: 4096,
-            retry_delay: Duration::from_secs(1),
-            auth: NatsAuth::default(),
-            inbox_prefix: None,
-        }
-    }
-}
 
 /// A bus operation's failure.
 #[derive(Debug, thiserror::Error)]
@@ -202,44 +130,6 @@ struct Inner {
 }
 
 impl Bus {
-    /// Connects to `url` (reconnecting by itself if the server restarts).
-    pub async fn connect(url: &str, config: BusConfig) -> Result<Bus, BusError> {
-        Bus::connect_with(url, config, true).await
-    }
-
-    /// Connects to `url`, failing at once when nothing answers there.
-    pub async fn connect_now(url: &str, config: BusConfig) -> Result<Bus, BusError> {
-        Bus::connect_with(url, config, false).await
-    }
-
-    async fn connect_with(url: &str, config: BusConfig, wait: bool) -> Result<Bus, BusError> {
-        let failed = |message: String| BusError::Connect {
-            url: url.to_string(),
-            message,
-        };
-        let options = config
-            .auth
-            .options()
-            .await
-            .map_err(failed)?
-            .name("orchestrator")
-            .max_reconnects(None);
-        let options = match &config.inbox_prefix {
-            Some(prefix) => options.custom_inbox_prefix(prefix),
-            None => options,
-        };
-        let options = if wait {
-            options.retry_on_initial_connect()
-        } else {
-            options.connection_timeout(Duration::from_secs(2))
-        };
-        let client = options
-            .connect(url)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        Ok(Bus::from_client(client, config))
-    }
-
     fn from_client(client: async_nats::Client, config: BusConfig) -> Bus {
         let js = jetstream::new(client.clone());
         Bus {
@@ -593,45 +483,6 @@ impl PendingPublish {
                 subject,
                 message: e.to_string(),
             })
-    }
-}
-
-/// Delivery settings of one agent's consumers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeliverySettings {
-    /// See [`BusConfig::ack_wait`].
-    pub ack_wait: Duration,
-    /// See [`BusConfig::max_deliver`].
-    pub max_deliver: i64,
-    /// See [`BusConfig::backoff`].
-    pub backoff: Vec<Duration>,
-}
-
-impl From<&BusConfig> for DeliverySettings {
-    fn from(c: &BusConfig) -> Self {
-        DeliverySettings {
-            ack_wait: c.ack_wait,
-            max_deliver: c.max_deliver,
-            backoff: c.backoff.clone(),
-        }
-    }
-}
-
-/// `serde(with)` for a list of human-readable durations (`["1s", "5s"]`).
-mod durations {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &[Duration], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(|d| humantime::format_duration(*d).to_string()))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
-        Vec::<String>::deserialize(d)?
-            .iter()
-            .map(|s| humantime::parse_duration(s).map_err(serde::de::Error::custom))
-            .collect()
     }
 }
 

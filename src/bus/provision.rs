@@ -18,6 +18,7 @@ impl Bus {
         let n = &self.inner.names;
         let c = &self.inner.config;
         let js = &self.inner.js;
+        self.check_replicas()?;
         let streams = [
             file_stream(
                 n.tasks_stream(),
@@ -60,9 +61,15 @@ impl Bus {
             let stream = js
                 .get_or_create_stream(config.clone())
                 .await
-                .map_err(|e| failed(&e))?;
-            if !in_layout(n, &stream.cached_info().config) {
-                js.update_stream(config).await.map_err(|e| failed(&e))?;
+                .map_err(|e| failed(&self.replicas_hint(&e)))?;
+            let held = &stream.cached_info().config;
+            if !in_layout(n, held) || held.num_replicas != c.replicas {
+                if held.num_replicas != c.replicas {
+                    info!(stream = %name, from = held.num_replicas, to = c.replicas, "changing the stream's replicas");
+                }
+                js.update_stream(config)
+                    .await
+                    .map_err(|e| failed(&self.replicas_hint(&e)))?;
             }
         }
         self.agents().await?;
@@ -70,32 +77,83 @@ impl Bus {
         Ok(())
     }
 
-    async fn bucket(&self, name: String, ttl: Duration) -> Result<kv::Store, BusError> {
-        let js = &self.inner.js;
-        if let Ok(store) = js.get_key_value(&name).await {
-            return Ok(store);
+    /// Refuses more than one replica on a server that is not part of a
+    /// cluster, saying what to change (JetStream's own refusal names
+    /// neither the setting nor the fix).
+    fn check_replicas(&self) -> Result<(), BusError> {
+        let replicas = self.inner.config.replicas;
+        let info = self.inner.client.server_info();
+        if replicas > 1 && info.cluster.is_none() {
+            return Err(BusError::Provision {
+                what: "the streams and buckets".into(),
+                message: format!(
+                    "bus.replicas is {replicas}, but the NATS server {} ({}:{}) is not part of a \
+                     cluster, and one server keeps one copy: set bus.replicas to 1, or connect \
+                     to a JetStream cluster of at least {replicas} servers",
+                    info.server_name, info.host, info.port
+                ),
+            });
         }
-        js.create_key_value(kv::Config {
-            bucket: name.clone(),
-            history: 1,
-            max_age: ttl,
-            storage: stream::StorageType::File,
-            ..Default::default()
+        Ok(())
+    }
+
+    /// `e`, with what `bus.replicas` has to do with it when JetStream
+    /// refused the replicas asked for.
+    fn replicas_hint(&self, e: &dyn std::fmt::Display) -> String {
+        let replicas = self.inner.config.replicas;
+        let text = e.to_string();
+        let about_replicas = text.contains("insufficient resources")
+            || text.contains("replicas")
+            || text.contains("peers");
+        if replicas > 1 && about_replicas {
+            format!(
+                "{text} (bus.replicas is {replicas}: the cluster needs at least {replicas} \
+                 JetStream servers up to place that many copies)"
+            )
+        } else {
+            text
+        }
+    }
+
+    /// A key-value bucket in this layout with `bus.replicas` copies:
+    /// created when missing, brought to the layout and the replica count
+    /// when it differs, else used as it is (a worker on a least-privilege
+    /// bus may read a bucket but not change it). `layout` is the rest of
+    /// the bucket's settings.
+    async fn bucket(&self, layout: kv::Config) -> Result<kv::Store, BusError> {
+        let js = &self.inner.js;
+        let replicas = self.inner.config.replicas;
+        let name = layout.bucket.clone();
+        if let Ok(store) = js.get_key_value(&name).await {
+            let held = &store.stream.cached_info().config;
+            if in_layout(&self.inner.names, held) && held.num_replicas == replicas {
+                return Ok(store);
+            }
+            if held.num_replicas != replicas {
+                info!(bucket = %name, from = held.num_replicas, to = replicas, "changing the bucket's replicas");
+            }
+        }
+        js.create_or_update_key_value(kv::Config {
+            num_replicas: replicas,
+            ..layout
         })
         .await
-        .map_err(|e| provision_error(format!("bucket {name}"))(e.to_string()))
+        .map_err(|e| provision_error(format!("bucket {name}"))(self.replicas_hint(&e)))
     }
 
     /// The live agent registry.
     pub async fn agents(&self) -> Result<kv::Store, BusError> {
-        let (name, ttl) = (
-            self.inner.names.agents_bucket(),
-            self.inner.config.registry_ttl,
-        );
+        let layout = kv::Config {
+            bucket: self.inner.names.agents_bucket(),
+            history: 1,
+            max_age: self.inner.config.registry_ttl,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        };
         let store = self
             .inner
             .agents
-            .get_or_try_init(|| self.bucket(name, ttl))
+            .get_or_try_init(|| self.bucket(layout))
             .await?;
         Ok(store.clone())
     }
@@ -104,33 +162,20 @@ impl Bus {
     /// broker), entries otherwise kept `deliveries_ttl` (cancel marks).
     /// Created, or updated from an older layout, at every start.
     pub async fn deliveries(&self) -> Result<kv::Store, BusError> {
+        let layout = kv::Config {
+            bucket: self.inner.names.deliveries_bucket(),
+            history: 1,
+            max_age: self.inner.config.deliveries_ttl,
+            storage: stream::StorageType::File,
+            // Enables per-key TTL; markers left by expired leases live
+            // one second.
+            limit_markers: Some(Duration::from_secs(1)),
+            ..Default::default()
+        };
         let store = self
             .inner
             .deliveries
-            .get_or_try_init(|| async {
-                let name = self.inner.names.deliveries_bucket();
-                // A bucket already in this layout is used as it is: a worker
-                // on a least-privilege bus may read it but not change it.
-                if let Ok(store) = self.inner.js.get_key_value(&name).await
-                    && in_layout(&self.inner.names, &store.stream.cached_info().config)
-                {
-                    return Ok(store);
-                }
-                self.inner
-                    .js
-                    .create_or_update_key_value(kv::Config {
-                        bucket: name.clone(),
-                        history: 1,
-                        max_age: self.inner.config.deliveries_ttl,
-                        storage: stream::StorageType::File,
-                        // Enables per-key TTL; markers left by expired
-                        // leases live one second.
-                        limit_markers: Some(Duration::from_secs(1)),
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|e| provision_error(format!("bucket {name}"))(e.to_string()))
-            })
+            .get_or_try_init(|| self.bucket(layout))
             .await?;
         Ok(store.clone())
     }
@@ -290,6 +335,7 @@ fn file_stream(
         storage: stream::StorageType::File,
         max_age,
         duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
         ..Default::default()
     }
 }

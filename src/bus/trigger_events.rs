@@ -26,6 +26,7 @@ impl Bus {
             storage: stream::StorageType::File,
             max_age: self.inner.config.events_max_age,
             duplicate_window: self.inner.config.duplicate_window,
+            num_replicas: self.inner.config.replicas,
             ..Default::default()
         };
         let js = &self.inner.js;
@@ -33,11 +34,12 @@ impl Bus {
             .get_or_create_stream(config.clone())
             .await
             .map_err(|e| failed(&e))?;
-        let mut held = stream.cached_info().config.subjects.clone();
+        let info = &stream.cached_info().config;
+        let mut held = info.subjects.clone();
         let mut wanted = subjects.to_vec();
         held.sort();
         wanted.sort();
-        if held != wanted {
+        if held != wanted || info.num_replicas != self.inner.config.replicas {
             js.update_stream(config).await.map_err(|e| failed(&e))?;
         }
         Ok(())

@@ -9,7 +9,7 @@ use clap::Args;
 use orchestrator::access::Authenticator;
 use orchestrator::agent::AgentCard;
 use orchestrator::broker::ManagedBroker;
-use orchestrator::bus::{Bus, permissions};
+use orchestrator::bus::{Bus, Servers, permissions};
 use orchestrator::codec::{self, Strictness};
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
 use orchestrator::telemetry::{self, LogFormat, Telemetry};
@@ -37,10 +37,11 @@ pub struct RunArgs {
     /// The HTTP API's address (overrides the config file).
     #[arg(long, env = "ORCH_HTTP_ADDR")]
     http_addr: Option<SocketAddr>,
-    /// The broker (overrides the config file). Without one, the default URL
-    /// is tried and a local nats-server is started if nothing answers.
+    /// The broker: one NATS URL or several, comma-separated (overrides the
+    /// config file). Without one, the default URL is tried and a local
+    /// nats-server is started if nothing answers.
     #[arg(long, env = "NATS_URL")]
-    nats_url: Option<String>,
+    nats_url: Option<Servers>,
     /// The key task tokens are signed with: a path or the PEM text
     /// (overrides the config file). Without one, `<data_dir>/keys/` is used,
     /// and a pair is generated there on the first start.
@@ -58,9 +59,10 @@ pub struct WorkerArgs {
     /// seed file) override its `bus.auth`.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The broker (overrides the config file).
+    /// The broker: one NATS URL or several, comma-separated (overrides the
+    /// config file).
     #[arg(long, env = "NATS_URL")]
-    nats_url: Option<String>,
+    nats_url: Option<Servers>,
     /// Tasks run at once (overrides the card).
     #[arg(long)]
     concurrency: Option<usize>,
@@ -91,7 +93,7 @@ fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
         }
     };
     config.bus.auth = config.bus.auth.with_env(|k| std::env::var(k).ok());
-    config.bus.auth.check().map_err(|e| e.to_string())?;
+    config.bus.check().map_err(|e| e.to_string())?;
     Ok(config)
 }
 
@@ -301,8 +303,8 @@ async fn connect_or_start_broker(
     config: &ServiceConfig,
     cards: &[AgentCard],
 ) -> Result<(Bus, Option<ManagedBroker>), String> {
-    if let Some(url) = &config.nats_url {
-        let bus = Bus::connect_now(url, config.bus.clone())
+    if let Some(servers) = &config.nats_url {
+        let bus = Bus::connect(&servers.to_string(), config.bus.clone())
             .await
             .map_err(|e| e.to_string())?;
         return Ok((bus, None));
@@ -383,6 +385,7 @@ async fn run_worker(
     let url = args
         .nats_url
         .or(config.nats_url.clone())
+        .map(|s| s.to_string())
         .unwrap_or_else(|| DEFAULT_NATS_URL.to_string());
     let mut bus_config = config.bus.clone();
     bus_config.inbox_prefix = Some(orchestrator::bus::agent_inbox_prefix(&card.name));
@@ -396,7 +399,7 @@ async fn run_worker(
         info!(seed = %seed.display(), "logging in to NATS as this agent's user");
         bus_config.auth.nkey_seed_file = Some(seed);
     }
-    let bus = match Bus::connect_now(&url, bus_config).await {
+    let bus = match Bus::connect(&url, bus_config).await {
         Ok(b) => b,
         Err(e) => return fail(e),
     };

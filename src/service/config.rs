@@ -20,8 +20,9 @@ pub struct ServiceConfig {
     pub data_dir: PathBuf,
     /// The HTTP API's address.
     pub http_addr: SocketAddr,
-    /// The broker; `None`: `nats://127.0.0.1:4222`.
-    pub nats_url: Option<String>,
+    /// The broker: one NATS URL, or several (a cluster's nodes) as a list
+    /// or comma-separated; `None`: `nats://127.0.0.1:4222`.
+    pub nats_url: Option<crate::bus::Servers>,
     /// Bus layout and delivery settings.
     pub bus: BusConfig,
     /// Largest request or envelope accepted, in bytes.
@@ -121,7 +122,7 @@ impl crate::codec::Validate for ServiceConfig {
                 "must be positive",
             ));
         }
-        self.bus.auth.check()?;
+        self.bus.check()?;
         let timeouts = [
             ("http_request_timeout", self.http_request_timeout),
             ("http_body_timeout", self.http_body_timeout),

@@ -10,6 +10,7 @@
 //! do.
 
 pub mod context;
+pub mod quiet;
 pub mod metrics;
 pub mod settings;
 pub mod spans;

@@ -141,7 +141,7 @@ impl System {
     pub async fn start_orchestrator(&mut self, cards: Vec<AgentCard>) {
         let config = ServiceConfig {
             data_dir: self.data.path().to_path_buf(),
-            nats_url: Some(self.nats.url()),
+            nats_url: Some(self.nats.url().parse().unwrap()),
             bus: self.bus_config.clone(),
             ..self.service.clone()
         };

@@ -5,6 +5,10 @@
 //! `<data_dir>/nats-auth/` (the orchestrator's seed, and one per agent for
 //! the workers on this machine).
 
+mod cluster;
+
+pub use cluster::LocalCluster;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

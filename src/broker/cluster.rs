@@ -1,0 +1,256 @@
+//! A local NATS JetStream cluster: `nodes` `nats-server` processes on one
+//! machine, routed to each other, each with its own store. For
+//! `orchestrator bench --cluster` and the cluster tests: nodes can be
+//! killed (SIGKILL) and restarted on the same ports and store, and the
+//! node leading a stream can be found.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use super::server_bin;
+
+/// One node of a [`LocalCluster`].
+struct Node {
+    /// The server's name (`n0`, `n1`, …): what stream info calls a leader.
+    name: String,
+    /// Its client port.
+    port: u16,
+    /// Its configuration file.
+    conf: PathBuf,
+    /// Its log.
+    log: PathBuf,
+    /// The process, while it runs.
+    child: Option<Child>,
+}
+
+/// Several `nats-server` processes forming one JetStream cluster; every
+/// process is killed when this is dropped.
+pub struct LocalCluster {
+    /// The nodes, in the order of their names.
+    nodes: Vec<Node>,
+    /// The address clients connect to.
+    host: String,
+}
+
+/// A port nothing listens on right now, on `host`.
+fn free_port(host: &str) -> Result<u16, String> {
+    std::net::TcpListener::bind((host, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on {host}: {e}"))
+}
+
+impl LocalCluster {
+    /// Starts `nodes` servers with their stores under `dir`, clients on
+    /// `host` (routes always on 127.0.0.1), each configured with `extra`
+    /// too; returns once JetStream has a meta leader.
+    pub async fn start(
+        dir: &Path,
+        nodes: usize,
+        host: &str,
+        extra: &str,
+    ) -> Result<LocalCluster, String> {
+        let mut ports = Vec::new();
+        for _ in 0..nodes {
+            ports.push((free_port(host)?, free_port("127.0.0.1")?));
+        }
+        let routes: Vec<String> = ports
+            .iter()
+            .map(|(_, route)| format!("\"nats-route://127.0.0.1:{route}\""))
+            .collect();
+        let mut cluster = LocalCluster {
+            nodes: Vec::new(),
+            host: host.to_string(),
+        };
+        for (i, (port, route)) in ports.iter().enumerate() {
+            let name = format!("n{i}");
+            let home = dir.join(&name);
+            std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            let store = serde_json::to_string(&home.join("js").to_string_lossy())
+                .unwrap_or_default();
+            let text = format!(
+                "server_name: \"{name}\"\nlisten: \"{host}:{port}\"\n\
+                 jetstream {{ store_dir: {store} }}\n\
+                 cluster {{\n  name: \"orch-local\"\n  listen: \"127.0.0.1:{route}\"\n  routes: [{}]\n}}\n{extra}\n",
+                routes.join(", ")
+            );
+            let conf = home.join("nats-server.conf");
+            std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
+            cluster.nodes.push(Node {
+                name,
+                port: *port,
+                conf,
+                log: home.join("nats-server.log"),
+                child: None,
+            });
+        }
+        for i in 0..nodes {
+            cluster.spawn(i)?;
+        }
+        for i in 0..nodes {
+            cluster.wait_listening(i).await?;
+        }
+        cluster.wait_meta_leader().await?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let node = &mut self.nodes[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .map_err(|e| format!("{}: {e}", node.log.display()))?;
+        let bin = server_bin();
+        let child = Command::new(&bin)
+            .arg("-c")
+            .arg(&node.conf)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start {} ({e}): install nats-server (scripts/ensure-nats-server) or set NATS_SERVER_BIN",
+                    bin.display()
+                )
+            })?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_listening(&self, i: usize) -> Result<(), String> {
+        let node = &self.nodes[i];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect((self.host.as_str(), node.port))
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not start on port {}; see {}",
+                    node.name,
+                    node.port,
+                    node.log.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until JetStream answers account info through some node: the
+    /// cluster has elected its meta leader.
+    pub async fn wait_meta_leader(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(client) = self.client().await {
+                let ask = client.request("$JS.API.INFO", bytes::Bytes::new());
+                let info = tokio::time::timeout(Duration::from_secs(1), ask)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .and_then(|m| serde_json::from_slice::<serde_json::Value>(&m.payload).ok());
+                if info.is_some_and(|v| v.get("error").is_none()) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("the cluster elected no JetStream meta leader within 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A plain client connected to any running node.
+    async fn client(&self) -> Option<async_nats::Client> {
+        let urls: Vec<async_nats::ServerAddr> = self
+            .running()
+            .filter_map(|i| self.url(i).parse().ok())
+            .collect();
+        async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(1))
+            .ignore_discovered_servers()
+            .connect(urls)
+            .await
+            .ok()
+    }
+
+    /// The nodes running now.
+    fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(|i| self.nodes[*i].child.is_some())
+    }
+
+    /// Node `i`'s client URL.
+    pub fn url(&self, i: usize) -> String {
+        format!("nats://{}:{}", self.host, self.nodes[i].port)
+    }
+
+    /// Every node's client URL, comma-separated (what `NATS_URL` takes).
+    pub fn urls(&self) -> String {
+        (0..self.nodes.len())
+            .map(|i| self.url(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// How many nodes there are.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i`'s log file.
+    pub fn log(&self, i: usize) -> &Path {
+        &self.nodes[i].log
+    }
+
+    /// Kills node `i` (SIGKILL) and waits for it to exit.
+    pub async fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts node `i` again, on its ports and store, and waits until it
+    /// accepts connections.
+    pub async fn restart(&mut self, i: usize) -> Result<(), String> {
+        self.kill(i).await;
+        self.spawn(i)?;
+        self.wait_listening(i).await
+    }
+
+    /// The node leading stream `stream` (a key-value bucket's stream is
+    /// `KV_<bucket>`), as the stream's info says; `None` when no node
+    /// answers or the stream has no leader now.
+    pub async fn leader_of(&self, stream: &str) -> Option<usize> {
+        let client = self.client().await?;
+        let reply = tokio::time::timeout(
+            Duration::from_secs(3),
+            client.request(
+                format!("$JS.API.STREAM.INFO.{stream}"),
+                bytes::Bytes::new(),
+            ),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
+        let leader = info.pointer("/cluster/leader")?.as_str()?;
+        self.nodes.iter().position(|n| n.name == leader)
+    }
+
+    /// Stops every node.
+    pub async fn stop(mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i).await;
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! A real three-node NATS JetStream cluster per test, beside the
+//! single-server [`super::nats::NatsServer`]: nodes on loopback with
+//! dynamic ports, each with a temporary store; killed on drop, each node
+//! killable and restartable on its ports and store.
+
+use std::ops::{Deref, DerefMut};
+
+use orchestrator::broker::LocalCluster;
+
+/// A running cluster and the directory of its stores.
+pub struct NatsCluster {
+    cluster: LocalCluster,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Three nodes, clients on 127.0.0.1; returns once JetStream has a
+    /// meta leader.
+    pub async fn start() -> NatsCluster {
+        NatsCluster::start_on("127.0.0.1").await
+    }
+
+    /// Three nodes with clients on `host` (`0.0.0.0` to reach them from
+    /// another network namespace).
+    pub async fn start_on(host: &str) -> NatsCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = LocalCluster::start(dir.path(), 3, host, "")
+            .await
+            .unwrap_or_else(|e| panic!("cannot start a NATS cluster: {e}"));
+        NatsCluster {
+            cluster,
+            _dir: dir,
+        }
+    }
+
+    /// The node leading `stream`, waiting (up to 30 s) until it has one.
+    pub async fn wait_leader_of(&self, stream: &str) -> usize {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(i) = self.cluster.leader_of(stream).await {
+                return i;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{stream} has no leader"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Deref for NatsCluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.cluster
+    }
+}
+
+impl DerefMut for NatsCluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.cluster
+    }
+}
