@@ -43,6 +43,13 @@ pub struct WorkerEvent {
     /// For a retryable failure: how long to wait before the next attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// The worker instance that ran the attempt (for the audit trail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Whether the handler was told this delivery may repeat an earlier
+    /// run of the attempt (a redelivery, or a copy published again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed: bool,
     /// When the worker made the report.
     pub at: Timestamp,
 }
@@ -52,6 +59,8 @@ impl WorkerEvent {
     /// over: a final report of that attempt, or any report of a later one.
     /// The check a redelivered attempt is held to before it runs again.
     pub fn ends_attempt(&self, attempt: u32) -> bool {
+        // (A run-abandoned note is published on a subject of its own, so
+        // it is never a task's last event.)
         self.attempt.get() > attempt
             || (self.attempt.get() == attempt && self.state != ReportedState::Working)
     }
@@ -157,6 +166,19 @@ impl ErrorInfo {
     }
 }
 
+/// The longest worker instance name an event may carry.
+pub const MAX_INSTANCE_LEN: usize = 128;
+
+fn check_instance(instance: Option<&str>) -> Result<(), DecodeError> {
+    match instance {
+        Some(i) if i.is_empty() || i.len() > MAX_INSTANCE_LEN => Err(DecodeError::invalid(
+            "instance",
+            format!("must be 1 to {MAX_INSTANCE_LEN} bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Validate for WorkerEvent {
     fn validate(&self) -> Result<(), DecodeError> {
         let needs_error = matches!(self.state, ReportedState::Failed | ReportedState::Rejected);
@@ -165,7 +187,57 @@ impl Validate for WorkerEvent {
                 field: "error".into(),
             });
         }
-        Ok(())
+        check_instance(self.instance.as_deref())
+    }
+}
+
+/// A worker's note that it ran an attempt but lost its claim before it
+/// could report (a partition outlasted the lease, or the claims bucket was
+/// away that long): whatever the run did, its outcome was dropped, and
+/// another replica runs the attempt. It never changes the task; the
+/// orchestrator records it in the audit trail (`task.run_abandoned`).
+/// Published on `<prefix>.events.<agent>.<task id>.abandoned`.
+///
+/// Schema: `docs/schema/run-abandoned.schema.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAbandoned {
+    /// Wire format version; always 1.
+    pub v: Version,
+    /// The task.
+    pub task_id: TaskId,
+    /// The task's correlation id.
+    pub correlation_id: CorrelationId,
+    /// The agent.
+    pub agent: AgentName,
+    /// The attempt that ran.
+    pub attempt: NonZeroU32,
+    /// The worker instance that ran it.
+    pub instance: String,
+    /// Whether the handler had finished (its outcome was dropped) or was
+    /// stopped when the claim was lost.
+    pub finished: bool,
+    /// Why, in words.
+    pub reason: String,
+    /// When the claim was found lost.
+    pub at: Timestamp,
+}
+
+impl Validate for RunAbandoned {
+    fn validate(&self) -> Result<(), DecodeError> {
+        check_instance(Some(&self.instance))
+    }
+}
+
+impl RunAbandoned {
+    /// Decodes a note from the bus: unknown fields are ignored.
+    pub fn from_wire(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Tolerant, max_bytes)
+    }
+
+    /// Decodes a note strictly (unknown fields refused), as tools checking
+    /// a worker written in another language do.
+    pub fn from_user(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        codec::decode(bytes, Strictness::Strict, max_bytes)
     }
 }
 
@@ -200,6 +272,8 @@ mod tests {
             artifacts: Vec::new(),
             error: None,
             retry_after_seconds: None,
+            instance: None,
+            resumed: false,
             at: Timestamp::now(),
         };
         assert!(!event(2, ReportedState::Working).ends_attempt(2));

@@ -30,11 +30,18 @@ impl Backoff {
     /// doubled per earlier failure, at most `max`, times a random factor
     /// between ½ and 1½.
     pub fn next_delay(&mut self) -> Duration {
+        let delay = self.delay_after(self.failures);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    /// The delay after `failures` earlier failures, for a caller that
+    /// keeps the count itself (one count per queued item).
+    pub fn delay_after(&self, failures: u32) -> Duration {
         let doubled = self
             .first
-            .saturating_mul(1u32 << self.failures.min(20))
+            .saturating_mul(1u32 << failures.min(20))
             .min(self.max);
-        self.failures = self.failures.saturating_add(1);
         jittered(doubled)
     }
 

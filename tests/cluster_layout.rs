@@ -28,7 +28,9 @@ async fn replicas_of(bus: &Bus, stream: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_stream_and_bucket_gets_the_replicas_asked_for() {
     let cluster = NatsCluster::start().await;
-    let one = Bus::connect_now(&cluster.urls(), replicated(1)).await.unwrap();
+    let one = Bus::connect_now(&cluster.urls(), replicated(1))
+        .await
+        .unwrap();
     one.provision().await.unwrap();
     let agent: AgentName = "a".parse().unwrap();
     let settings = DeliverySettings::from(one.config());
@@ -49,10 +51,14 @@ async fn every_stream_and_bucket_gets_the_replicas_asked_for() {
     }
     // More copies than the cluster has servers: refused, naming the
     // setting.
-    let five = Bus::connect_now(&cluster.urls(), replicated(5)).await.unwrap();
+    let five = Bus::connect_now(&cluster.urls(), replicated(5))
+        .await
+        .unwrap();
     let e = five.provision().await.unwrap_err().to_string();
     assert!(e.contains("bus.replicas is 5"), "{e}");
-    let three = Bus::connect_now(&cluster.urls(), replicated(3)).await.unwrap();
+    let three = Bus::connect_now(&cluster.urls(), replicated(3))
+        .await
+        .unwrap();
     three.provision().await.unwrap();
     for s in &streams {
         assert_eq!(replicas_of(&three, s).await, 3, "{s}");
@@ -60,16 +66,24 @@ async fn every_stream_and_bucket_gets_the_replicas_asked_for() {
     let consumer = names.agent_consumer(&agent, Priority::Normal);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let stream = three.jetstream().get_stream(names.tasks_stream()).await.unwrap();
-        let info = stream
-            .consumer_info(&consumer)
+        let stream = three
+            .jetstream()
+            .get_stream(names.tasks_stream())
             .await
             .unwrap();
-        let copies = info.cluster.as_ref().map(|c| c.replicas.len() + 1).unwrap_or(1);
+        let info = stream.consumer_info(&consumer).await.unwrap();
+        let copies = info
+            .cluster
+            .as_ref()
+            .map(|c| c.replicas.len() + 1)
+            .unwrap_or(1);
         if copies == 3 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the consumer has {copies} copies");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the consumer has {copies} copies"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

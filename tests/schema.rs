@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use orchestrator::codec::DEFAULT_MAX_BYTES;
+use orchestrator::event::RunAbandoned;
 use orchestrator::{Envelope, WorkerEvent};
 use serde_json::{Value, json};
 
@@ -47,12 +48,15 @@ fn validator(file: &str) -> jsonschema::Validator {
 enum Kind {
     Envelope,
     Event,
+    Abandoned,
 }
 
 impl Kind {
     fn of(example: &Value) -> Kind {
         if example.get("header").is_some() {
             Kind::Envelope
+        } else if example.get("finished").is_some() {
+            Kind::Abandoned
         } else {
             Kind::Event
         }
@@ -63,6 +67,7 @@ impl Kind {
         match self {
             Kind::Envelope => Envelope::from_user(&bytes, DEFAULT_MAX_BYTES).map(|_| ()),
             Kind::Event => WorkerEvent::from_user(&bytes, DEFAULT_MAX_BYTES).map(|_| ()),
+            Kind::Abandoned => RunAbandoned::from_user(&bytes, DEFAULT_MAX_BYTES).map(|_| ()),
         }
         .map_err(|e| e.to_string())
     }
@@ -95,9 +100,10 @@ fn examples() -> Vec<Value> {
 /// Every example in the docs is valid for both the schema and the parser.
 #[test]
 fn every_documented_example_validates_and_parses() {
-    let (envelope, event) = (
+    let (envelope, event, abandoned) = (
         validator("envelope.schema.json"),
         validator("worker-event.schema.json"),
+        validator("run-abandoned.schema.json"),
     );
     let examples = examples();
     assert!(examples.len() >= 5, "the protocol page lost its examples");
@@ -106,6 +112,7 @@ fn every_documented_example_validates_and_parses() {
         let schema = match kind {
             Kind::Envelope => &envelope,
             Kind::Event => &event,
+            Kind::Abandoned => &abandoned,
         };
         let errors: Vec<String> = schema.iter_errors(example).map(|e| e.to_string()).collect();
         assert!(
@@ -220,9 +227,10 @@ fn show(path: &[PathStep]) -> String {
 /// rejects, and the other way round.
 #[test]
 fn schema_and_parser_agree_on_every_mutation() {
-    let (envelope, event) = (
+    let (envelope, event, abandoned) = (
         validator("envelope.schema.json"),
         validator("worker-event.schema.json"),
+        validator("run-abandoned.schema.json"),
     );
     let mut checked = 0;
     let mut rejected = 0;
@@ -232,6 +240,7 @@ fn schema_and_parser_agree_on_every_mutation() {
         let schema = match kind {
             Kind::Envelope => &envelope,
             Kind::Event => &event,
+            Kind::Abandoned => &abandoned,
         };
         for (what, mutated) in mutations(&example) {
             let by_schema = schema.is_valid(&mutated);

@@ -35,12 +35,17 @@ pub struct LocalCluster {
     host: String,
 }
 
-/// A port nothing listens on right now, on `host`.
-fn free_port(host: &str) -> Result<u16, String> {
-    std::net::TcpListener::bind((host, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port on {host}: {e}"))
+/// A port nothing listens on right now, on `host`, held (so the next one
+/// differs) until `held` is dropped.
+fn free_port(host: &str, held: &mut Vec<std::net::TcpListener>) -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind((host, 0))
+        .map_err(|e| format!("no free port on {host}: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("no free port on {host}: {e}"))?
+        .port();
+    held.push(listener);
+    Ok(port)
 }
 
 impl LocalCluster {
@@ -54,9 +59,14 @@ impl LocalCluster {
         extra: &str,
     ) -> Result<LocalCluster, String> {
         let mut ports = Vec::new();
+        let mut held = Vec::new();
         for _ in 0..nodes {
-            ports.push((free_port(host)?, free_port("127.0.0.1")?));
+            ports.push((
+                free_port(host, &mut held)?,
+                free_port("127.0.0.1", &mut held)?,
+            ));
         }
+        drop(held);
         let routes: Vec<String> = ports
             .iter()
             .map(|(_, route)| format!("\"nats-route://127.0.0.1:{route}\""))
@@ -69,8 +79,8 @@ impl LocalCluster {
             let name = format!("n{i}");
             let home = dir.join(&name);
             std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
-            let store = serde_json::to_string(&home.join("js").to_string_lossy())
-                .unwrap_or_default();
+            let store =
+                serde_json::to_string(&home.join("js").to_string_lossy()).unwrap_or_default();
             let text = format!(
                 "server_name: \"{name}\"\nlisten: \"{host}:{port}\"\n\
                  jetstream {{ store_dir: {store} }}\n\
@@ -189,6 +199,11 @@ impl LocalCluster {
         format!("nats://{}:{}", self.host, self.nodes[i].port)
     }
 
+    /// Node `i`'s client port.
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
     /// Every node's client URL, comma-separated (what `NATS_URL` takes).
     pub fn urls(&self) -> String {
         (0..self.nodes.len())
@@ -234,10 +249,7 @@ impl LocalCluster {
         let client = self.client().await?;
         let reply = tokio::time::timeout(
             Duration::from_secs(3),
-            client.request(
-                format!("$JS.API.STREAM.INFO.{stream}"),
-                bytes::Bytes::new(),
-            ),
+            client.request(format!("$JS.API.STREAM.INFO.{stream}"), bytes::Bytes::new()),
         )
         .await
         .ok()?

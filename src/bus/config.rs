@@ -91,7 +91,7 @@ impl Default for BusConfig {
             events_max_deliver: 10,
             events_max_ack_pending: 4096,
             retry_delay: Duration::from_secs(1),
-            retry_max_delay: Duration::from_secs(10),
+            retry_max_delay: Duration::from_secs(5),
             replicas: 1,
             connect_wait: Duration::from_secs(60),
             auth: NatsAuth::default(),
@@ -99,7 +99,6 @@ impl Default for BusConfig {
         }
     }
 }
-
 
 /// Delivery settings of one agent's consumers.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,8 +139,13 @@ mod durations {
     }
 }
 
-
 impl BusConfig {
+    /// The waits between tries of something that keeps failing: from
+    /// `retry_delay`, doubling, up to `retry_max_delay`, with jitter.
+    pub fn backoff(&self) -> crate::retry::Backoff {
+        crate::retry::Backoff::new(self.retry_delay, self.retry_max_delay)
+    }
+
     /// Checks what the types alone cannot: a replica count JetStream
     /// takes, retry delays that make sense, one way to log in.
     pub fn check(&self) -> Result<(), crate::codec::DecodeError> {

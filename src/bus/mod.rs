@@ -13,6 +13,7 @@ mod config;
 mod connect;
 mod depth;
 mod dlq;
+mod health;
 mod names;
 pub mod permissions;
 mod provision;
@@ -28,6 +29,7 @@ pub use dlq::{
     DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER, DeadLetterCopy,
     Original,
 };
+pub use health::{Flow, PROBE_TIMEOUT, Unserved};
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
 pub use servers::Servers;
@@ -421,6 +423,30 @@ impl Bus {
             crate::telemetry::spans::failed(&span, &e.to_string());
         }
         published
+    }
+
+    /// Publishes a run-abandoned note and waits for JetStream to store it
+    /// (one per attempt and instance: copies are dropped as duplicates).
+    pub async fn publish_abandoned(
+        &self,
+        note: &crate::event::RunAbandoned,
+        parent: &tracing::Span,
+    ) -> Result<(), BusError> {
+        let subject = self
+            .inner
+            .names
+            .abandoned_subject(&note.agent, note.task_id);
+        let msg_id = format!(
+            "{}.{}.abandoned.{}",
+            note.task_id, note.attempt, note.instance
+        );
+        let headers = task_headers(
+            &note.task_id.to_string(),
+            note.correlation_id.as_str(),
+            parent,
+        );
+        let body = serde_json::to_vec(note).unwrap_or_default();
+        self.publish(subject, msg_id, headers, body).await
     }
 
     async fn publish(

@@ -77,6 +77,17 @@ impl Names {
         format!("{}.events.{}.{}", self.prefix, agent, task)
     }
 
+    /// Where `agent` notes a run of `task` it abandoned: beside the task's
+    /// events, never the last of them.
+    pub fn abandoned_subject(&self, agent: &AgentName, task: TaskId) -> String {
+        format!("{}.events.{}.{}.abandoned", self.prefix, agent, task)
+    }
+
+    /// Whether an event subject is a run-abandoned note's.
+    pub fn is_abandoned_subject(subject: &str) -> bool {
+        subject.ends_with(".abandoned")
+    }
+
     /// Every event subject.
     pub fn all_events(&self) -> String {
         format!("{}.events.>", self.prefix)

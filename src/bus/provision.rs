@@ -13,12 +13,29 @@ use crate::envelope::AgentName;
 impl Bus {
     /// Creates the streams and buckets, or brings those of an older layout
     /// to this one (the orchestrator, at every start; workers only wait for
-    /// them, [`Bus::wait_provisioned`]).
+    /// them, [`Bus::wait_provisioned`]). A cluster that is still electing
+    /// its JetStream leader, or waiting for enough nodes to place the
+    /// replicas, is waited for (within `bus.connect_wait`, with a backoff);
+    /// any other refusal is final.
     pub async fn provision(&self) -> Result<(), BusError> {
+        self.check_replicas()?;
+        let deadline = tokio::time::Instant::now() + self.inner.config.connect_wait;
+        let mut backoff = self.inner.config.backoff();
+        loop {
+            match self.provision_once().await {
+                Err(e) if passing(&e) && tokio::time::Instant::now() < deadline => {
+                    crate::telemetry::quiet::warn_quietly!("bus.provision_waiting", error = %e, "JetStream cannot take the layout yet; trying again");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn provision_once(&self) -> Result<(), BusError> {
         let n = &self.inner.names;
         let c = &self.inner.config;
         let js = &self.inner.js;
-        self.check_replicas()?;
         let streams = [
             file_stream(
                 n.tasks_stream(),
@@ -338,4 +355,21 @@ fn file_stream(
         num_replicas: config.replicas,
         ..Default::default()
     }
+}
+
+/// Whether a provisioning error is one a cluster gets over by itself: no
+/// answer yet, a leader being elected, too few nodes up for the replicas.
+fn passing(e: &BusError) -> bool {
+    let text = e.to_string().to_lowercase();
+    [
+        "timed out",
+        "timeout",
+        "temporarily unavailable",
+        "no responders",
+        "insufficient resources",
+        "no suitable peers",
+        "offline",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
 }

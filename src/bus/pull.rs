@@ -8,7 +8,13 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::{PullConsumer, pull};
 use futures::StreamExt;
-use tracing::warn;
+
+use crate::retry::Backoff;
+use crate::telemetry::quiet::warn_quietly;
+
+/// The first wait after a failed pull, and the longest.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How a pull asks for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +46,9 @@ pub struct Puller {
     settings: PullSettings,
     /// The open pull, if any.
     stream: Option<pull::Stream>,
+    /// Waits between pulls that keep failing (a stream electing its
+    /// leader answers every pull with an error at once).
+    backoff: Backoff,
 }
 
 impl Puller {
@@ -49,6 +58,7 @@ impl Puller {
             consumer,
             settings,
             stream: None,
+            backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
         }
     }
 
@@ -61,16 +71,20 @@ impl Puller {
                 None => match self.open().await {
                     Some(stream) => self.stream.insert(stream),
                     None => {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(self.backoff.next_delay()).await;
                         continue;
                     }
                 },
             };
             match stream.next().await {
-                Some(Ok(msg)) => return msg,
+                Some(Ok(msg)) => {
+                    self.backoff.reset();
+                    return msg;
+                }
                 Some(Err(e)) => {
-                    warn!(consumer = %self.consumer.cached_info().name, error = %e, "pull failed; pulling anew");
+                    warn_quietly!("bus.pull_failed", consumer = %self.consumer.cached_info().name, error = %e, "pull failed; pulling anew");
                     self.stream = None;
+                    tokio::time::sleep(self.backoff.next_delay()).await;
                 }
                 None => self.stream = None,
             }
@@ -105,7 +119,7 @@ impl Puller {
         match opened {
             Ok(stream) => Some(stream),
             Err(e) => {
-                warn!(consumer = %self.consumer.cached_info().name, error = %e, "cannot pull");
+                warn_quietly!("bus.pull_refused", consumer = %self.consumer.cached_info().name, error = %e, "cannot pull");
                 None
             }
         }

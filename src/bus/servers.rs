@@ -89,7 +89,9 @@ mod tests {
 
     #[test]
     fn a_list_is_read_from_commas_or_json_and_bad_urls_are_named() {
-        let s: Servers = "nats://a:4222, nats://b:4223,,nats://c:4224".parse().unwrap();
+        let s: Servers = "nats://a:4222, nats://b:4223,,nats://c:4224"
+            .parse()
+            .unwrap();
         assert_eq!(
             s.urls(),
             ["nats://a:4222", "nats://b:4223", "nats://c:4224"]
@@ -105,7 +107,9 @@ mod tests {
             serde_json::to_string(&s).unwrap(),
             r#"["nats://a:4222","nats://b:4223","nats://c:4224"]"#
         );
-        let bad = "nats://a:4222,nats://b:notaport".parse::<Servers>().unwrap_err();
+        let bad = "nats://a:4222,nats://b:notaport"
+            .parse::<Servers>()
+            .unwrap_err();
         assert!(bad.contains("`nats://b:notaport`"), "{bad}");
         assert!(" , ".parse::<Servers>().is_err());
         assert!(serde_json::from_str::<Servers>("[]").is_err());

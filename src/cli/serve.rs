@@ -407,6 +407,7 @@ async fn run_worker(
         max_envelope_bytes: config.max_envelope_bytes,
         verifier,
         sensitive: config.sensitive_fields.clone(),
+        stall_after: config.ready_stall_after,
         ..WorkerConfig::default()
     };
     if let Some(c) = args.concurrency {
@@ -429,7 +430,11 @@ async fn run_worker(
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "serving /metrics");
         }
-        tokio::spawn(telemetry::metrics::serve(listener, stop.clone()));
+        tokio::spawn(telemetry::metrics::serve(
+            listener,
+            worker.readiness(),
+            stop.clone(),
+        ));
     }
     worker.run(stop).await;
     ExitCode::SUCCESS

@@ -1,4 +1,5 @@
-//! `/healthz` (the process answers), `/readyz` (store and broker usable)
+//! `/healthz` (the process answers), `/readyz` (store and broker usable,
+//! every stream led, the queue moving)
 //! and `/metrics` (Prometheus text; the gauges read from JetStream are
 //! refreshed first). None needs credentials.
 
@@ -24,14 +25,11 @@ async fn metrics(State(o): State<Orchestrator>) -> impl axum::response::IntoResp
 }
 
 async fn ready(State(o): State<Orchestrator>) -> (StatusCode, Json<Value>) {
-    let (nats, store) = o.readiness().await;
-    let status = if nats && store {
+    let (ok, detail) = o.readiness().await;
+    let status = if ok {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        Json(json!({"ok": nats && store, "nats": nats, "store": store})),
-    )
+    (status, Json(detail))
 }

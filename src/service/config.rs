@@ -43,6 +43,12 @@ pub struct ServiceConfig {
     /// How long a live task may stay unchanged before it is checked.
     #[serde(with = "humantime_serde")]
     pub stall_after: Duration,
+    /// Readiness (`/readyz`, `orch_ready`) turns false when task messages
+    /// wait for delivery and nothing has moved for this long (`0s`: never);
+    /// set it above the longest time a full set of workers may spend on
+    /// tasks without finishing one.
+    #[serde(with = "humantime_serde")]
+    pub ready_stall_after: Duration,
     /// Envelopes published but not yet acknowledged by the broker, at most.
     pub publish_in_flight: usize,
     /// HTTP requests served at once; more are answered 503 at once.
@@ -89,6 +95,7 @@ impl Default for ServiceConfig {
             retry: RetryPolicy::default(),
             reap_interval: Duration::from_secs(10),
             stall_after: Duration::from_secs(60),
+            ready_stall_after: Duration::from_secs(300),
             publish_in_flight: 1024,
             http_max_in_flight: 512,
             http_max_in_flight_per_principal: 128,

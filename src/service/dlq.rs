@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use serde::{Deserialize, Serialize};
@@ -90,7 +91,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
     let tasks = match js.get_stream(&advisory.stream).await {
         Ok(s) => s,
         Err(e) => {
-            warn!(error = %e, "task stream unavailable");
+            warn_quietly!("orchestrator.dlq_stream_unavailable", error = %e, "task stream unavailable");
             return retry;
         }
     };
@@ -99,7 +100,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
         // Acked or removed meanwhile: nothing left to move.
         Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => return Verdict::Done,
         Err(e) => {
-            warn!(seq = advisory.stream_seq, error = %e, "cannot read the poison message");
+            warn_quietly!("orchestrator.dlq_read_failed", seq = advisory.stream_seq, error = %e, "cannot read the poison message");
             return retry;
         }
     };
@@ -116,7 +117,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
             }
             Ok(_) => {}
             Err(e) => {
-                warn!(task_id = %env.header.task_id, error = %e, "cannot read the claim");
+                warn_quietly!("orchestrator.dlq_claim_unreadable", task_id = %env.header.task_id, error = %e, "cannot read the claim");
                 return retry;
             }
         }
@@ -142,7 +143,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
         task_id: envelope.as_ref().map(|e| e.header.task_id),
     };
     if let Err(e) = bus.move_to_dlq(letter, Original::Stored).await {
-        warn!(seq = advisory.stream_seq, error = %e, "poison message not moved to the DLQ");
+        warn_quietly!("orchestrator.dlq_move_failed", seq = advisory.stream_seq, error = %e, "poison message not moved to the DLQ");
         return retry;
     }
     let Some(env) = envelope else {
@@ -165,7 +166,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
     match store.apply(task_id, change).await {
         Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Transition { .. }) => Verdict::Done,
         Err(e) => {
-            warn!(task_id = %task_id, error = %e, "could not mark the dead-lettered task failed");
+            warn_quietly!("orchestrator.dlq_mark_failed", task_id = %task_id, error = %e, "could not mark the dead-lettered task failed");
             retry
         }
     }

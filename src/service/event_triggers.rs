@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use async_nats::jetstream::Message;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +61,7 @@ pub(crate) async fn drive(o: Orchestrator, stop: CancellationToken) {
         subjects.dedup();
         let provisioned = o.bus().provision_trigger_events(&subjects).await;
         if let Err(e) = &provisioned {
-            warn!(error = %e, "event triggers: cannot keep their subjects; trying again");
+            warn_quietly!("orchestrator.event_triggers_subjects", error = %e, "event triggers: cannot keep their subjects; trying again");
         }
         // Stop the listeners of triggers gone or changed.
         listeners.retain(|id, l| {
@@ -115,7 +116,7 @@ async fn listen(o: Orchestrator, trigger: Arc<Trigger>, stop: CancellationToken)
         match o.bus().trigger_consumer(&trigger.id, &subject).await {
             Ok(c) => break c,
             Err(e) => {
-                warn!(trigger_id = %trigger.id, error = %e, "event trigger: no consumer yet; trying again");
+                warn_quietly!("orchestrator.event_trigger_consumer", trigger_id = %trigger.id, error = %e, "event trigger: no consumer yet; trying again");
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(RETRY) => {}
@@ -193,7 +194,7 @@ async fn start(o: &Orchestrator, trigger: &Trigger, caller: &Caller, msg: &Messa
             Settlement::Term
         }
         Err(e) => {
-            warn!(trigger_id = %trigger.id, message_id = %id, error = %e, "event: run not started; it will be delivered again");
+            warn_quietly!("orchestrator.event_trigger_run", trigger_id = %trigger.id, message_id = %id, error = %e, "event: run not started; it will be delivered again");
             Settlement::Nak(RETRY)
         }
     }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
 use serde_json::json;
@@ -18,7 +19,7 @@ use crate::bus::{
     Bus, BusError, DeadLetterCopy, Original, PullSettings, Puller, Settlement, settle,
 };
 use crate::envelope::AgentName;
-use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
+use crate::event::{ErrorInfo, ReportedState, RunAbandoned, WorkerEvent};
 use crate::store::{Applied, Change, Store, StoreError};
 use crate::task::{TaskEvent, TaskState};
 use crate::telemetry::{context, metrics, spans};
@@ -148,6 +149,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
             error: Some(error),
             retry_after: None,
             reporter,
+            run: run_of(event),
         };
     }
     let reason = match (&event.error, event.state) {
@@ -163,7 +165,16 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         error: event.error.clone(),
         retry_after: event.retry_after_seconds.map(Duration::from_secs),
         reporter,
+        run: run_of(event),
     }
+}
+
+/// Who ran the attempt, as the audit keeps it.
+fn run_of(event: &WorkerEvent) -> Option<serde_json::Value> {
+    event
+        .instance
+        .as_ref()
+        .map(|instance| json!({"instance": instance, "resumed": event.resumed}))
 }
 
 /// Splits events into runs of one task each, keeping their order.
@@ -190,6 +201,10 @@ impl Applier {
         for msg in arrived {
             if msg.info().is_ok_and(|i| i.delivered > 1) {
                 metrics::event_redelivered();
+            }
+            if crate::bus::Names::is_abandoned_subject(&msg.subject) {
+                self.abandoned(msg).await;
+                continue;
             }
             match WorkerEvent::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES) {
                 Ok(event) => {
@@ -298,6 +313,10 @@ impl Applier {
             settle(&arrived.msg, Settlement::Ack).await;
             match applied {
                 Applied::Moved(record) => {
+                    if event.resumed && event.state != ReportedState::Working {
+                        let reporter = self.subject_agent(&arrived.msg.subject);
+                        self.resumed(&event, reporter).await;
+                    }
                     if record.state == TaskState::Submitted && record.attempt > event.attempt.get()
                     {
                         self.publisher
@@ -310,6 +329,86 @@ impl Applier {
                     .in_scope(|| debug!(task_id = %event.task_id, "event ignored: {reason}")),
                 Applied::Unchanged(_) => {}
             }
+        }
+    }
+
+    /// Audits a run a worker gave up when its claim was lost
+    /// (`task.run_abandoned`); the task itself is not changed.
+    async fn abandoned(&self, msg: Message) {
+        let note = match RunAbandoned::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES) {
+            Ok(note) => note,
+            Err(e) => {
+                let why = format!("not a run-abandoned note: {e}");
+                return self.poison(msg, "undecodable_event", &why).await;
+            }
+        };
+        let reporter = self.subject_agent(&msg.subject);
+        let entry = AuditEntry {
+            actor: actor(reporter.as_ref()),
+            kind: "task.run_abandoned".into(),
+            task_id: Some(note.task_id),
+            correlation_id: Some(note.correlation_id.clone()),
+            trace_id: None,
+            detail: json!({
+                "attempt": note.attempt,
+                "instance": note.instance,
+                "finished": note.finished,
+                "reason": note.reason,
+                "at": note.at,
+            }),
+        };
+        match self.store.audit(entry).await {
+            Ok(_) => settle(&msg, Settlement::Ack).await,
+            Err(e) => {
+                warn_quietly!("orchestrator.audit_failed", task_id = %note.task_id, error = %e, "run-abandoned note not audited; it will be redelivered");
+                settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
+            }
+        }
+    }
+
+    /// Audits an attempt that ended on a run told it resumed
+    /// (`task.resumed`): the instance that ran it, and the instances known
+    /// to have run it before (from this attempt's earlier records).
+    async fn resumed(&self, event: &WorkerEvent, reporter: Option<AgentName>) {
+        let attempt = event.attempt.get();
+        let instance = event.instance.as_deref();
+        let filter = crate::audit::AuditFilter {
+            task_id: Some(event.task_id),
+            correlation_id: None,
+        };
+        let earlier: std::collections::BTreeSet<String> = self
+            .store
+            .audit_list(&filter, 0, 1000)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.detail["attempt"].as_u64() == Some(u64::from(attempt)))
+            .filter_map(|r| {
+                let ran = match r.kind.as_str() {
+                    "task.run_abandoned" => &r.detail["instance"],
+                    "task.transition" => &r.detail["run"]["instance"],
+                    _ => return None,
+                };
+                ran.as_str()
+                    .filter(|i| Some(*i) != instance)
+                    .map(str::to_string)
+            })
+            .collect();
+        let entry = AuditEntry {
+            actor: actor(reporter.as_ref()),
+            kind: "task.resumed".into(),
+            task_id: Some(event.task_id),
+            correlation_id: Some(event.correlation_id.clone()),
+            trace_id: None,
+            detail: json!({
+                "attempt": attempt,
+                "instance": instance,
+                "state": event.state,
+                "told_resumed": true,
+                "earlier_runs": earlier,
+            }),
+        };
+        if let Err(e) = self.store.audit(entry).await {
+            warn_quietly!("orchestrator.audit_failed", task_id = %event.task_id, error = %e, "a resumed run was not audited");
         }
     }
 
@@ -346,7 +445,7 @@ impl Applier {
             let why = format!("not applied after {delivered} deliveries: {why}");
             return self.poison(msg, "poison_event", &why).await;
         }
-        warn!(subject = %msg.subject, error = why, "event not applied; it will be redelivered");
+        warn_quietly!("orchestrator.event_not_applied", subject = %msg.subject, error = why, "event not applied; it will be redelivered");
         settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
     }
 
@@ -378,7 +477,7 @@ impl Applier {
             .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Term))
             .await;
         if let Err(e) = moved {
-            warn!(error = %e, "poison event not copied; it will be redelivered");
+            warn_quietly!("orchestrator.event_dlq_failed", error = %e, "poison event not copied; it will be redelivered");
         }
     }
 }

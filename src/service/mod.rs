@@ -19,6 +19,7 @@ mod events;
 mod orphans;
 mod publisher;
 mod quarantine;
+mod readiness;
 mod reads;
 mod reaper;
 mod registry;
@@ -100,6 +101,8 @@ struct Inner {
     pending: Mutex<Option<run::Queues>>,
     /// The Jaeger UI that trace links point at.
     jaeger_url: String,
+    /// The background checks' last verdict on the bus.
+    ready: crate::telemetry::readiness::Readiness,
 }
 
 impl Orchestrator {
@@ -154,6 +157,7 @@ impl Orchestrator {
                 schemas,
                 generated_keys,
                 jaeger_url,
+                ready: Default::default(),
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
@@ -238,11 +242,19 @@ impl Orchestrator {
         }
     }
 
-    /// Whether the broker is connected and the store can flush.
-    pub async fn readiness(&self) -> (bool, bool) {
+    /// Whether the orchestrator can work now (`ok`), and why: the broker
+    /// connected, the store able to flush, and the background checks'
+    /// last verdict on the streams and the queue.
+    pub async fn readiness(&self) -> (bool, serde_json::Value) {
         let nats = self.inner.bus.is_connected();
         let store = self.inner.store.flush().await.is_ok();
-        (nats, store)
+        let (bus, mut detail) = self.inner.ready.get();
+        let ok = nats && store && bus;
+        crate::telemetry::metrics::set_ready(ok);
+        detail["nats"] = nats.into();
+        detail["store"] = store.into();
+        detail["ok"] = ok.into();
+        (ok, detail)
     }
 
     /// Stores a task and publishes it. The same idempotency key with the same

@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use async_nats::jetstream::consumer;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::agent::AgentCard;
 use crate::bus::{Bus, DeadLetterCopy, Original, Settlement};
@@ -37,7 +38,7 @@ pub(crate) async fn sweep(
             () = stop.cancelled() => return,
         }
         if let Err(e) = sweep_once(&bus, &store, &cards).await {
-            warn!(error = %e, "orphan sweep failed");
+            warn_quietly!("orchestrator.orphan_sweep_failed", error = %e, "orphan sweep failed");
         }
     }
 }

@@ -7,7 +7,10 @@
 //! have none. Retries are scheduled here too: the store records when the
 //! next attempt is due (`retry_at`), and this publishes it then. A publish
 //! the broker refuses for size fails the task at once; one that fails for
-//! any other reason is tried again after `retry_delay`.
+//! any other reason (the stream electing a leader) is tried again after
+//! `retry_delay`, doubling per failure of that attempt up to
+//! `retry_max_delay`, with jitter, so a stream's outage is not met with a
+//! storm of publishes in step.
 //!
 //! Each publish carries a fresh task token (see `auth`), minted here just
 //! before the send: a retry or a republished attempt never reuses one.
@@ -15,7 +18,6 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
@@ -29,6 +31,7 @@ use crate::event::ErrorInfo;
 use crate::store::{Change, Store, StoreError};
 use crate::task::{TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
+use crate::telemetry::quiet::warn_quietly;
 use crate::telemetry::{context, spans};
 use tracing::Instrument;
 
@@ -48,6 +51,8 @@ struct Due {
     known: Option<Known>,
     /// Sent by recovery: the broker may hold an earlier copy.
     republished: bool,
+    /// Publishes of this attempt that failed so far.
+    failures: u32,
 }
 
 impl PartialEq for Due {
@@ -96,12 +101,23 @@ pub(crate) struct Publisher {
 }
 
 /// How the publishing loop behaves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct PublishSettings {
     /// Publishes sent but not yet acknowledged, at most.
     pub(crate) in_flight: usize,
-    /// Delay before a failed publish is tried again.
-    pub(crate) retry_delay: Duration,
+    /// Delays before a failed publish is tried again.
+    pub(crate) retry: crate::retry::Backoff,
+}
+
+impl PublishSettings {
+    /// `due` after one more failure, due again after its backoff.
+    fn again(&self, due: Due) -> Due {
+        Due {
+            at: Instant::now() + self.retry.delay_after(due.failures),
+            failures: due.failures.saturating_add(1),
+            ..due
+        }
+    }
 }
 
 /// The publishing loop's receiving end.
@@ -123,12 +139,13 @@ pub(crate) async fn run(
     minter: Minter,
     stop: CancellationToken,
 ) {
+    let slots = Arc::new(Semaphore::new(settings.in_flight.max(1)));
     let run = Loop {
         store,
         bus,
         settings,
         minter,
-        slots: Arc::new(Semaphore::new(settings.in_flight.max(1))),
+        slots,
         again,
     };
     run.run(queue.0, stop).await;
@@ -176,7 +193,13 @@ impl Publisher {
             attempt,
             known,
             republished,
+            failures: 0,
         };
+        self.queue(due).await;
+    }
+
+    async fn queue(&self, due: Due) {
+        let task_id = due.task_id;
         if self.tx.send(due).await.is_err() {
             debug!(task_id = %task_id, "publisher stopped; recovery publishes it at the next start");
         }
@@ -222,9 +245,8 @@ impl Loop {
                 if let Some(retry) = self.publish(due).await {
                     order += 1;
                     heap.push(Reverse(Due {
-                        at: Instant::now() + self.settings.retry_delay,
                         order,
-                        ..retry
+                        ..self.settings.again(retry)
                     }));
                 }
             }
@@ -260,7 +282,7 @@ impl Loop {
                     return None;
                 }
                 Err(e) => {
-                    warn!(task_id = %due.task_id, error = %e, "cannot read the task to publish it");
+                    warn_quietly!("orchestrator.publish_unreadable", task_id = %due.task_id, error = %e, "cannot read the task to publish it");
                     return Some(due);
                 }
             },
@@ -295,7 +317,7 @@ impl Loop {
             Ok(pending) => {
                 let store = self.store.clone();
                 let again = self.again.clone();
-                let retry_delay = self.settings.retry_delay;
+                let settings = self.settings.clone();
                 let acked = async move {
                     let _permit = permit;
                     match pending.await_seq().await {
@@ -303,14 +325,19 @@ impl Loop {
                             if let Err(e) =
                                 store.record_published(due.task_id, due.attempt, seq).await
                             {
-                                warn!(task_id = %due.task_id, error = %e, "cannot record the publish");
+                                warn_quietly!("orchestrator.publish_unrecorded", task_id = %due.task_id, error = %e, "cannot record the publish");
                             }
                         }
                         Err(e) => {
                             spans::failed(&tracing::Span::current(), "publish not acknowledged");
-                            warn!(task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
-                            let at = Some(Timestamp::now().after(retry_delay));
-                            again.at(due.task_id, due.attempt, at, true).await;
+                            warn_quietly!("orchestrator.publish_failed", task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
+                            // The broker may have it: the next copy is
+                            // marked republished.
+                            let retry = Due {
+                                republished: true,
+                                ..due
+                            };
+                            again.queue(settings.again(retry)).await;
                         }
                     }
                 };
@@ -326,7 +353,7 @@ impl Loop {
             }
             Err(e) => {
                 spans::failed(&span, "publish failed");
-                warn!(task_id = %due.task_id, error = %e, "publish failed; will retry");
+                warn_quietly!("orchestrator.publish_failed", task_id = %due.task_id, error = %e, "publish failed; will retry");
                 Some(due)
             }
         }

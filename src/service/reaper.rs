@@ -15,9 +15,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::publisher::Publisher;
 use crate::bus::Bus;
@@ -106,7 +107,7 @@ impl Reaper {
             Ok(Some(status)) if !status.state.is_terminal() => {}
             Ok(_) => return,
             Err(e) => {
-                return warn!(task_id = %task_id, error = %e, "cannot read a task past its deadline");
+                return warn_quietly!("orchestrator.reaper_read_failed", task_id = %task_id, error = %e, "cannot read a task past its deadline");
             }
         }
         let mut change = Change::new(TaskEvent::Fail, "orchestrator", "the deadline passed");
@@ -121,7 +122,9 @@ impl Reaper {
                 stop_attempt(&self.bus, &self.claims, &record).await;
             }
             Ok(_) => {}
-            Err(e) => warn!(task_id = %task_id, error = %e, "cannot fail a task past its deadline"),
+            Err(e) => {
+                warn_quietly!("orchestrator.reaper_fail_failed", task_id = %task_id, error = %e, "cannot fail a task past its deadline")
+            }
         }
     }
 
@@ -140,7 +143,7 @@ impl Reaper {
                 let page = match self.store.statuses_by_state(state, after, 256) {
                     Ok(page) => page,
                     Err(e) => {
-                        warn!(error = %e, "reaper cannot list tasks");
+                        warn_quietly!("orchestrator.reaper_list_failed", error = %e, "reaper cannot list tasks");
                         return;
                     }
                 };
@@ -170,7 +173,7 @@ impl Reaper {
             Ok(true) => return,
             Ok(false) => {}
             Err(e) => {
-                warn!(task_id = %task_id, error = %e, "reaper cannot tell whether the attempt runs");
+                warn_quietly!("orchestrator.reaper_claim_unreadable", task_id = %task_id, error = %e, "reaper cannot tell whether the attempt runs");
                 return;
             }
         }
@@ -195,7 +198,9 @@ impl Reaper {
                 }
             }
             Ok(_) => {}
-            Err(e) => warn!(task_id = %task_id, error = %e, "cannot resolve a lost attempt"),
+            Err(e) => {
+                warn_quietly!("orchestrator.reaper_resolve_failed", task_id = %task_id, error = %e, "cannot resolve a lost attempt")
+            }
         }
     }
 
@@ -243,13 +248,13 @@ pub(crate) async fn stop_attempt(bus: &Bus, claims: &Claims, record: &TaskStatus
     {
         Ok(()) => true,
         Err(e) => {
-            warn!(task_id = %task_id, error = %e, "cannot mark the claim canceled");
+            warn_quietly!("orchestrator.cancel_mark_failed", task_id = %task_id, error = %e, "cannot mark the claim canceled");
             false
         }
     };
     let subject = bus.names().cancel_subject(task_id);
     if let Err(e) = bus.client().publish(subject, "cancel".into()).await {
-        warn!(task_id = %task_id, error = %e, "cancel broadcast failed");
+        warn_quietly!("orchestrator.cancel_broadcast_failed", task_id = %task_id, error = %e, "cancel broadcast failed");
     }
     marked
 }

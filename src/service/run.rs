@@ -53,6 +53,7 @@ impl Orchestrator {
                 store: inner.store.clone(),
             });
         };
+        crate::telemetry::quiet::spawn_reporter();
         let events = events::consumer(&inner.bus).await?;
         let advisories = dlq::consumer(&inner.bus).await?;
         let publishing = tokio::spawn(publisher::run(
@@ -61,7 +62,7 @@ impl Orchestrator {
             inner.bus.clone(),
             PublishSettings {
                 in_flight: inner.config.publish_in_flight,
-                retry_delay: inner.bus.config().retry_delay,
+                retry: inner.bus.config().backoff(),
             },
             inner.publisher.clone(),
             inner.minter.clone(),
@@ -117,6 +118,12 @@ impl Orchestrator {
             workflows,
             tokio::spawn(super::schedules::drive(self.clone(), stop.clone())),
             tokio::spawn(super::event_triggers::drive(self.clone(), stop.clone())),
+            tokio::spawn(super::readiness::watch(
+                inner.bus.clone(),
+                inner.config.ready_stall_after,
+                inner.ready.clone(),
+                stop.clone(),
+            )),
         ];
         if let Some(dir) = self.triggers().dir.clone() {
             loops.push(tokio::spawn(super::reload::watch(

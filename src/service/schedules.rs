@@ -10,8 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
@@ -86,7 +87,7 @@ pub(crate) async fn drive(o: Orchestrator, stop: CancellationToken) {
             let at = match advance(&o, trigger, schedule, now).await {
                 Ok(at) => at,
                 Err(e) => {
-                    warn!(trigger_id = %trigger.id, error = %e, "schedule: will try again");
+                    warn_quietly!("orchestrator.schedule_failed", trigger_id = %trigger.id, error = %e, "schedule: will try again");
                     now.after(RECHECK)
                 }
             };

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::telemetry::quiet::warn_quietly;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, error, info, warn};
@@ -152,7 +153,7 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
                     error!(run_id = %id, error = %e, "a run's stored record cannot be read: it is not advanced");
                 }
                 Err(e) => {
-                    warn!(run_id = %id, error = %e, "run not advanced; trying again shortly");
+                    warn_quietly!("orchestrator.run_not_advanced", run_id = %id, error = %e, "run not advanced; trying again shortly");
                     o.inner.engine.later(id, RETRY_AFTER);
                 }
             }
@@ -228,7 +229,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
             } => match start_step(o, &trigger, &run, &step, agent, action, params).await {
                 Ok(task) => engine.watch(o, task, id),
                 Err(e) if passing(&e) => {
-                    warn!(run_id = %id, step = %step.id, error = %e, "step not submitted; trying again shortly");
+                    warn_quietly!("orchestrator.step_not_submitted", run_id = %id, step = %step.id, error = %e, "step not submitted; trying again shortly");
                     engine.later(id, RETRY_AFTER);
                 }
                 Err(e) => {
@@ -267,7 +268,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                 match o.cancel(task, &caller).await {
                     Ok(_) | Err(ServiceError::NotCancelable { .. }) => {}
                     Err(e) => {
-                        warn!(run_id = %id, task_id = %task, error = %e, "step task not canceled; trying again shortly");
+                        warn_quietly!("orchestrator.step_not_canceled", run_id = %id, task_id = %task, error = %e, "step task not canceled; trying again shortly");
                         engine.later(id, RETRY_AFTER);
                     }
                 }

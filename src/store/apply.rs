@@ -38,6 +38,9 @@ pub struct Change {
     /// names). Only the agent the task was sent to may move it; a report
     /// from another is audited and ignored.
     pub reporter: Option<AgentName>,
+    /// For a worker's report: who ran the attempt (`instance`) and whether
+    /// it was told it resumed (`resumed`), kept in the audit record.
+    pub run: Option<Value>,
 }
 
 impl Change {
@@ -52,6 +55,7 @@ impl Change {
             error: None,
             retry_after: None,
             reporter: None,
+            run: None,
         }
     }
 }
@@ -321,20 +325,24 @@ fn apply_one(
     }
     tx.by_state.remove(&keys::state(from, task_id))?;
     tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+    let mut detail = json!({
+        "from": from,
+        "to": state,
+        "event": change.event,
+        "attempt": attempt,
+        "reason": change.reason,
+        "retry_at": record.retry_at.filter(|_| retried),
+    });
+    if let Some(run) = &change.run {
+        detail["run"] = run.clone();
+    }
     let entry = AuditEntry {
         actor: change.actor.clone(),
         kind: "task.transition".into(),
         task_id: Some(task_id),
         correlation_id: Some(record.correlation_id.clone()),
         trace_id: record.trace_id.clone(),
-        detail: json!({
-            "from": from,
-            "to": state,
-            "event": change.event,
-            "attempt": attempt,
-            "reason": change.reason,
-            "retry_at": record.retry_at.filter(|_| retried),
-        }),
+        detail,
     };
     let head = audit::append(tx, head, &entry, now)?;
     Ok((head, ApplyOutcome::Moved(record)))

@@ -144,6 +144,26 @@ static RUN_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
+static WAITS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_worker_waits_total",
+        "Times a worker kept a message and looked again later instead of settling it, by agent and reason: claim_busy (another replica holds the claim), claims_unavailable (the claims bucket cannot be reached), report_failed (the result could not be published yet).",
+        &["agent", "reason"],
+    )
+});
+
+static READY: LazyLock<IntGauge> = LazyLock::new(|| {
+    registered(IntGauge::new(
+        "orch_ready",
+        "1 when the process is ready (what /readyz says), 0 when not: a stream or bucket it needs has no leader, or work waits and nothing has moved for the configured time.",
+    ))
+});
+
+/// Sets the readiness gauge.
+pub fn set_ready(ok: bool) {
+    READY.set(i64::from(ok));
+}
+
 /// Counts a run started.
 pub fn run_started(trigger: &str) {
     RUNS.with_label_values(&[trigger, "started"]).inc();
@@ -253,6 +273,12 @@ pub fn delivered(agent: &str, delivered: i64) {
     }
 }
 
+/// A worker kept a message and will look again instead of settling it
+/// (`reason`: `claim_busy`, `claims_unavailable`, `report_failed`).
+pub fn worker_waited(agent: &str, reason: &str) {
+    WAITS.with_label_values(&[agent, reason]).inc();
+}
+
 /// A handler started; the guard counts it as running until dropped.
 pub fn handler_started(agent: &str) -> RunningGuard {
     let gauge = RUNNING.with_label_values(&[agent]);
@@ -296,6 +322,8 @@ pub fn render() -> String {
     LazyLock::force(&RUN_SECONDS);
     LazyLock::force(&HANDLER_SECONDS);
     LazyLock::force(&RUNNING);
+    LazyLock::force(&WAITS);
+    LazyLock::force(&READY);
     prometheus::TextEncoder::new()
         .encode_to_string(&prometheus::gather())
         .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
@@ -304,15 +332,41 @@ pub fn render() -> String {
 /// The content type of [`render`]'s text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves `/metrics` (and `/healthz`) on `listener` until `stop` fires: a
-/// worker's metrics port.
-pub async fn serve(listener: tokio::net::TcpListener, stop: tokio_util::sync::CancellationToken) {
+/// Serves `/metrics`, `/healthz` and `/readyz` (what `ready` last said) on
+/// `listener` until `stop` fires: a worker's metrics port.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ready: super::readiness::Readiness,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(metrics_response))
-        .route("/healthz", axum::routing::get(|| async { "ok" }));
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let ready = ready.clone();
+                async move { ready_response(&ready) }
+            }),
+        );
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await;
+}
+
+/// A `/readyz` answer: 200 when ready, else 503, with what the checks
+/// found as JSON.
+pub fn ready_response(
+    ready: &super::readiness::Readiness,
+) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    let (ok, mut detail) = ready.get();
+    detail["ok"] = serde_json::Value::Bool(ok);
+    let status = if ok {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(detail))
 }
 
 /// The `/metrics` answer.

@@ -10,8 +10,9 @@
 //! do.
 
 pub mod context;
-pub mod quiet;
 pub mod metrics;
+pub mod quiet;
+pub mod readiness;
 pub mod settings;
 pub mod spans;
 

@@ -1,29 +1,29 @@
-//! One delivery, from pulled message to settlement: decode, check, look up
-//! the attempt's record, claim, run, fence, report, ack.
+//! One delivery, from pulled message to settlement: decode, check, claim
+//! ([`super::acquire`]), run and report ([`super::run`]); refusals and
+//! dead letters of what cannot run.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream::Message;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{Instrument, Span, info, warn};
 
-use super::{Outcome, Shared, Task, event_for, lock, report};
+use super::acquire::{self, Claimed};
+use super::{Outcome, Shared, Stops, event_for, run};
 use crate::agent::AgentCard;
-use crate::bus::{DeadLetterCopy, Original, REPUBLISHED_HEADER, Settlement, settle};
-use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
+use crate::bus::{DeadLetterCopy, Original, REPUBLISHED_HEADER, Settlement};
+use crate::claim::Delivery;
 use crate::envelope::{Envelope, Timestamp};
 use crate::event::{ErrorInfo, ReportedState, WorkerEvent};
+use crate::telemetry::quiet::warn_quietly;
 use crate::telemetry::{context, metrics, spans};
-use tracing::Span;
 
 pub(super) async fn handle(
     shared: Arc<Shared>,
     msg: Message,
     permit: OwnedSemaphorePermit,
-    hard_stop: CancellationToken,
+    stops: Stops,
 ) {
     let _permit = permit;
     let (stream_seq, delivered) = msg
@@ -50,11 +50,9 @@ pub(super) async fn handle(
         .agent_consumer(&envelope.header.to, envelope.control.priority);
     let span = spans::process_task(&envelope, &msg.subject, delivered, &consumer);
     context::follow_message(&span, msg.headers.as_ref());
-    handle_envelope(
-        shared, msg, envelope, stream_seq, delivered, hard_stop, &span,
-    )
-    .instrument(span.clone())
-    .await;
+    handle_envelope(shared, msg, envelope, stream_seq, delivered, stops, &span)
+        .instrument(span.clone())
+        .await;
 }
 
 /// A header of the message, if it has one.
@@ -68,17 +66,33 @@ async fn handle_envelope(
     envelope: Envelope,
     stream_seq: u64,
     delivered: i64,
-    hard_stop: CancellationToken,
+    stops: Stops,
     trace: &Span,
 ) {
     if envelope.header.to != shared.card.name {
         let why = format!("addressed to `{}`, not to this agent", envelope.header.to);
-        return reject(&shared, &msg, &envelope, "wrong_agent", &why, trace).await;
+        return reject(
+            &shared,
+            &msg,
+            &envelope,
+            ("wrong_agent", &why),
+            &stops,
+            trace,
+        )
+        .await;
     }
     let action = envelope.payload.action.as_str();
     let Some(skill) = shared.card.skill(action) else {
         let why = format!("`{}` has no skill `{action}`", shared.card.name);
-        return reject(&shared, &msg, &envelope, "unknown_action", &why, trace).await;
+        return reject(
+            &shared,
+            &msg,
+            &envelope,
+            ("unknown_action", &why),
+            &stops,
+            trace,
+        )
+        .await;
     };
     if let Some(verifier) = &shared.config.verifier
         && let Err(refusal) = verifier.verify(&msg.payload, &envelope, &skill.scopes)
@@ -89,7 +103,7 @@ async fn handle_envelope(
             crate::auth::Verdict::AuthRequired => Outcome::AuthRequired(error),
             crate::auth::Verdict::Rejected => Outcome::Rejected(error),
         };
-        return refuse(&shared, &msg, &envelope, &outcome, trace).await;
+        return refuse(&shared, &msg, &envelope, &outcome, &stops, trace).await;
     }
     let task_id = envelope.header.task_id;
     let attempt = envelope.control.attempt.get();
@@ -104,50 +118,19 @@ async fn handle_envelope(
         attempt,
         stream_seq,
     };
-    // Any delivery, whatever its headers, may be a copy of an attempt that
-    // already reported its result (its exact bytes, published again): the
-    // attempt's record is read beside the claim, so it costs no wait.
-    let (over, acquired) = tokio::join!(
-        attempt_is_over(&shared, &envelope),
-        shared
-            .claims
-            .acquire(&envelope.header.to, task_id, delivery, &shared.instance)
-    );
-    if over {
-        debug!(task_id = %task_id, attempt, delivered, "attempt already reported: settling the copy");
-        if let Ok(Acquired::Run(held)) = acquired
-            && let Err(e) = shared.claims.release(held).await
-        {
-            warn!(task_id = %task_id, error = %e, "could not release the claim of a copy");
-        }
-        return settle(&msg, Settlement::Ack).await;
-    }
-    match acquired {
-        Ok(Acquired::Run(held)) => {
-            run_task(&shared, msg, envelope, resumed, held, hard_stop, trace).await;
-        }
-        Ok(Acquired::Skip(Decision::Busy)) => {
-            // Its holder missed a whole lease of in-progress acks: it died
-            // (its claim ends within moments) or it is cut off (it gives
-            // the claim up within a lease). Look again soon.
-            debug!(task_id = %task_id, "another holder has this message: looking again after the retry delay");
-            settle(&msg, Settlement::Nak(shared.retry_delay())).await;
-        }
-        Ok(Acquired::Skip(decision)) => {
-            info!(task_id = %task_id, attempt, ?decision, "not run: settling the message");
-            settle(&msg, Settlement::Ack).await;
-        }
-        Err(e) => {
-            warn!(task_id = %task_id, error = %e, "claim failed; redelivering");
-            settle(&msg, Settlement::Nak(shared.retry_delay())).await;
-        }
+    // A worker that stops hands back what it has not started at once,
+    // and stops what runs only past its grace period.
+    if let Claimed::Run(held) =
+        acquire::claim(&shared, &msg, &envelope, delivery, &stops.shutdown).await
+    {
+        run::run_task(&shared, msg, envelope, resumed, held, &stops, trace).await;
     }
 }
 
 /// Whether the task's last event shows this attempt over: a final report
 /// of it, or any report of a later attempt. A lookup that fails says no
 /// (the claim still keeps two runs apart).
-async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
+pub(super) async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
     let attempt = envelope.control.attempt.get();
     match shared
         .bus
@@ -157,170 +140,8 @@ async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
         Ok(Some(last)) => last.ends_attempt(attempt),
         Ok(None) => false,
         Err(e) => {
-            warn!(task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
+            warn_quietly!("worker.record_unreadable", task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
             false
-        }
-    }
-}
-
-/// How a run ended before its outcome could be reported.
-enum Stopped {
-    /// The handler finished.
-    Finished(Outcome),
-    /// A cancel mark replaced the claim: the handler was canceled.
-    Canceled,
-    /// The claim was lost (its lease ended and another replica took over):
-    /// the handler was canceled.
-    Lost,
-    /// The worker is shutting down past its grace period.
-    HardStop,
-}
-
-async fn run_task(
-    shared: &Arc<Shared>,
-    msg: Message,
-    envelope: Envelope,
-    resumed: bool,
-    mut held: Held,
-    hard_stop: CancellationToken,
-    trace: &Span,
-) {
-    let task_id = envelope.header.task_id;
-    let attempt = envelope.control.attempt.get();
-    let cancel = CancellationToken::new();
-    lock(&shared.running).insert(task_id, cancel.clone());
-    let handling = trace.in_scope(|| spans::handle(&envelope));
-    let task = Task {
-        envelope: envelope.without_token(),
-        attempt,
-        resumed,
-        agent_dir: shared.dir.clone(),
-        cancel: cancel.clone(),
-        trace: context::environment(&handling),
-    };
-    let running = metrics::handler_started(shared.card.name.as_str());
-    let started = std::time::Instant::now();
-    let mut run = shared.handler.handle(task).instrument(handling.clone());
-    let every = shared.beat();
-    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    let working_at = tokio::time::sleep(shared.config.working_after);
-    tokio::pin!(working_at);
-    let mut working: Option<tokio::task::JoinHandle<()>> = None;
-    let stopped = loop {
-        tokio::select! {
-            outcome = &mut run => break Stopped::Finished(outcome),
-            () = &mut working_at, if working.is_none() => {
-                let bus = shared.bus.clone();
-                let event = report(&envelope, attempt, ReportedState::Working);
-                let trace = trace.clone();
-                working = Some(tokio::spawn(async move {
-                    if let Err(e) = bus.publish_event(&event, &trace).await {
-                        warn!(task_id = %event.task_id, error = %e, "could not report working");
-                    }
-                }));
-            }
-            _ = renew.tick() => {
-                // The claim first, then the message's ack wait, and the
-                // latter only once the former is renewed: a holder that
-                // dies (or stays cut off) leaves a claim that ends no later
-                // than its message comes back.
-                match shared.claims.renew(&mut held).await {
-                    Ok(()) => settle(&msg, Settlement::Progress).await,
-                    Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease()) => {
-                        warn!(task_id = %task_id, error = %e, "lease renewal failed; trying again");
-                        renew.reset_after(shared.renew_retry());
-                    }
-                    Err(e) => {
-                        warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
-                        cancel.cancel();
-                        break match e.kind {
-                            ClaimErrorKind::Canceled => Stopped::Canceled,
-                            _ => Stopped::Lost,
-                        };
-                    }
-                }
-            }
-            () = hard_stop.cancelled() => break Stopped::HardStop,
-        }
-    };
-    // Dropping the run stops a handler that ignored its cancel token (a
-    // command handler's process is killed).
-    drop(run);
-    drop(running);
-    let outcome_label = match &stopped {
-        Stopped::Finished(outcome) => outcome.label(),
-        Stopped::Canceled => "canceled",
-        Stopped::Lost => "claim_lost",
-        Stopped::HardStop => "shutdown",
-    };
-    metrics::handler_finished(
-        shared.card.name.as_str(),
-        envelope.payload.action.as_str(),
-        outcome_label,
-        started.elapsed(),
-    );
-    if outcome_label != "completed" {
-        spans::failed(&handling, outcome_label);
-    }
-    drop(handling);
-    lock(&shared.running).remove(&task_id);
-    if let Some(working) = working {
-        let _ = working.await;
-    }
-    let outcome = match stopped {
-        Stopped::Finished(outcome) => outcome,
-        Stopped::Canceled => return settle(&msg, Settlement::Ack).await,
-        // Another replica runs the attempt now and settles the message.
-        Stopped::Lost => return,
-        Stopped::HardStop => {
-            cancel.cancel();
-            if let Err(e) = shared.claims.release(held).await {
-                warn!(task_id = %task_id, error = %e, "could not release the claim");
-            }
-            return settle(&msg, Settlement::Nak(Duration::ZERO)).await;
-        }
-    };
-    // The fence: a holder whose lease may have ended reports nothing.
-    if !held.fresh(shared.lease() / 2)
-        && let Err(e) = shared.claims.renew(&mut held).await
-    {
-        match e.kind {
-            ClaimErrorKind::Canceled => settle(&msg, Settlement::Ack).await,
-            ClaimErrorKind::Lost => {
-                warn!(task_id = %task_id, error = %e, "claim lost before reporting: result dropped");
-            }
-            _ => {
-                warn!(task_id = %task_id, error = %e, "cannot confirm the claim: redelivering");
-                settle(&msg, Settlement::Nak(shared.retry_delay())).await;
-            }
-        }
-        return;
-    }
-    let outcome = outcome.redacted(&shared.config.sensitive, &envelope.payload.params);
-    let event = event_for(&envelope, attempt, &outcome);
-    info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");
-    report_and_ack(shared, &msg, &event, trace, Some(held)).await;
-}
-
-/// Publishes the attempt's final event, then acks: the event is the
-/// attempt's record, so a lost ack is harmless (a redelivery finds it). If
-/// the publish fails the message is redelivered, after the claim is given
-/// up so the next delivery need not wait out the lease.
-async fn report_and_ack(
-    shared: &Shared,
-    msg: &Message,
-    event: &WorkerEvent,
-    trace: &Span,
-    held: Option<Held>,
-) {
-    match shared.bus.publish_event(event, trace).await {
-        Ok(()) => settle(msg, Settlement::Ack).await,
-        Err(e) => {
-            warn!(task_id = %event.task_id, error = %e, "could not publish the result; it will be redelivered");
-            if let Some(held) = held {
-                let _ = shared.claims.release(held).await;
-            }
-            settle(msg, Settlement::Nak(shared.retry_delay())).await;
         }
     }
 }
@@ -330,13 +151,13 @@ async fn reject(
     shared: &Shared,
     msg: &Message,
     envelope: &Envelope,
-    code: &'static str,
-    why: &str,
+    (code, why): (&'static str, &str),
+    stops: &Stops,
     trace: &Span,
 ) {
     warn!(task_id = %envelope.header.task_id, code, "rejected: {why}");
     let outcome = Outcome::Rejected(ErrorInfo::new(code, why, false));
-    refuse(shared, msg, envelope, &outcome, trace).await;
+    refuse(shared, msg, envelope, &outcome, stops, trace).await;
 }
 
 /// Ends an attempt that never ran with `outcome` (a rejection, or a token
@@ -346,11 +167,14 @@ async fn refuse(
     msg: &Message,
     envelope: &Envelope,
     outcome: &Outcome,
+    stops: &Stops,
     trace: &Span,
 ) {
     let mut event = event_for(envelope, envelope.control.attempt.get(), outcome);
     event.agent = shared.card.name.clone();
-    report_and_ack(shared, msg, &event, trace, None).await;
+    shared.stamp(&mut event, false);
+    // Without a claim there is nothing to lose: it is always settled.
+    run::report_and_ack(shared, msg, &event, trace, None, &stops.shutdown).await;
 }
 
 /// Moves an envelope that cannot be read to the dead-letter stream, tells
@@ -379,12 +203,12 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
         .await;
     if let Err(e) = moved {
         // Not copied: it comes back rather than being lost.
-        return warn!(stream_seq = seq, error = %e, "dead letter not copied; redelivering");
+        return warn_quietly!("worker.dead_letter_failed", stream_seq = seq, error = %e, "dead letter not copied; redelivering");
     }
     if let Some(event) = fragments
         && let Err(e) = shared.bus.publish_event(&event, trace).await
     {
-        warn!(task_id = %event.task_id, error = %e, "could not report the rejection");
+        warn_quietly!("worker.report_failed", task_id = %event.task_id, error = %e, "could not report the rejection");
     }
 }
 
@@ -423,6 +247,8 @@ fn rejected_from_fragments(
             false,
         )),
         retry_after_seconds: None,
+        instance: None,
+        resumed: false,
         at: Timestamp::now(),
     })
 }

@@ -10,6 +10,10 @@
 //! poll while every slot is busy is kept aside and kept alive with
 //! in-progress acks until a slot frees, so at most three messages are ever
 //! held unstarted.
+//!
+//! When the bus fails (a stream electing its leader answers every fetch
+//! at once with an error), the next look waits a backoff with jitter
+//! instead of spinning, and the warnings are rate-limited.
 
 use std::time::Duration;
 
@@ -18,7 +22,9 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::Batch;
 use futures::StreamExt;
 use futures::future::select_all;
-use tracing::warn;
+
+use crate::retry::Backoff;
+use crate::telemetry::quiet::warn_quietly;
 
 /// The agent's consumers and the long polls open on them.
 pub(crate) struct Intake {
@@ -28,28 +34,40 @@ pub(crate) struct Intake {
     waiters: Vec<Option<Batch>>,
     /// How long a long poll waits before it is renewed.
     expires: Duration,
+    /// Whether a fetch or poll failed since the last wait.
+    failed: bool,
+    /// The waits after failures.
+    backoff: Backoff,
 }
 
 impl Intake {
     /// An intake over `consumers`, highest priority first.
-    pub(crate) fn new(consumers: Vec<PullConsumer>, expires: Duration) -> Self {
+    /// After failures it waits as `backoff` says.
+    pub(crate) fn new(consumers: Vec<PullConsumer>, expires: Duration, backoff: Backoff) -> Self {
         let waiters = consumers.iter().map(|_| None).collect();
         Intake {
             consumers,
             waiters,
             expires: expires.max(Duration::from_secs(1)),
+            failed: false,
+            backoff,
         }
     }
 
     /// Up to `n` messages that are ready now, highest priority first.
     pub(crate) async fn ready(&mut self, n: usize) -> Vec<Message> {
         let mut out = Vec::new();
+        let mut worked = true;
         for consumer in &self.consumers {
             let want = n.saturating_sub(out.len());
             if want == 0 {
                 break;
             }
-            fetch_now(consumer, want, self.expires, &mut out).await;
+            worked &= fetch_now(consumer, want, self.expires, &mut out).await;
+        }
+        self.failed = !worked;
+        if worked {
+            self.backoff.reset();
         }
         out
     }
@@ -68,7 +86,10 @@ impl Intake {
                 .await
             {
                 Ok(batch) => *waiter = Some(batch),
-                Err(e) => warn!(error = %e, "cannot open a long poll"),
+                Err(e) => {
+                    self.failed = true;
+                    warn_quietly!("worker.poll_refused", error = %e, "cannot open a long poll");
+                }
             }
         }
     }
@@ -80,10 +101,12 @@ impl Intake {
 
     /// The next message from an open long poll; a poll that ends (expired,
     /// failed) is closed, and `None` is returned so the caller can decide
-    /// whether to open another. Pends forever when no poll is open.
+    /// whether to open another. After a failure (or with no poll open) it
+    /// first waits the next backoff and returns `None`.
     pub(crate) async fn next_waiting(&mut self) -> Option<Message> {
-        if !self.waiting() {
-            return std::future::pending().await;
+        if std::mem::take(&mut self.failed) || !self.waiting() {
+            tokio::time::sleep(self.backoff.next_delay()).await;
+            return None;
         }
         let polls = self.waiters.iter_mut().enumerate().filter_map(|(i, w)| {
             w.as_mut()
@@ -94,15 +117,22 @@ impl Intake {
         let Ok(((index, item), _, _)) =
             tokio::time::timeout(self.expires * 2, select_all(polls)).await
         else {
-            warn!("long polls went silent; opening new ones");
+            warn_quietly!(
+                "worker.poll_silent",
+                "long polls went silent; opening new ones"
+            );
             self.close();
             return None;
         };
         match item {
-            Some(Ok(msg)) => Some(msg),
+            Some(Ok(msg)) => {
+                self.backoff.reset();
+                Some(msg)
+            }
             Some(Err(e)) => {
-                warn!(error = %e, "long poll failed");
+                warn_quietly!("worker.poll_failed", error = %e, "long poll failed");
                 self.waiters[index] = None;
+                self.failed = true;
                 None
             }
             None => {
@@ -120,28 +150,47 @@ impl Intake {
     }
 }
 
-/// Adds to `out` up to `want` messages `consumer` has ready now. A fetch
-/// whose request the server lost (a broker restart) would never answer:
-/// it gets `patience`, and whatever arrived by then is kept.
+/// Adds to `out` up to `want` messages `consumer` has ready now; whether
+/// the fetch worked. A fetch whose request the server lost (a broker
+/// restart) would never answer: it gets `patience`, and whatever arrived
+/// by then is kept.
 async fn fetch_now(
     consumer: &PullConsumer,
     want: usize,
     patience: Duration,
     out: &mut Vec<Message>,
-) {
+) -> bool {
     let deadline = tokio::time::Instant::now() + patience;
     let opened = tokio::time::timeout_at(deadline, consumer.fetch().max_messages(want).messages());
     let mut batch = match opened.await {
         Ok(Ok(batch)) => batch,
-        Ok(Err(e)) => return warn!(error = %e, "cannot fetch"),
-        Err(_) => return warn!("a fetch went unanswered; trying again"),
+        Ok(Err(e)) => {
+            warn_quietly!("worker.fetch_failed", error = %e, "cannot fetch");
+            return false;
+        }
+        Err(_) => {
+            warn_quietly!(
+                "worker.fetch_unanswered",
+                "a fetch went unanswered; trying again"
+            );
+            return false;
+        }
     };
     loop {
         match tokio::time::timeout_at(deadline, batch.next()).await {
             Ok(Some(Ok(msg))) => out.push(msg),
-            Ok(None) => return,
-            Ok(Some(Err(e))) => return warn!(error = %e, "fetch failed"),
-            Err(_) => return warn!("a fetch went unanswered; trying again"),
+            Ok(None) => return true,
+            Ok(Some(Err(e))) => {
+                warn_quietly!("worker.fetch_failed", error = %e, "fetch failed");
+                return false;
+            }
+            Err(_) => {
+                warn_quietly!(
+                    "worker.fetch_unanswered",
+                    "a fetch went unanswered; trying again"
+                );
+                return false;
+            }
         }
     }
 }

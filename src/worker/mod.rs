@@ -18,11 +18,13 @@
 //!   stops taking work, lets running tasks finish within a grace period,
 //!   then releases the rest.
 
+mod acquire;
 mod command;
 mod delivery;
 mod handler;
 mod intake;
 mod outcome;
+mod run;
 
 pub use command::{CommandHandler, EXIT_RETRY};
 pub use handler::{EchoHandler, Handler, Task, handler_for};
@@ -47,6 +49,8 @@ use crate::bus::{Bus, BusError, DeliverySettings, Settlement, settle};
 use crate::claim::Claims;
 use crate::codec::DEFAULT_MAX_BYTES;
 use crate::envelope::{Priority, TaskId, Timestamp};
+use crate::telemetry::quiet::warn_quietly;
+use crate::telemetry::readiness::{CHECK_EVERY, Readiness, StallWatch};
 use intake::Intake;
 
 /// How a worker runs.
@@ -72,6 +76,10 @@ pub struct WorkerConfig {
     pub verifier: Option<Arc<crate::auth::Verifier>>,
     /// Params whose values never appear in a reported error message.
     pub sensitive: crate::redact::SensitiveFields,
+    /// Readiness turns false when this agent's messages wait for delivery
+    /// while the worker has free slots and nothing has moved for this long
+    /// (default 5 min; zero: never).
+    pub stall_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -85,6 +93,7 @@ impl Default for WorkerConfig {
             working_after: Duration::from_millis(100),
             verifier: None,
             sensitive: crate::redact::SensitiveFields::default(),
+            stall_after: Duration::from_secs(300),
         }
     }
 }
@@ -103,6 +112,17 @@ pub enum WorkerError {
         /// The card's agent.
         agent: String,
     },
+}
+
+/// When the deliveries in hand must stop: what waits for a claim (or to
+/// report a refusal) is handed back as soon as the worker stops taking
+/// work; what runs, only past the grace period.
+#[derive(Clone)]
+struct Stops {
+    /// The worker stops taking work.
+    shutdown: CancellationToken,
+    /// The grace period is over.
+    hard_stop: CancellationToken,
 }
 
 /// A worker for one agent, ready to run.
@@ -130,6 +150,8 @@ struct Shared {
     claims: Claims,
     /// Cancel tokens of the tasks running here.
     running: Mutex<HashMap<TaskId, CancellationToken>>,
+    /// The readiness checks' last verdict.
+    ready: Readiness,
 }
 
 impl Shared {
@@ -142,6 +164,12 @@ impl Shared {
     /// task's claim a renewal: three times a lease.
     fn beat(&self) -> Duration {
         (self.lease() / 3).max(Duration::from_millis(100))
+    }
+
+    /// Marks `event` as this instance's, told `resumed` or not.
+    fn stamp(&self, event: &mut crate::event::WorkerEvent, resumed: bool) {
+        event.instance = Some(self.instance.clone());
+        event.resumed = resumed;
     }
 
     /// The delay before a message is tried again after the bus failed.
@@ -207,6 +235,7 @@ impl Worker {
                 instance,
                 claims,
                 running: Mutex::new(HashMap::new()),
+                ready: Readiness::default(),
             }),
             consumers,
         })
@@ -217,29 +246,40 @@ impl Worker {
         &self.shared.instance
     }
 
+    /// What the worker's readiness checks last found (its metrics port
+    /// serves it as `/readyz`).
+    pub fn readiness(&self) -> Readiness {
+        self.shared.ready.clone()
+    }
+
     /// Serves until `shutdown` fires, then stops gracefully.
     pub async fn run(self, shutdown: CancellationToken) {
         let shared = self.shared;
         let agent = shared.card.name.clone();
         info!(agent = %agent, instance = %shared.instance, "worker started");
+        crate::telemetry::quiet::spawn_reporter();
         let background = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat(Arc::clone(&shared), background.clone()));
         let cancels = tokio::spawn(listen_for_cancels(Arc::clone(&shared), background.clone()));
+        let checks = tokio::spawn(check_readiness(Arc::clone(&shared), background.clone()));
         let tracker = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
-        let mut intake = Intake::new(self.consumers, shared.config.idle_poll);
+        let mut intake = Intake::new(
+            self.consumers,
+            shared.config.idle_poll,
+            shared.bus.config().backoff(),
+        );
         // Messages taken on a long poll while every slot was busy: kept
         // alive with in-progress acks until a slot frees (at most three).
         let mut held: VecDeque<Message> = VecDeque::new();
         let mut keep_alive = tokio::time::interval(shared.beat());
         let start = |msg: Message, permit: OwnedSemaphorePermit| {
-            tracker.spawn(delivery::handle(
-                Arc::clone(&shared),
-                msg,
-                permit,
-                hard_stop.clone(),
-            ));
+            let stops = Stops {
+                shutdown: shutdown.clone(),
+                hard_stop: hard_stop.clone(),
+            };
+            tracker.spawn(delivery::handle(Arc::clone(&shared), msg, permit, stops));
         };
         while !shutdown.is_cancelled() {
             while !held.is_empty() {
@@ -295,6 +335,7 @@ impl Worker {
         background.cancel();
         let _ = heartbeat.await;
         let _ = cancels.await;
+        let _ = checks.await;
         info!(agent = %agent, "worker stopped");
     }
 }
@@ -316,13 +357,45 @@ async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     "in_flight": lock(&shared.running).len(),
                 });
                 if let Err(e) = shared.bus.register(agent, instance, value.to_string().into()).await {
-                    warn!(error = %e, "registry heartbeat failed");
+                    warn_quietly!("worker.heartbeat_failed", error = %e, "registry heartbeat failed");
                 }
             }
             () = stop.cancelled() => break,
         }
     }
     let _ = shared.bus.unregister(agent, instance).await;
+}
+
+/// Checks until `stop` fires what the worker needs: the broker connected,
+/// its consumers, the claims bucket and the events stream led, and its
+/// queue not stalled while it has free slots.
+async fn check_readiness(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut stall = StallWatch::new(shared.config.stall_after);
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let nats = shared.bus.is_connected();
+        let (unserved, flow) = shared.bus.worker_health(&shared.card.name).await;
+        let busy = lock(&shared.running).len() >= shared.config.concurrency.max(1);
+        let stalled = flow.and_then(|f| {
+            let waiting = if busy { 0 } else { f.undelivered };
+            stall.observe(waiting, f.mark).map(|still| {
+                json!({
+                    "waiting": f.undelivered,
+                    "seconds": still.as_secs(),
+                    "why": format!("{} messages wait for this agent, this worker has free slots, and nothing has moved for {}s", f.undelivered, still.as_secs()),
+                })
+            })
+        });
+        let ok = nats && unserved.is_empty() && stalled.is_none();
+        shared.ready.set(
+            ok,
+            json!({"nats": nats, "unserved": unserved, "stalled": stalled}),
+        );
+    }
 }
 
 /// Cancels running tasks when their cancel is broadcast.

@@ -136,6 +136,8 @@ pub fn report(
         artifacts: Vec::new(),
         error: None,
         retry_after_seconds: None,
+        instance: None,
+        resumed: false,
         at: crate::envelope::Timestamp::now(),
     }
 }

@@ -27,10 +27,7 @@ impl NatsCluster {
         let cluster = LocalCluster::start(dir.path(), 3, host, "")
             .await
             .unwrap_or_else(|e| panic!("cannot start a NATS cluster: {e}"));
-        NatsCluster {
-            cluster,
-            _dir: dir,
-        }
+        NatsCluster { cluster, _dir: dir }
     }
 
     /// The node leading `stream`, waiting (up to 30 s) until it has one.
