@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::cluster::NatsCluster;
-use common::process::{Proc, admin_client, free_port, orchestrator, run_args, wait_ready};
+use common::process::{Proc, admin_client, free_port, orchestrator, run_args};
 use serde_json::{Value, json};
 
 /// The agent `work`: each run appends `<task id> <attempt> <resumed> <worker
@@ -243,6 +243,29 @@ impl Deployment {
     }
 }
 
+/// Waits (up to 60 s) until `url` answers 200; its last answer if not.
+async fn ready_within(url: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = match reqwest::get(url).await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (up to 60 s) until `url` answers 200; panics with its last answer.
+async fn wait_ready(url: &str) {
+    if let Err(last) = ready_within(url).await {
+        panic!("{url} never became ready: {last}");
+    }
+}
+
 /// Checks what point 3 of the cluster issue asks, for `ids`: every task
 /// completed, nothing dead-lettered, each ran at least once, and a task
 /// that ran more than once was told it resumed on every later run. Returns
@@ -337,7 +360,11 @@ async fn leader_kills_under_load_fail_no_task() {
     let (orch, worker) = loop {
         let orch = d.readyz(&d.base).await;
         let worker = d.readyz(&d.worker_metrics[1]).await;
-        if orch.0 == 503 && worker.0 == 503 {
+        let named = orch.1["unserved"].to_string().contains("ORCH_TASKS")
+            && worker.1["unserved"]
+                .as_array()
+                .is_some_and(|u| !u.is_empty());
+        if orch.0 == 503 && worker.0 == 503 && named {
             break (orch.1, worker.1);
         }
         assert!(
@@ -362,11 +389,15 @@ async fn leader_kills_under_load_fail_no_task() {
     // workers stop, and a new one, first URL dead, runs what comes.
     let mut d = d;
     cluster.kill(0).await;
+    wait_leaders(&cluster, &STREAMS).await;
     for mut w in d.workers.drain(..) {
         w.kill();
     }
     d.add_worker(&format!("{u0},{u1},{u2}"), &[]).await;
-    wait_ready(&format!("{}/readyz", d.worker_metrics[2])).await;
+    let url = format!("{}/readyz", d.worker_metrics[2]);
+    if let Err(last) = ready_within(&url).await {
+        panic!("{url} never became ready: {last}\n{}", d.tail_logs());
+    }
     let ids = d.load("first-down", 10, 50).await;
     check_nothing_failed(&d, &ids, "a worker started with its first URL down").await;
 }

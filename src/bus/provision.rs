@@ -19,12 +19,24 @@ impl Bus {
     /// any other refusal is final.
     pub async fn provision(&self) -> Result<(), BusError> {
         self.check_replicas()?;
+        self.patiently(|| self.provision_once()).await
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or `bus.connect_wait`
+    /// has passed: an error a cluster gets over by itself (no answer yet,
+    /// a leader being elected, too few nodes up for the replicas) is tried
+    /// again after a backoff.
+    pub async fn patiently<T, F, Fut>(&self, mut op: F) -> Result<T, BusError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, BusError>>,
+    {
         let deadline = tokio::time::Instant::now() + self.inner.config.connect_wait;
         let mut backoff = self.inner.config.backoff();
         loop {
-            match self.provision_once().await {
+            match op().await {
                 Err(e) if passing(&e) && tokio::time::Instant::now() < deadline => {
-                    crate::telemetry::quiet::warn_quietly!("bus.provision_waiting", error = %e, "JetStream cannot take the layout yet; trying again");
+                    crate::telemetry::quiet::warn_quietly!("bus.provision_waiting", error = %e, "JetStream cannot serve this yet; trying again");
                     tokio::time::sleep(backoff.next_delay()).await;
                 }
                 done => return done,
@@ -206,7 +218,7 @@ impl Bus {
     pub async fn wait_provisioned(&self, agent: &AgentName) -> Result<(), BusError> {
         let mut said = false;
         loop {
-            let missing = self.missing_for(agent).await?;
+            let missing = self.patiently(|| self.missing_for(agent)).await?;
             let Some(missing) = missing else {
                 return Ok(());
             };

@@ -147,7 +147,7 @@ static RUN_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 static WAITS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "orch_worker_waits_total",
-        "Times a worker kept a message and looked again later instead of settling it, by agent and reason: claim_busy (another replica holds the claim), claims_unavailable (the claims bucket cannot be reached), report_failed (the result could not be published yet).",
+        "Times a worker kept a message and looked again later instead of settling it, by agent and reason: claim_busy (another replica holds the claim), claims_unavailable (the claims bucket cannot be reached), record_unavailable (a repeated delivery whose attempt's record cannot be read), report_failed (the result could not be published yet).",
         &["agent", "reason"],
     )
 });
@@ -274,7 +274,8 @@ pub fn delivered(agent: &str, delivered: i64) {
 }
 
 /// A worker kept a message and will look again instead of settling it
-/// (`reason`: `claim_busy`, `claims_unavailable`, `report_failed`).
+/// (`reason`: `claim_busy`, `claims_unavailable`, `record_unavailable`,
+/// `report_failed`).
 pub fn worker_waited(agent: &str, reason: &str) {
     WAITS.with_label_values(&[agent, reason]).inc();
 }

@@ -7,7 +7,10 @@
 //! task's `max_deliver` deliveries on each, and a bucket away for seconds
 //! would dead-letter tasks that never ran. So the worker keeps the message
 //! (an in-progress ack every beat) and looks again after a backoff with
-//! jitter, until it may run the attempt, finds it over, or stops.
+//! jitter, until it may run the attempt, finds it over, or stops. A
+//! repeated delivery whose record cannot be read (the events stream is
+//! electing its leader) waits the same way: its attempt may have reported
+//! already, its ack lost with a killed node.
 
 use std::time::Duration;
 
@@ -17,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::delivery::attempt_is_over;
+use super::delivery::{Record, attempt_record};
 use crate::bus::{Settlement, settle};
 use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::Envelope;
@@ -39,7 +42,7 @@ pub(super) async fn claim(
     shared: &Shared,
     msg: &Message,
     envelope: &Envelope,
-    delivery: Delivery,
+    (delivery, resumed): (Delivery, bool),
     hard_stop: &CancellationToken,
 ) -> Claimed {
     let task_id = envelope.header.task_id;
@@ -51,13 +54,13 @@ pub(super) async fn claim(
         // that already reported its result (its exact bytes, published
         // again): the attempt's record is read beside the claim, so it
         // costs no wait.
-        let (over, acquired) = tokio::join!(
-            attempt_is_over(shared, envelope),
+        let (record, acquired) = tokio::join!(
+            attempt_record(shared, envelope),
             shared
                 .claims
                 .acquire(agent, task_id, delivery, &shared.instance)
         );
-        if over {
+        if record == Record::Over {
             debug!(task_id = %task_id, attempt = delivery.attempt, "attempt already reported: settling the copy");
             if let Ok(Acquired::Run(held)) = acquired
                 && let Err(e) = shared.claims.release(held).await
@@ -68,6 +71,16 @@ pub(super) async fn claim(
             return Claimed::Settled;
         }
         let reason = match acquired {
+            // A repeated delivery may be of an attempt that reported while
+            // its ack was lost: it runs only once the record says it is
+            // not over. (A first delivery runs: the claim keeps copies
+            // apart.)
+            Ok(Acquired::Run(held)) if record == Record::Unknown && resumed => {
+                if let Err(e) = shared.claims.release(held).await {
+                    warn_quietly!("worker.release_failed", task_id = %task_id, error = %e, "could not release the claim");
+                }
+                "record_unavailable"
+            }
             Ok(Acquired::Run(held)) => return Claimed::Run(held),
             Ok(Acquired::Skip(Decision::Busy)) => {
                 // Its holder missed a whole ack wait of in-progress acks:

@@ -120,28 +120,43 @@ async fn handle_envelope(
     };
     // A worker that stops hands back what it has not started at once,
     // and stops what runs only past its grace period.
-    if let Claimed::Run(held) =
-        acquire::claim(&shared, &msg, &envelope, delivery, &stops.shutdown).await
+    if let Claimed::Run(held) = acquire::claim(
+        &shared,
+        &msg,
+        &envelope,
+        (delivery, resumed),
+        &stops.shutdown,
+    )
+    .await
     {
         run::run_task(&shared, msg, envelope, resumed, held, &stops, trace).await;
     }
 }
 
-/// Whether the task's last event shows this attempt over: a final report
-/// of it, or any report of a later attempt. A lookup that fails says no
-/// (the claim still keeps two runs apart).
-pub(super) async fn attempt_is_over(shared: &Shared, envelope: &Envelope) -> bool {
+/// What the task's last event says of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Record {
+    /// A final report of it, or a report of a later attempt: it is over.
+    Over,
+    /// No event yet, or a `working` one: it may run.
+    Open,
+    /// The events stream could not be read.
+    Unknown,
+}
+
+/// Reads the task's last event: is `envelope`'s attempt over?
+pub(super) async fn attempt_record(shared: &Shared, envelope: &Envelope) -> Record {
     let attempt = envelope.control.attempt.get();
     match shared
         .bus
         .last_event(&envelope.header.to, envelope.header.task_id)
         .await
     {
-        Ok(Some(last)) => last.ends_attempt(attempt),
-        Ok(None) => false,
+        Ok(Some(last)) if last.ends_attempt(attempt) => Record::Over,
+        Ok(_) => Record::Open,
         Err(e) => {
             warn_quietly!("worker.record_unreadable", task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
-            false
+            Record::Unknown
         }
     }
 }

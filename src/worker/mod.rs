@@ -217,14 +217,17 @@ impl Worker {
         }
         let mut consumers = Vec::new();
         for priority in Priority::ALL {
-            consumers.push(bus.agent_consumer(&card.name, priority, &settings).await?);
+            let consumer = bus
+                .patiently(|| bus.agent_consumer(&card.name, priority, &settings))
+                .await?;
+            consumers.push(consumer);
         }
         let instance = format!(
             "{}-{}",
             std::process::id(),
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
-        let claims = bus.claims(settings.ack_wait).await?;
+        let claims = bus.patiently(|| bus.claims(settings.ack_wait)).await?;
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,

@@ -239,7 +239,17 @@ pub(super) async fn report_and_ack(
                 }
             }
         }
-        match shared.bus.publish_event(event, trace).await {
+        // One try waits at most a beat, so the claim and the message are
+        // renewed in time however long the stream takes to answer.
+        let published = tokio::time::timeout(shared.beat(), shared.bus.publish_event(event, trace))
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::bus::BusError::Publish {
+                    subject: format!("the events of task {task_id}"),
+                    message: "no acknowledgement within a beat".into(),
+                })
+            });
+        match published {
             Ok(()) => {
                 settle(msg, Settlement::Ack).await;
                 return Reported::Settled;
