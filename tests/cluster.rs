@@ -411,30 +411,33 @@ async fn leader_kills_under_load_fail_no_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
     let mut cluster = NatsCluster::start().await;
-    // A one-replica stream is placed on the node its creator is connected
-    // to: the bucket on n2, everything else (the orchestrator's) on n0.
-    let bucket_maker = orchestrator::bus::Bus::connect_now(
-        &cluster.url(2),
-        orchestrator::bus::BusConfig::default(),
-    )
+    let urls = cluster.urls();
+    let mut d = Deployment::start(&urls, &[], 1, "5s", "0.05").await;
+    // The bucket is made again on a node that holds neither the task nor
+    // the events stream (by its server tag), before any worker starts: so
+    // only the bucket goes away.
+    let tasks = cluster.wait_leader_of("ORCH_TASKS").await;
+    let events = cluster.wait_leader_of("ORCH_EVENTS").await;
+    let node = (0..3).find(|i| *i != tasks && *i != events).unwrap();
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.url(node)).await.unwrap());
+    js.delete_stream("KV_ORCH_DELIVERIES").await.unwrap();
+    js.create_key_value(async_nats::jetstream::kv::Config {
+        bucket: "ORCH_DELIVERIES".into(),
+        history: 1,
+        max_age: Duration::from_secs(7 * 24 * 3600),
+        storage: async_nats::jetstream::stream::StorageType::File,
+        limit_markers: Some(Duration::from_secs(1)),
+        placement: Some(async_nats::jetstream::stream::Placement {
+            tags: vec![format!("node:n{node}")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
     .await
     .unwrap();
-    bucket_maker.deliveries().await.unwrap();
-    drop(bucket_maker);
-    let urls = cluster.urls();
-    let d = Deployment::start(
-        &cluster.url(0),
-        &[urls.clone(), urls.clone()],
-        1,
-        "5s",
-        "0.05",
-    )
-    .await;
-    let node = cluster.wait_leader_of("KV_ORCH_DELIVERIES").await;
-    assert_eq!(node, 2);
-    for s in ["ORCH_TASKS", "ORCH_EVENTS"] {
-        assert_eq!(cluster.wait_leader_of(s).await, 0, "{s}");
-    }
+    assert_eq!(cluster.wait_leader_of("KV_ORCH_DELIVERIES").await, node);
+    d.add_worker(&urls, &[]).await;
+    d.add_worker(&urls, &[]).await;
     let warmup = d.load("warmup", 5, 50).await;
     check_nothing_failed(&d, &warmup, "warm-up").await;
 

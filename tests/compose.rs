@@ -287,3 +287,51 @@ fn the_published_port_is_the_http_port() {
         "the example agents need python3 in the image"
     );
 }
+
+/// docker-compose.cluster.yml: three NATS nodes routed to each other with
+/// JetStream fsyncing every write, every process given all three URLs (a
+/// list `NATS_URL` takes), and the orchestrator's settings asking for three
+/// replicas (a file `run --config` accepts).
+#[test]
+fn the_cluster_file_runs_the_same_services_on_three_replicated_nodes() {
+    let text = std::fs::read_to_string(root().join("docker-compose.cluster.yml")).unwrap();
+    let c: Value = serde_norway::from_str(&text).unwrap();
+    let base = compose();
+    let keys = command(&base["services"]["keys"]).join(" ");
+    assert!(keys.contains("sync_interval: always") && keys.contains("/natsauth/cluster.conf"));
+    let routes = "nats://nats:6222,nats://nats-b:6222,nats://nats-c:6222";
+    for node in ["nats", "nats-b", "nats-c"] {
+        let cmd = command(&c["services"][node]);
+        assert!(
+            cmd.contains(&"/natsauth/cluster.conf".to_string()),
+            "{node}: {cmd:?}"
+        );
+        assert!(cmd.contains(&routes.to_string()), "{node}: {cmd:?}");
+    }
+    let urls = "nats://nats:4222,nats://nats-b:4222,nats://nats-c:4222";
+    let parsed: orchestrator::bus::Servers = urls.parse().unwrap();
+    assert_eq!(parsed.to_string(), urls);
+    for service in ["orchestrator", "knowledge-agent", "outlook-agent"] {
+        assert!(
+            base["services"][service].is_object(),
+            "{service} is not a base service"
+        );
+        assert_eq!(
+            c["services"][service]["environment"]["NATS_URL"], urls,
+            "{service}"
+        );
+    }
+    let run = command(&c["services"]["orchestrator"]);
+    let run_help = help("run");
+    for flag in run.iter().filter(|a| a.starts_with("--")) {
+        assert!(run_help.contains(flag.as_str()), "`run` has no {flag}");
+    }
+    let settings = std::fs::read(root().join("deploy/cluster.json")).unwrap();
+    let config: orchestrator::service::ServiceConfig = orchestrator::codec::decode(
+        &settings,
+        orchestrator::codec::Strictness::Strict,
+        orchestrator::codec::DEFAULT_MAX_BYTES,
+    )
+    .unwrap();
+    assert_eq!(config.bus.replicas, 3);
+}

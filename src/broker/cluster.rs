@@ -2,7 +2,8 @@
 //! machine, routed to each other, each with its own store. For
 //! `orchestrator bench --cluster` and the cluster tests: nodes can be
 //! killed (SIGKILL) and restarted on the same ports and store, and the
-//! node leading a stream can be found.
+//! node leading a stream can be found. Node `nI` carries the server tag
+//! `node:nI`, so a stream can be placed on it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -82,7 +83,7 @@ impl LocalCluster {
             let store =
                 serde_json::to_string(&home.join("js").to_string_lossy()).unwrap_or_default();
             let text = format!(
-                "server_name: \"{name}\"\nlisten: \"{host}:{port}\"\n\
+                "server_name: \"{name}\"\nserver_tags: [\"node:{name}\"]\nlisten: \"{host}:{port}\"\n\
                  jetstream {{ store_dir: {store} }}\n\
                  cluster {{\n  name: \"orch-local\"\n  listen: \"127.0.0.1:{route}\"\n  routes: [{}]\n}}\n{extra}\n",
                 routes.join(", ")
