@@ -6,12 +6,11 @@
 //! `node:nI`, so a stream can be placed on it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use super::server_bin;
+use super::{server_bin, spawn_server};
 
 /// One node of a [`LocalCluster`].
 struct Node {
@@ -116,19 +115,7 @@ impl LocalCluster {
             .open(&node.log)
             .map_err(|e| format!("{}: {e}", node.log.display()))?;
         let bin = server_bin();
-        let child = Command::new(&bin)
-            .arg("-c")
-            .arg(&node.conf)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start {} ({e}): install nats-server (scripts/ensure-nats-server) or set NATS_SERVER_BIN",
-                    bin.display()
-                )
-            })?;
+        let child = spawn_server(&bin, &node.conf, log)?;
         node.child = Some(child);
         Ok(())
     }

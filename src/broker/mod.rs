@@ -71,19 +71,7 @@ impl ManagedBroker {
         let bin = server_bin();
         let log = std::fs::File::create(data_dir.join("nats-server.log"))
             .map_err(|e| format!("{}: {e}", data_dir.display()))?;
-        let child = Command::new(&bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start {} ({e}): install nats-server (scripts/ensure-nats-server) or set NATS_SERVER_BIN",
-                    bin.display()
-                )
-            })?;
+        let child = spawn_server(&bin, &conf, log)?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -124,4 +112,21 @@ impl ManagedBroker {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// Starts `bin -c conf`, its log to `log`, killed when dropped.
+fn spawn_server(bin: &Path, conf: &Path, log: std::fs::File) -> Result<Child, String> {
+    Command::new(bin)
+        .arg("-c")
+        .arg(conf)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start {} ({e}): install nats-server (scripts/ensure-nats-server) or set NATS_SERVER_BIN",
+                bin.display()
+            )
+        })
 }
