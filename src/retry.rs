@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 /// The delays before each next try of one thing that keeps failing.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     /// The first delay (before jitter).
     first: Duration,

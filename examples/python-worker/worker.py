@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import re
 import secrets
 import signal
@@ -190,6 +191,7 @@ class Worker:
         self.backoff = [parse_duration(d) for d in delivery.get("backoff", [])]
         self.concurrency = int(delivery.get("concurrency", 16))
         self.retry_delay = parse_duration(os.environ.get("ORCH_RETRY_DELAY", "1s"))
+        self.retry_max = parse_duration(os.environ.get("ORCH_RETRY_MAX_DELAY", "5s"))
         # One subject token (§8): no dots, whatever the host is called.
         host = socket.gethostname().replace(".", "-")
         self.instance = f"py-{host}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -197,6 +199,7 @@ class Worker:
         self.handler = load_handler(agent_dir)
         self.running = {}  # task id -> Halt, to stop its handler
         self.tasks = set()
+        self.notes = set()  # run-abandoned notes being sent (§4.10)
         self.held = []  # taken by a long poll with no free slot (§3)
         self.slot_freed = asyncio.Event()
         self.stopping = asyncio.Event()
@@ -259,8 +262,33 @@ class Worker:
 
     # §3: taking work ----------------------------------------------------
 
+    def backoff_delay(self, failures):
+        """§4.5: the retry delay doubled per earlier failure, at most the
+        longest wait, times a random factor between 1/2 and 3/2."""
+        return min(self.retry_delay * 2 ** min(failures, 20), max(self.retry_max, self.retry_delay)) * (0.5 + random.random())
+
+    async def keep(self, msg, delay, kept):
+        """§4.5: holds `msg` for `delay` s with an in-progress ack every
+        lease / 3 since `kept`; the time of the last one, or None when the
+        worker stops first (the message is then given back)."""
+        until = time.monotonic() + delay
+        while True:
+            beat_at = kept + self.lease / 3
+            await wait_any(self.stopping, timeout=max(0.0, min(until, beat_at) - time.monotonic()))
+            if self.stopping.is_set():
+                await msg.nak()
+                return None
+            now = time.monotonic()
+            if now >= beat_at:
+                await msg.in_progress()
+                kept = now
+            if now >= until:
+                return kept
+
     async def pull(self, priority, batch, expires=None):
-        """A pull request of `batch`: no_wait, or a long poll of `expires` s."""
+        """A pull request of `batch`: no_wait, or a long poll of `expires` s.
+        Sets `self.pull_failed` when the stream answered with an error
+        (503: its leader is being elected) or the request failed."""
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
         request = {"batch": batch}
@@ -273,11 +301,17 @@ class Worker:
             await self.nc.publish(self.pulls[priority], json.dumps(request).encode(), reply=inbox)
             while len(msgs) < batch:
                 msg = await sub.next_msg(timeout=(expires or 0) + 2)
-                if msg.headers and msg.headers.get("Status"):
+                status = msg.headers and msg.headers.get("Status")
+                if status:
+                    if status.startswith("5"):
+                        self.pull_failed = True
                     break  # 404 no messages, 408 expired, 409 ...
                 msgs.append(msg)
         except (NatsTimeout, asyncio.TimeoutError):
             pass
+        except Exception as e:
+            log(f"pull failed: {e!r}")
+            self.pull_failed = True
         finally:
             await sub.unsubscribe()
         return msgs
@@ -286,7 +320,9 @@ class Worker:
         return self.concurrency - len(self.tasks)
 
     async def intake(self):
+        failures = 0
         while not self.stopping.is_set():
+            self.pull_failed = False
             if self.free() <= 0:
                 self.slot_freed.clear()
                 await wait_any(self.slot_freed, self.stopping)
@@ -308,6 +344,12 @@ class Worker:
                     self.start(msg)
                 else:
                     self.held.append(msg)
+            if self.pull_failed:
+                # §3: a stream that fails every pull at once is not spun on.
+                await wait_any(self.stopping, timeout=self.backoff_delay(failures))
+                failures += 1
+            else:
+                failures = 0
         for msg in self.held:
             await msg.nak()  # taken, never started: given back (§9)
         self.held.clear()
@@ -354,37 +396,44 @@ class Worker:
             except Refused as r:
                 log(f"task {task}: token refused: {r}")
                 error = {"code": r.code, "message": r.message, "retryable": False}
-                if await self.report(env, r.state, error=error):
-                    await msg.ack()
-                else:
-                    await msg.nak(delay=self.retry_delay)
+                await self.report_kept(env, msg, r.state, error=error)
                 return
         resumed = delivered > 1 or bool(msg.headers and msg.headers.get("Orch-Republished"))
         # §4.4: any delivery may copy an attempt that already reported, so
         # its record is read every time, beside the claim (no added wait).
-        over, claimed = await asyncio.gather(
-            self.attempt_over(task, attempt),
-            self.claims.acquire(task, attempt, stream_seq),
-            return_exceptions=True,
-        )
-        if over is True:
-            if not isinstance(claimed, BaseException) and claimed[0] == "run":
+        # §4.5: a claim held by another replica, a bucket that cannot be
+        # reached, or (for a repeated delivery) a record that cannot be
+        # read: keep the message and look again after a backoff.
+        failures, kept = 0, time.monotonic()
+        while True:
+            over, claimed = await asyncio.gather(
+                self.attempt_over(task, attempt),
+                self.claims.acquire(task, attempt, stream_seq),
+                return_exceptions=True,
+            )
+            ran = not isinstance(claimed, BaseException) and claimed[0] == "run"
+            if over is True:
+                if ran:
+                    await self.claims.release(task, claimed[1])
+                await msg.ack()
+                return
+            if ran and over is None and resumed:
                 await self.claims.release(task, claimed[1])
-            await msg.ack()
-            return
-        if isinstance(claimed, BaseException):
-            await msg.nak(delay=self.retry_delay)
-            return
-        decision, revision = claimed
-        if decision in ("canceled", "duplicate", "superseded"):
-            await msg.ack()
-            return
-        if decision == "busy":
-            await msg.nak(delay=self.retry_delay)  # §5: its holder died or is cut off
-            return
-        if decision != "run":
-            await msg.nak(delay=self.retry_delay)
-            return
+            elif ran:
+                decision, revision = claimed
+                break
+            elif not isinstance(claimed, BaseException):
+                decision = claimed[0]
+                if decision in ("canceled", "duplicate", "superseded"):
+                    await msg.ack()
+                    return
+                if decision not in ("busy", "raced"):
+                    await msg.nak(delay=self.retry_delay)  # a claim it cannot read
+                    return
+            kept = await self.keep(msg, self.backoff_delay(failures), kept)
+            if kept is None:
+                return
+            failures += 1
         ctx = {
             "task_id": task,
             "attempt": attempt,
@@ -413,7 +462,7 @@ class Worker:
                     break
                 now = time.monotonic()
                 if not working and now >= started + WORKING_AFTER:
-                    working = asyncio.create_task(self.report(env, "working", trace=trace))
+                    working = asyncio.create_task(self.report(env, "working", trace=trace, resumed=ctx["resumed"]))
                 if now >= beat_at:
                     # §4.6: the claim first, then the message's ack wait.
                     revision, last_write = await self.renew(task, value, revision, last_write)
@@ -430,17 +479,91 @@ class Worker:
             elif str(stop) == "shutdown":
                 await self.claims.release(task, revision)
                 await msg.nak()  # delay 0: another replica takes it at once
-            return  # lost: the new holder settles the message
+            else:
+                # Lost: the new holder settles the message (§4.10).
+                self.note_abandoned(env, finished=False, reason="the claim was lost while the handler ran")
+            return
         finally:
             self.running.pop(task, None)
             if working:
                 await working  # before the final event, never after it
         state, fields = handler.result()
-        if await self.report(env, state, trace=trace, **fields):
-            await msg.ack()
-        else:
-            await self.claims.release(task, revision)
-            await msg.nak(delay=self.retry_delay)
+        await self.report_result(env, msg, ctx, (state, fields), trace, (value, revision, last_write))
+
+    async def report_result(self, env, msg, ctx, outcome, trace, claim):
+        """§4.8–4.10: the fence, then the final event; while either cannot
+        be done the message and the claim are kept and tried again after a
+        backoff. A claim found lost drops the result and is noted."""
+        (task, state_fields), (value, revision, last_write) = (ctx["task_id"], outcome), claim
+        state, fields = state_fields
+        failures, kept = 0, time.monotonic()
+        while True:
+            if time.monotonic() - last_write > self.lease / 3:
+                left = last_write + self.lease - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise Stop("lost")
+                    revision = await self.claims.renew(task, value, revision, timeout=min(left, self.lease / 3))
+                    last_write = kept = time.monotonic()
+                    await msg.in_progress()
+                except Stop as stop:
+                    if str(stop) == "canceled":
+                        await msg.ack()
+                    else:
+                        log(f"task {task}: claim lost before reporting: result dropped")
+                        self.note_abandoned(env, finished=True, reason="the claim was lost before the result was reported")
+                    return
+                except Exception:
+                    kept = await self.keep(msg, self.backoff_delay(failures), kept)
+                    if kept is None:
+                        await self.claims.release(task, revision)
+                        return
+                    failures += 1
+                    continue
+            if await self.report(env, state, trace=trace, resumed=ctx["resumed"], timeout=self.lease / 3, **fields):
+                await msg.ack()
+                return
+            kept = await self.keep(msg, self.backoff_delay(failures), kept)
+            if kept is None:
+                await self.claims.release(task, revision)
+                return
+            failures += 1
+
+    def note_abandoned(self, env, finished, reason):
+        """§4.10: the run-abandoned note, in the background until the bus
+        takes it (10 minutes at most)."""
+        header, control = env["header"], env["control"]
+        task, attempt = header["task_id"], int(control["attempt"])
+        note = {
+            "v": 1,
+            "task_id": task,
+            "correlation_id": header["correlation_id"],
+            "agent": self.agent,
+            "attempt": attempt,
+            "instance": self.instance,
+            "finished": finished,
+            "reason": reason,
+            "at": now_rfc3339(),
+        }
+        headers = {
+            "Nats-Msg-Id": f"{task}.{attempt}.abandoned.{self.instance}",
+            "Orch-Task-Id": task,
+            "Orch-Correlation-Id": header["correlation_id"],
+        }
+
+        async def send():
+            give_up, failures = time.monotonic() + 600, 0
+            while time.monotonic() < give_up:
+                try:
+                    await self.js.publish(f"{PREFIX}.events.{self.agent}.{task}.abandoned", json.dumps(note).encode(), headers=headers)
+                    return
+                except Exception:
+                    await asyncio.sleep(self.backoff_delay(failures))
+                    failures += 1
+
+        keep = asyncio.create_task(send())
+        self.notes.add(keep)
+        keep.add_done_callback(self.notes.discard)
 
     async def renew(self, task, value, revision, last_write):
         """(revision, time of the write); Stop when canceled or lost, or when
@@ -479,17 +602,20 @@ class Worker:
             return "failed", fields
 
     async def attempt_over(self, task, attempt):
-        """§4.4: the attempt's final event exists (a failed lookup: no)."""
+        """§4.4: the attempt's final event exists: True, False, or None when
+        the lookup failed."""
         try:
             last = await self.js.get_last_msg("ORCH_EVENTS", f"{PREFIX}.events.{self.agent}.{task}", direct=True)
             event = json.loads(last.data)
-        except Exception:
+        except NotFoundError:
             return False
+        except Exception:
+            return None
         return event["attempt"] > attempt or (event["attempt"] == attempt and event["state"] != "working")
 
     # §6: events ---------------------------------------------------------
 
-    async def report(self, env, state, trace=None, **fields):
+    async def report(self, env, state, trace=None, resumed=False, timeout=5.0, **fields):
         """Publishes the attempt's event; True once JetStream stored it."""
         header, control = env["header"], env["control"]
         task, attempt = header["task_id"], int(control["attempt"])
@@ -500,9 +626,12 @@ class Worker:
             "agent": self.agent,
             "attempt": attempt,
             "state": state,
+            "instance": self.instance,
             "at": now_rfc3339(),
             **fields,
         }
+        if resumed:
+            event["resumed"] = True
         headers = {
             "Nats-Msg-Id": f"{task}.{attempt}.{state}",
             "Orch-Task-Id": task,
@@ -510,7 +639,7 @@ class Worker:
         }
         headers.update(trace or {})
         try:
-            await self.js.publish(f"{PREFIX}.events.{self.agent}.{task}", json.dumps(event).encode(), headers=headers)
+            await self.js.publish(f"{PREFIX}.events.{self.agent}.{task}", json.dumps(event).encode(), headers=headers, timeout=timeout)
             return True
         except Exception as e:
             log(f"event {state} for {task} not published: {e!r}")
@@ -518,10 +647,18 @@ class Worker:
 
     async def refuse(self, env, msg, code, message):
         """§4.2: a rejected event, then an ack."""
-        if await self.report(env, "rejected", error={"code": code, "message": message, "retryable": False}):
-            await msg.ack()
-        else:
-            await msg.nak(delay=self.retry_delay)
+        await self.report_kept(env, msg, "rejected", error={"code": code, "message": message, "retryable": False})
+
+    async def report_kept(self, env, msg, state, **fields):
+        """A final event of an attempt that never ran, then an ack; while it
+        cannot be published the message is kept (§4.9)."""
+        failures, kept = 0, time.monotonic()
+        while not await self.report(env, state, **fields):
+            kept = await self.keep(msg, self.backoff_delay(failures), kept)
+            if kept is None:
+                return
+            failures += 1
+        await msg.ack()
 
     async def dead_letter(self, msg, stream_seq, error):
         """§4.1: an unreadable envelope is copied to the DLQ, then terminated."""

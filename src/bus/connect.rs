@@ -10,7 +10,7 @@ use async_nats::{ConnectErrorKind, Event};
 use tracing::{info, warn};
 
 use super::{Bus, BusConfig, BusError, Servers};
-use crate::retry::{Backoff, jittered};
+use crate::retry::Backoff;
 use crate::telemetry::quiet::warn_quietly;
 
 /// How long one connection attempt to one server may take.
@@ -115,16 +115,13 @@ async fn try_once(servers: &Servers, config: &BusConfig) -> Result<async_nats::C
 
 /// The delay before reconnection attempt `attempts` (the client counts
 /// one per server tried): none for the first, so a client fails over to
-/// another node at once; then doubling from 10 ms to 2 s, with jitter.
+/// another node at once; then the backoff from 20 ms to 2 s.
 fn reconnect_delay(attempts: usize) -> Duration {
     if attempts <= 1 {
         return Duration::ZERO;
     }
-    let exp = u32::try_from(attempts - 1).unwrap_or(u32::MAX).min(16);
-    let base = Duration::from_millis(10)
-        .saturating_mul(1 << exp)
-        .min(Duration::from_secs(2));
-    jittered(base)
+    let failures = u32::try_from(attempts - 2).unwrap_or(u32::MAX);
+    Backoff::new(Duration::from_millis(20), Duration::from_secs(2)).delay_after(failures)
 }
 
 /// Logs what happens to the connection; repeats are quiet.

@@ -45,10 +45,12 @@ pub struct Flow {
 }
 
 impl Bus {
-    /// The streams the orchestrator needs that have no leader now.
-    pub async fn orchestrator_unserved(&self) -> Vec<Unserved> {
+    /// What the orchestrator needs that cannot serve now (each stream and
+    /// bucket asked once for its info), and the task queue's flow (`None`
+    /// when the task or event stream, or a consumer, did not answer).
+    pub async fn orchestrator_health(&self) -> (Vec<Unserved>, Option<Flow>) {
         let n = &self.inner.names;
-        let streams = [
+        let names = [
             n.tasks_stream(),
             n.events_stream(),
             n.advisories_stream(),
@@ -56,63 +58,37 @@ impl Bus {
             format!("KV_{}", n.deliveries_bucket()),
             format!("KV_{}", n.agents_bucket()),
         ];
-        let checks = streams.iter().map(|name| self.stream_led(name));
-        futures::future::join_all(checks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
-    }
-
-    /// Whether `stream` answers for its info and names a leader.
-    async fn stream_led(&self, stream: &str) -> Option<Unserved> {
-        let unserved = |why: String| {
-            Some(Unserved {
-                name: stream.to_string(),
-                why,
-            })
-        };
-        match tokio::time::timeout(PROBE_TIMEOUT, self.inner.js.get_stream(stream)).await {
-            Err(_) => unserved(format!("no answer in {}s", PROBE_TIMEOUT.as_secs())),
-            Ok(Err(e)) => unserved(e.to_string()),
-            Ok(Ok(s)) => match &s.cached_info().cluster {
-                Some(c) if leaderless(c) => unserved("no leader".into()),
-                _ => None,
-            },
-        }
-    }
-
-    /// The task queue's flow now: read from the agents' consumers and the
-    /// task and event streams.
-    pub async fn flow(&self) -> Result<Flow, String> {
-        let n = &self.inner.names;
-        let read = async {
-            let js = &self.inner.js;
-            let tasks = js
-                .get_stream(n.tasks_stream())
+        let infos = futures::future::join_all(names.iter().map(|name| async move {
+            tokio::time::timeout(PROBE_TIMEOUT, self.inner.js.get_stream(name))
                 .await
-                .map_err(|e| e.to_string())?;
-            let events = js
-                .get_stream(n.events_stream())
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut flow = Flow {
-                undelivered: 0,
-                mark: tasks.cached_info().state.last_sequence
-                    + tasks.cached_info().state.first_sequence
-                    + events.cached_info().state.last_sequence,
+                .map_err(|_| format!("no answer in {}s", PROBE_TIMEOUT.as_secs()))?
+                .map_err(|e| e.to_string())
+        }))
+        .await;
+        let mut unserved = Vec::new();
+        for (name, info) in names.iter().zip(&infos) {
+            let why = match info {
+                Err(e) => Some(e.clone()),
+                Ok(s) => s
+                    .cached_info()
+                    .cluster
+                    .as_ref()
+                    .filter(|c| leaderless(c))
+                    .map(|_| "no leader".to_string()),
             };
-            let mut consumers = tasks.consumers();
-            while let Some(info) = consumers.next().await {
-                let info = info.map_err(|e| e.to_string())?;
-                flow.undelivered += info.num_pending;
-                flow.mark += info.delivered.stream_sequence + info.ack_floor.stream_sequence;
-            }
-            Ok::<_, String>(flow)
+            unserved.extend(why.map(|why| Unserved {
+                name: name.clone(),
+                why,
+            }));
+        }
+        let flow = match (&infos[0], &infos[1]) {
+            (Ok(tasks), Ok(events)) => tokio::time::timeout(PROBE_TIMEOUT, flow(tasks, events))
+                .await
+                .ok()
+                .flatten(),
+            _ => None,
         };
-        tokio::time::timeout(PROBE_TIMEOUT * 2, read)
-            .await
-            .map_err(|_| "the broker did not answer in time".to_string())?
+        (unserved, flow)
     }
 
     /// What agent `agent`'s workers need that cannot serve now (their
@@ -211,4 +187,24 @@ impl Bus {
 /// Whether a clustered stream's or consumer's info names no leader.
 fn leaderless(c: &async_nats::jetstream::stream::ClusterInfo) -> bool {
     c.name.is_some() && c.leader.as_deref().unwrap_or("").is_empty()
+}
+
+/// The task queue's flow: the task and event streams' sequences and the
+/// agents' consumers' (`None` when a consumer did not answer).
+async fn flow(
+    tasks: &async_nats::jetstream::stream::Stream,
+    events: &async_nats::jetstream::stream::Stream,
+) -> Option<Flow> {
+    let (t, e) = (&tasks.cached_info().state, &events.cached_info().state);
+    let mut flow = Flow {
+        undelivered: 0,
+        mark: t.first_sequence + t.last_sequence + e.last_sequence,
+    };
+    let mut consumers = tasks.consumers();
+    while let Some(info) = consumers.next().await {
+        let info = info.ok()?;
+        flow.undelivered += info.num_pending;
+        flow.mark += info.delivered.stream_sequence + info.ack_floor.stream_sequence;
+    }
+    Some(flow)
 }

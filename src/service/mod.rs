@@ -242,16 +242,13 @@ impl Orchestrator {
         }
     }
 
-    /// Whether the orchestrator can work now (`ok`), and why: the broker
-    /// connected, the store able to flush, and the background checks'
-    /// last verdict on the streams and the queue.
+    /// Whether the orchestrator can work now (`ok`), and why: the
+    /// background checks' last verdict on the broker, the streams and the
+    /// queue, and the store able to flush.
     pub async fn readiness(&self) -> (bool, serde_json::Value) {
-        let nats = self.inner.bus.is_connected();
         let store = self.inner.store.flush().await.is_ok();
         let (bus, mut detail) = self.inner.ready.get();
-        let ok = nats && store && bus;
-        crate::telemetry::metrics::set_ready(ok);
-        detail["nats"] = nats.into();
+        let ok = bus && store;
         detail["store"] = store.into();
         detail["ok"] = ok.into();
         (ok, detail)

@@ -101,7 +101,7 @@ pub(crate) struct Publisher {
 }
 
 /// How the publishing loop behaves.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct PublishSettings {
     /// Publishes sent but not yet acknowledged, at most.
     pub(crate) in_flight: usize,
@@ -139,13 +139,12 @@ pub(crate) async fn run(
     minter: Minter,
     stop: CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(settings.in_flight.max(1)));
     let run = Loop {
         store,
         bus,
         settings,
         minter,
-        slots,
+        slots: Arc::new(Semaphore::new(settings.in_flight.max(1))),
         again,
     };
     run.run(queue.0, stop).await;
@@ -317,7 +316,7 @@ impl Loop {
             Ok(pending) => {
                 let store = self.store.clone();
                 let again = self.again.clone();
-                let settings = self.settings.clone();
+                let settings = self.settings;
                 let acked = async move {
                     let _permit = permit;
                     match pending.await_seq().await {

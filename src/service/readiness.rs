@@ -1,12 +1,12 @@
-//! The orchestrator's readiness: the broker connected, the store able to
-//! flush, every stream and bucket it needs led, and the task queue not
-//! stalled (work waiting for delivery while nothing at all moved for
-//! `ready_stall_after`). The bus checks run in the background every
-//! [`CHECK_EVERY`]; `/readyz` adds the connection and a store flush.
+//! The orchestrator's readiness: the broker connected, every stream and
+//! bucket it needs led, and the task queue not stalled (work waiting for
+//! delivery while nothing at all moved for `ready_stall_after`). The
+//! checks run in the background every [`CHECK_EVERY`] and own the
+//! `orch_ready` gauge; `/readyz` adds a store flush to their verdict.
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::Bus;
@@ -26,29 +26,20 @@ pub(crate) async fn watch(
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        let unserved = bus.orchestrator_unserved().await;
-        let flow = bus.flow().await;
-        let stalled = match &flow {
-            Ok(f) => stall.observe(f.undelivered, f.mark).map(|still| {
-                json!({
-                    "waiting": f.undelivered,
-                    "seconds": still.as_secs(),
-                    "why": format!(
-                        "{} task messages wait for delivery and nothing has moved for {}s (are the agents' workers up?)",
-                        f.undelivered,
-                        still.as_secs()
-                    ),
-                })
-            }),
-            Err(_) => None,
-        };
-        let ok = unserved.is_empty() && stalled.is_none();
+        let nats = bus.is_connected();
+        let (unserved, flow) = bus.orchestrator_health().await;
+        let stalled = flow.and_then(|f| {
+            let what = "task messages wait for delivery (are the agents' workers up?)";
+            stall.report(f.undelivered, f.mark, what)
+        });
+        let ok = nats && unserved.is_empty() && stalled.is_none();
         ready.set(
             ok,
             json!({
+                "nats": nats,
                 "unserved": unserved,
-                "stalled": stalled.unwrap_or(Value::Null),
-                "waiting": flow.as_ref().map(|f| f.undelivered).ok(),
+                "stalled": stalled,
+                "waiting": flow.map(|f| f.undelivered),
             }),
         );
     }

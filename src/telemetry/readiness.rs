@@ -66,6 +66,19 @@ impl StallWatch {
         let still = now.duration_since(self.moved_at);
         (!self.after.is_zero() && still >= self.after).then_some(still)
     }
+
+    /// [`StallWatch::observe`], as readiness reports it: `{"waiting",
+    /// "seconds", "why"}` when stalled, `why` saying that `waiting` `what`
+    /// and nothing moved.
+    pub fn report(&mut self, waiting: u64, mark: u64, what: &str) -> Option<Value> {
+        self.observe(waiting, mark).map(|still| {
+            json!({
+                "waiting": waiting,
+                "seconds": still.as_secs(),
+                "why": format!("{waiting} {what}, and nothing has moved for {}s", still.as_secs()),
+            })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::delivery::{Record, attempt_record};
 use crate::bus::{Settlement, settle};
 use crate::claim::{Acquired, ClaimErrorKind, Decision, Delivery, Held};
 use crate::envelope::Envelope;
@@ -117,6 +116,34 @@ pub(super) async fn claim(
         {
             settle(msg, Settlement::Nak(Duration::ZERO)).await;
             return Claimed::Settled;
+        }
+    }
+}
+
+/// What the task's last event says of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// A final report of it, or a report of a later attempt: it is over.
+    Over,
+    /// No event yet, or a `working` one: it may run.
+    Open,
+    /// The events stream could not be read.
+    Unknown,
+}
+
+/// Reads the task's last event: is `envelope`'s attempt over?
+async fn attempt_record(shared: &Shared, envelope: &Envelope) -> Record {
+    let attempt = envelope.control.attempt.get();
+    match shared
+        .bus
+        .last_event(&envelope.header.to, envelope.header.task_id)
+        .await
+    {
+        Ok(Some(last)) if last.ends_attempt(attempt) => Record::Over,
+        Ok(_) => Record::Open,
+        Err(e) => {
+            warn_quietly!("worker.record_unreadable", task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
+            Record::Unknown
         }
     }
 }

@@ -133,34 +133,6 @@ async fn handle_envelope(
     }
 }
 
-/// What the task's last event says of an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Record {
-    /// A final report of it, or a report of a later attempt: it is over.
-    Over,
-    /// No event yet, or a `working` one: it may run.
-    Open,
-    /// The events stream could not be read.
-    Unknown,
-}
-
-/// Reads the task's last event: is `envelope`'s attempt over?
-pub(super) async fn attempt_record(shared: &Shared, envelope: &Envelope) -> Record {
-    let attempt = envelope.control.attempt.get();
-    match shared
-        .bus
-        .last_event(&envelope.header.to, envelope.header.task_id)
-        .await
-    {
-        Ok(Some(last)) if last.ends_attempt(attempt) => Record::Over,
-        Ok(_) => Record::Open,
-        Err(e) => {
-            warn_quietly!("worker.record_unreadable", task_id = %envelope.header.task_id, error = %e, "cannot read the attempt's record");
-            Record::Unknown
-        }
-    }
-}
-
 /// Refuses a well-formed envelope this agent will not run.
 async fn reject(
     shared: &Shared,
@@ -200,7 +172,10 @@ async fn dead_letter(shared: &Shared, msg: Message, code: &'static str, why: &st
         stream_seq = seq,
         code, "dead-lettering an unreadable envelope: {why}"
     );
-    let fragments = rejected_from_fragments(&shared.card, &msg.payload, code, why);
+    let mut fragments = rejected_from_fragments(&shared.card, &msg.payload, code, why);
+    if let Some(event) = fragments.as_mut() {
+        shared.stamp(event, false);
+    }
     let tasks_stream = shared.bus.names().tasks_stream();
     let letter = DeadLetterCopy {
         agent: shared.card.name.as_str(),

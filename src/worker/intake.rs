@@ -151,9 +151,9 @@ impl Intake {
 }
 
 /// Adds to `out` up to `want` messages `consumer` has ready now; whether
-/// the fetch worked. A fetch whose request the server lost (a broker
-/// restart) would never answer: it gets `patience`, and whatever arrived
-/// by then is kept.
+/// the fetch worked (a failure is logged, rate-limited). A fetch whose
+/// request the server lost (a broker restart) would never answer: it gets
+/// `patience`, and whatever arrived by then is kept.
 async fn fetch_now(
     consumer: &PullConsumer,
     want: usize,
@@ -161,36 +161,34 @@ async fn fetch_now(
     out: &mut Vec<Message>,
 ) -> bool {
     let deadline = tokio::time::Instant::now() + patience;
-    let opened = tokio::time::timeout_at(deadline, consumer.fetch().max_messages(want).messages());
-    let mut batch = match opened.await {
-        Ok(Ok(batch)) => batch,
-        Ok(Err(e)) => {
-            warn_quietly!("worker.fetch_failed", error = %e, "cannot fetch");
-            return false;
+    let fetched = async {
+        let opened =
+            tokio::time::timeout_at(deadline, consumer.fetch().max_messages(want).messages());
+        let mut batch = opened
+            .await
+            .map_err(|_| None)?
+            .map_err(|e| Some(e.to_string()))?;
+        loop {
+            match tokio::time::timeout_at(deadline, batch.next()).await {
+                Ok(Some(Ok(msg))) => out.push(msg),
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(Some(e.to_string())),
+                Err(_) => return Err(None),
+            }
         }
-        Err(_) => {
+    };
+    match fetched.await {
+        Ok(()) => true,
+        Err(Some(e)) => {
+            warn_quietly!("worker.fetch_failed", error = %e, "fetch failed");
+            false
+        }
+        Err(None) => {
             warn_quietly!(
                 "worker.fetch_unanswered",
                 "a fetch went unanswered; trying again"
             );
-            return false;
-        }
-    };
-    loop {
-        match tokio::time::timeout_at(deadline, batch.next()).await {
-            Ok(Some(Ok(msg))) => out.push(msg),
-            Ok(None) => return true,
-            Ok(Some(Err(e))) => {
-                warn_quietly!("worker.fetch_failed", error = %e, "fetch failed");
-                return false;
-            }
-            Err(_) => {
-                warn_quietly!(
-                    "worker.fetch_unanswered",
-                    "a fetch went unanswered; trying again"
-                );
-                return false;
-            }
+            false
         }
     }
 }

@@ -385,13 +385,8 @@ async fn check_readiness(shared: Arc<Shared>, stop: CancellationToken) {
         let busy = lock(&shared.running).len() >= shared.config.concurrency.max(1);
         let stalled = flow.and_then(|f| {
             let waiting = if busy { 0 } else { f.undelivered };
-            stall.observe(waiting, f.mark).map(|still| {
-                json!({
-                    "waiting": f.undelivered,
-                    "seconds": still.as_secs(),
-                    "why": format!("{} messages wait for this agent, this worker has free slots, and nothing has moved for {}s", f.undelivered, still.as_secs()),
-                })
-            })
+            let what = "messages wait for this agent while this worker has free slots";
+            stall.report(waiting, f.mark, what)
         });
         let ok = nats && unserved.is_empty() && stalled.is_none();
         shared.ready.set(
