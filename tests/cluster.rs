@@ -438,6 +438,10 @@ async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
     assert_eq!(cluster.wait_leader_of("KV_ORCH_DELIVERIES").await, node);
     d.add_worker(&urls, &[]).await;
     d.add_worker(&urls, &[]).await;
+    // Both workers have started before the bucket goes away.
+    for metrics in d.worker_metrics.clone() {
+        wait_ready(&format!("{metrics}/readyz")).await;
+    }
     let warmup = d.load("warmup", 5, 50).await;
     check_nothing_failed(&d, &warmup, "warm-up").await;
 
@@ -643,4 +647,59 @@ async fn a_partition_longer_than_the_lease_is_on_the_record() {
 /// The port of a `http://host:port` address.
 fn metric_port(url: &str) -> &str {
     url.rsplit(':').next().unwrap_or_default()
+}
+
+/// A worker waiting for the bus to be provisioned (no orchestrator yet)
+/// answers on its metrics port at once: alive, and not ready, saying it has
+/// not checked yet; it does not leave probes hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_worker_answers_not_ready() {
+    let nats = common::nats::NatsServer::start();
+    let agents = tempfile::tempdir().unwrap();
+    let agent = work_agent(agents.path(), "5s", "0");
+    let port = free_port();
+    let log = std::fs::File::create(agents.path().join("worker.log")).unwrap();
+    let settings = agents.path().join("settings.json");
+    std::fs::write(&settings, r#"{"tokens": {"verify": false}}"#).unwrap();
+    let _worker = Proc(
+        std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args([
+                "worker",
+                "--agent",
+                agent.to_str().unwrap(),
+                "--metrics-addr",
+            ])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(&settings)
+            .env("NATS_URL", nats.url())
+            .env("ORCH_DATA_DIR", agents.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, body) = loop {
+        match client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
+            Ok(r) => break (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(e) if e.is_timeout() => panic!("/readyz did not answer: {e}"),
+            Err(e) => {
+                let log =
+                    std::fs::read_to_string(agents.path().join("worker.log")).unwrap_or_default();
+                assert!(Instant::now() < deadline, "no metrics port: {e}\n{log}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"checked\":false"), "{body}");
 }

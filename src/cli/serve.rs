@@ -421,10 +421,8 @@ async fn run_worker(
         },
         None => None,
     };
-    let worker = match Worker::start(bus, card, dir, handler, worker_config).await {
-        Ok(w) => w,
-        Err(e) => return fail(e),
-    };
+    // The metrics port answers from the start: while the worker waits for
+    // the bus, `/readyz` says it is not ready (rather than not answering).
     let stop = shutdown_signal();
     if let Some(listener) = metrics {
         if let Ok(addr) = listener.local_addr() {
@@ -432,10 +430,14 @@ async fn run_worker(
         }
         tokio::spawn(telemetry::metrics::serve(
             listener,
-            worker.readiness(),
+            worker_config.readiness.clone(),
             stop.clone(),
         ));
     }
+    let worker = match Worker::start(bus, card, dir, handler, worker_config).await {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
     worker.run(stop).await;
     ExitCode::SUCCESS
 }

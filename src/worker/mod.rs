@@ -80,6 +80,9 @@ pub struct WorkerConfig {
     /// while the worker has free slots and nothing has moved for this long
     /// (default 5 min; zero: never).
     pub stall_after: Duration,
+    /// Where the readiness checks' verdict goes (a metrics port serves
+    /// it); not ready until the worker has started and checked.
+    pub readiness: Readiness,
 }
 
 impl Default for WorkerConfig {
@@ -94,6 +97,7 @@ impl Default for WorkerConfig {
             verifier: None,
             sensitive: crate::redact::SensitiveFields::default(),
             stall_after: Duration::from_secs(300),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -228,6 +232,7 @@ impl Worker {
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
         let claims = bus.patiently(|| bus.claims(settings.ack_wait)).await?;
+        let ready = config.readiness.clone();
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,
@@ -238,7 +243,7 @@ impl Worker {
                 instance,
                 claims,
                 running: Mutex::new(HashMap::new()),
-                ready: Readiness::default(),
+                ready,
             }),
             consumers,
         })
