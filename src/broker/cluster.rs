@@ -210,6 +210,19 @@ impl LocalCluster {
         self.nodes.is_empty()
     }
 
+    /// The process ids of the nodes running now.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.child.as_ref()?.id())
+            .collect()
+    }
+
+    /// Node `i`'s name (`n0`, `n1`, …).
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
     /// Node `i`'s log file.
     pub fn log(&self, i: usize) -> &Path {
         &self.nodes[i].log

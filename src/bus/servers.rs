@@ -18,7 +18,7 @@ impl Servers {
     }
 
     /// The addresses the client connects to.
-    pub(crate) fn addrs(&self) -> Vec<async_nats::ServerAddr> {
+    pub fn addrs(&self) -> Vec<async_nats::ServerAddr> {
         // Each was parsed when the list was made.
         self.0.iter().filter_map(|u| u.parse().ok()).collect()
     }

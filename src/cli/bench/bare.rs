@@ -15,15 +15,20 @@ use super::{BenchArgs, Figures, measure};
 
 /// Publish (awaiting the stream's ack), pull, ack, reply: the least any
 /// durable JetStream task system does per task. Also the CPU time per
-/// message of the broker (`broker`, if the bench started it) and of this
-/// process, in the throughput run.
+/// message of the broker (`brokers`, the processes the bench started) and
+/// of this process, in the throughput run. The stream has `replicas`
+/// replicas.
 pub(super) async fn bare_round_trip(
     url: &str,
-    broker: Option<u32>,
+    brokers: &[u32],
     tag: &str,
+    replicas: usize,
     args: &BenchArgs,
 ) -> Result<((Figures, Figures), CpuPerTask), String> {
-    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let servers: orchestrator::bus::Servers = url.parse()?;
+    let client = async_nats::connect(servers.addrs())
+        .await
+        .map_err(|e| e.to_string())?;
     let js = jetstream::new(client.clone());
     let subject = format!("bare{tag}.work");
     let replies = format!("bare{tag}.reply");
@@ -33,6 +38,7 @@ pub(super) async fn bare_round_trip(
             subjects: vec![subject.clone()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await
@@ -102,7 +108,7 @@ pub(super) async fn bare_round_trip(
     let processes = Processes {
         orchestrator: None,
         worker: None,
-        broker,
+        brokers: brokers.to_vec(),
         client: std::process::id(),
     };
     let before = processes.cpu();

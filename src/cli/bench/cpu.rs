@@ -24,12 +24,14 @@ fn cpu_ticks(stat: &str) -> Option<f64> {
 }
 
 /// The processes of a run, whose CPU time is counted.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Processes {
     pub(super) orchestrator: Option<u32>,
     pub(super) worker: Option<u32>,
-    /// `None` with `--nats-url` (a broker the bench did not start).
-    pub(super) broker: Option<u32>,
+    /// The broker's processes, counted together: one server, or every
+    /// node of a cluster; none with `--nats-url` (a broker the bench did
+    /// not start).
+    pub(super) brokers: Vec<u32>,
     /// This process: the clients.
     pub(super) client: u32,
 }
@@ -41,10 +43,14 @@ pub(super) struct CpuSnapshot([Option<f64>; 4]);
 impl Processes {
     pub(super) fn cpu(&self) -> CpuSnapshot {
         let of = |pid: Option<u32>| pid.and_then(cpu_seconds_of);
+        let brokers = match self.brokers.as_slice() {
+            [] => None,
+            pids => pids.iter().map(|p| cpu_seconds_of(*p)).sum(),
+        };
         CpuSnapshot([
             of(self.orchestrator),
             of(self.worker),
-            of(self.broker),
+            brokers,
             of(Some(self.client)),
         ])
     }

@@ -6,8 +6,11 @@
 //! path in this process (orchestrator, echo worker and clients together);
 //! and the full path as deployed, with `orchestrator run` and
 //! `orchestrator worker` as processes of their own, driven over HTTP.
+//! `--cluster` measures replication and a leader kill instead (see
+//! `cluster`).
 
 mod bare;
+mod cluster;
 mod cpu;
 mod inproc;
 mod preload;
@@ -38,9 +41,16 @@ pub struct BenchArgs {
     /// Round trips, one at a time, for the low-load latency figures.
     #[arg(long, default_value_t = 500)]
     samples: usize,
-    /// Use this broker instead of starting one.
-    #[arg(long)]
+    /// Use this broker instead of starting one (several URLs,
+    /// comma-separated, for a cluster).
+    #[arg(long, conflicts_with = "cluster")]
     nats_url: Option<String>,
+    /// Measure a three-node JetStream cluster with every stream in three
+    /// replicas against a single server in one replica, both started by
+    /// the bench, and the stall across a kill of the task stream's leader;
+    /// the deployed path and the bare round trip only.
+    #[arg(long)]
+    cluster: bool,
     /// Finished tasks stored before each full-path run (each path gets a
     /// store of its own with this many), to measure a store in use.
     #[arg(long, default_value_t = 0)]
@@ -142,6 +152,9 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
 }
 
 async fn run(args: &BenchArgs) -> Result<(), String> {
+    if args.cluster {
+        return cluster::run(args).await;
+    }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let managed = match &args.nats_url {
         Some(_) => None,
@@ -164,8 +177,8 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         ..BusConfig::default()
     };
 
-    let broker = managed.as_ref().and_then(ManagedBroker::pid);
-    let (bare, bare_cpu) = bare::bare_round_trip(&url, broker, tag, args).await?;
+    let brokers: Vec<u32> = managed.iter().filter_map(ManagedBroker::pid).collect();
+    let (bare, bare_cpu) = bare::bare_round_trip(&url, &brokers, tag, 1, args).await?;
     let full = inproc::full_path(&url, bus_config, dir.path(), args).await?;
     let sink = match args.trace_sampling {
         Some(r) if !(0.0..=1.0).contains(&r) => {
@@ -183,9 +196,10 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         cpu,
     } = procs::full_path(
         &url,
-        broker,
+        &brokers,
         &format!("benchp{tag}"),
         dir.path(),
+        1,
         args,
         tracing,
     )

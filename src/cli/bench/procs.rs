@@ -12,10 +12,15 @@ use tokio::process::{Child, Command};
 use super::cpu::{CpuPerTask, Processes};
 use super::{BenchArgs, Client, Figures, echo_card, measure};
 
-/// The two processes, killed when dropped.
-struct Deployed {
+/// `orchestrator run` and `orchestrator worker` running against one
+/// broker, and an HTTP client for the orchestrator's API; the processes
+/// are killed when this is dropped.
+pub(super) struct Deployed {
     run: Child,
     worker: Child,
+    client: reqwest::Client,
+    http: String,
+    sync: bool,
 }
 
 impl Drop for Deployed {
@@ -23,6 +28,17 @@ impl Drop for Deployed {
         let _ = self.run.start_kill();
         let _ = self.worker.start_kill();
     }
+}
+
+/// How a task the bench submitted ended, as its client saw it.
+pub(super) struct Ended {
+    /// From the submit to the answer saying it ended.
+    pub(super) latency: Duration,
+    /// `completed`, `failed`, `canceled` or `rejected`.
+    pub(super) state: String,
+    /// Submits the orchestrator did not take (answered 5xx, or not at
+    /// all) before one it took, sent again with the same idempotency key.
+    pub(super) resubmits: usize,
 }
 
 /// What the deployed path measured.
@@ -35,150 +51,34 @@ pub(super) struct Measured {
     pub(super) cpu: CpuPerTask,
 }
 
-/// Runs the deployed path against the broker at `url` (whose process is
-/// `broker`, if the bench started it).
+/// Runs the deployed path against the broker at `url` (whose processes
+/// are `brokers`, if the bench started them) with streams of `replicas`
+/// replicas, its files under `dir`.
 pub(super) async fn full_path(
     url: &str,
-    broker: Option<u32>,
+    brokers: &[u32],
     prefix: &str,
     dir: &Path,
+    replicas: usize,
     args: &BenchArgs,
     tracing: Option<(&str, f64)>,
 ) -> Result<Measured, String> {
-    let dir = dir.join("procs");
-    let agents = dir.join("agents");
-    let triggers = dir.join("triggers");
-    let write = |path: &Path, value: &Value| -> Result<(), String> {
-        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
-            .and_then(|()| std::fs::write(path, value.to_string()))
-            .map_err(|e| format!("{}: {e}", path.display()))
-    };
-    let card = serde_json::to_value(echo_card(args.concurrency)?).map_err(|e| e.to_string())?;
-    write(&agents.join("echo/agent.json"), &card)?;
-    std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
-    let config = dir.join("config.json");
-    // The API as deployed: every call authenticated with an API key.
-    let api_key = orchestrator::access::api_keys::generate();
-    let mut settings = json!({
-        "bus": {"prefix": prefix},
-        "http_max_in_flight": (args.concurrency * 2).max(512),
-        // Every client is the one principal `bench`.
-        "http_max_in_flight_per_principal": (args.concurrency * 2).max(512),
-        "api_auth": {"api_keys": [{
-            "principal": "bench", "scopes": ["*"],
-            "sha256": orchestrator::access::api_keys::hash(&api_key),
-        }]},
-    });
-    if let Some((endpoint, ratio)) = tracing {
-        settings["telemetry"] = json!({"otlp_endpoint": endpoint, "sample_ratio": ratio});
-    }
-    write(&config, &settings)?;
-    let data = dir.join("data");
-    super::preload::preload(&data, args.preload).await?;
-    // Task tokens as deployed: the orchestrator signs, the worker verifies.
-    let keys = orchestrator::auth::keys::generate(
-        &orchestrator::auth::settings::key_dir(&data),
-        orchestrator::auth::KeyKind::EdDsa,
-        false,
-    )
-    .map_err(|e| e.to_string())?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let http = format!("http://127.0.0.1:{port}");
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let spawn = |args: &[&dyn AsRef<std::ffi::OsStr>], log: &str| -> Result<Child, String> {
-        let log = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
-        Command::new(&exe)
-            .args(args.iter().map(|a| a.as_ref()))
-            .env("RUST_LOG", "warn")
-            // The settings file alone decides what is traced.
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .env_remove("OTEL_TRACES_SAMPLER")
-            .env_remove("OTEL_TRACES_SAMPLER_ARG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", exe.display()))
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let run = spawn(
-        &[
-            &"run",
-            &"--agents",
-            &agents,
-            &"--triggers",
-            &triggers,
-            &"--config",
-            &config,
-            &"--data-dir",
-            &data,
-            &"--http-addr",
-            &addr,
-            &"--nats-url",
-            &url,
-        ],
-        "run.log",
-    )?;
-    let worker = spawn(
-        &[
-            &"worker",
-            &"--agent",
-            &agents.join("echo"),
-            &"--config",
-            &config,
-            &"--nats-url",
-            &url,
-            &"--verify-key",
-            &keys.verify,
-        ],
-        "worker.log",
-    )?;
-    let deployed = Deployed { run, worker };
-    let mut headers = reqwest::header::HeaderMap::new();
-    let bearer = format!("Bearer {api_key}")
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    headers.insert(reqwest::header::AUTHORIZATION, bearer);
-    let client = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .map_err(|e| e.to_string())?;
-    ready(&client, &http, &dir).await?;
-
-    let sync = args.client == Client::Sync;
+    let deployed = Deployed::start(url, prefix, dir, replicas, args, tracing).await?;
     let one = |i: usize| {
-        let (client, http) = (client.clone(), http.clone());
+        let task = deployed.task(i);
         async move {
-            let mut body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
-            if sync {
-                body["response_mode"] = json!("sync");
+            let ended = task.await?;
+            // The first try's answer, as a client without retries sees it.
+            if ended.resubmits > 0 {
+                return Err(format!("task {i} was not taken: resubmitted"));
             }
-            let t = Instant::now();
-            let submitted: Value =
-                call(client.post(format!("{http}/v1/tasks")).json(&body)).await?;
-            let ended = if sync {
-                submitted
-            } else {
-                let id = submitted["task_id"].as_str().unwrap_or_default();
-                call(client.get(format!("{http}/v1/tasks/{id}?wait=20s"))).await?
-            };
-            match ended["state"].as_str() {
-                Some("completed" | "failed" | "canceled" | "rejected") => Ok(t.elapsed()),
-                other => Err(format!(
-                    "task {} still {other:?} when its wait ended",
-                    ended["task_id"]
-                )),
-            }
+            Ok(ended.latency)
         }
     };
     let processes = Processes {
         orchestrator: deployed.run.id(),
         worker: deployed.worker.id(),
-        broker,
+        brokers: brokers.to_vec(),
         client: std::process::id(),
     };
     let before = processes.cpu();
@@ -194,14 +94,211 @@ pub(super) async fn full_path(
     })
 }
 
-async fn call(request: reqwest::RequestBuilder) -> Result<Value, String> {
-    let response = request.send().await.map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body: Value = response.json().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("HTTP {status}: {body}"));
+impl Deployed {
+    /// Starts both processes with their files under `dir/procs`, and waits
+    /// until the orchestrator is ready and the worker registered.
+    pub(super) async fn start(
+        url: &str,
+        prefix: &str,
+        dir: &Path,
+        replicas: usize,
+        args: &BenchArgs,
+        tracing: Option<(&str, f64)>,
+    ) -> Result<Deployed, String> {
+        let dir = dir.join("procs");
+        let agents = dir.join("agents");
+        let triggers = dir.join("triggers");
+        let write = |path: &Path, value: &Value| -> Result<(), String> {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+                .and_then(|()| std::fs::write(path, value.to_string()))
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let card = serde_json::to_value(echo_card(args.concurrency)?).map_err(|e| e.to_string())?;
+        write(&agents.join("echo/agent.json"), &card)?;
+        std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
+        let config = dir.join("config.json");
+        // The API as deployed: every call authenticated with an API key.
+        let api_key = orchestrator::access::api_keys::generate();
+        let mut settings = json!({
+            "bus": {"prefix": prefix, "replicas": replicas},
+            "http_max_in_flight": (args.concurrency * 2).max(512),
+            // Every client is the one principal `bench`.
+            "http_max_in_flight_per_principal": (args.concurrency * 2).max(512),
+            "api_auth": {"api_keys": [{
+                "principal": "bench", "scopes": ["*"],
+                "sha256": orchestrator::access::api_keys::hash(&api_key),
+            }]},
+        });
+        if let Some((endpoint, ratio)) = tracing {
+            settings["telemetry"] = json!({"otlp_endpoint": endpoint, "sample_ratio": ratio});
+        }
+        write(&config, &settings)?;
+        let data = dir.join("data");
+        super::preload::preload(&data, args.preload).await?;
+        // Task tokens as deployed: the orchestrator signs, the worker verifies.
+        let keys = orchestrator::auth::keys::generate(
+            &orchestrator::auth::settings::key_dir(&data),
+            orchestrator::auth::KeyKind::EdDsa,
+            false,
+        )
+        .map_err(|e| e.to_string())?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let http = format!("http://127.0.0.1:{port}");
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let spawn = |args: &[&dyn AsRef<std::ffi::OsStr>], log: &str| -> Result<Child, String> {
+            let log = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
+            Command::new(&exe)
+                .args(args.iter().map(|a| a.as_ref()))
+                .env("RUST_LOG", "warn")
+                // The settings file alone decides what is traced.
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_TRACES_SAMPLER")
+                .env_remove("OTEL_TRACES_SAMPLER_ARG")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))
+        };
+        let addr = format!("127.0.0.1:{port}");
+        let run = spawn(
+            &[
+                &"run",
+                &"--agents",
+                &agents,
+                &"--triggers",
+                &triggers,
+                &"--config",
+                &config,
+                &"--data-dir",
+                &data,
+                &"--http-addr",
+                &addr,
+                &"--nats-url",
+                &url,
+            ],
+            "run.log",
+        )?;
+        let worker = spawn(
+            &[
+                &"worker",
+                &"--agent",
+                &agents.join("echo"),
+                &"--config",
+                &config,
+                &"--nats-url",
+                &url,
+                &"--verify-key",
+                &keys.verify,
+            ],
+            "worker.log",
+        )?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        let bearer = format!("Bearer {api_key}")
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .map_err(|e| e.to_string())?;
+        ready(&client, &http, &dir).await?;
+        Ok(Deployed {
+            run,
+            worker,
+            client,
+            http,
+            sync: args.client == Client::Sync,
+        })
     }
-    Ok(body)
+
+    /// Submits task `i` and waits for its end. A submit the orchestrator
+    /// does not take is sent again with the same idempotency key, and a
+    /// wait that ends first is followed by another, for up to two minutes.
+    pub(super) fn task(
+        &self,
+        i: usize,
+    ) -> impl std::future::Future<Output = Result<Ended, String>> + Send + 'static {
+        let (client, http, sync) = (self.client.clone(), self.http.clone(), self.sync);
+        async move {
+            let mut body = json!({
+                "to": "echo", "action": "echo", "params": {"i": i},
+                "idempotency_key": format!("bench-{}", uuid::Uuid::now_v7().simple()),
+            });
+            if sync {
+                body["response_mode"] = json!("sync");
+            }
+            let t = Instant::now();
+            let deadline = t + Duration::from_secs(120);
+            let mut resubmits = 0;
+            let mut task = loop {
+                match call(client.post(format!("{http}/v1/tasks")).json(&body)).await {
+                    Ok(task) => break task,
+                    Err(Failed::Final(e)) => return Err(e),
+                    Err(Failed::Transient(e)) if Instant::now() > deadline => return Err(e),
+                    Err(Failed::Transient(_)) => {
+                        resubmits += 1;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            };
+            loop {
+                if let Some(state @ ("completed" | "failed" | "canceled" | "rejected")) =
+                    task["state"].as_str()
+                {
+                    return Ok(Ended {
+                        latency: t.elapsed(),
+                        state: state.to_string(),
+                        resubmits,
+                    });
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "task {} still {} after two minutes",
+                        task["task_id"], task["state"]
+                    ));
+                }
+                let id = task["task_id"].as_str().unwrap_or_default().to_string();
+                task = match call(client.get(format!("{http}/v1/tasks/{id}?wait=20s"))).await {
+                    Ok(task) => task,
+                    Err(Failed::Final(e)) => return Err(e),
+                    Err(Failed::Transient(_)) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        task
+                    }
+                };
+            }
+        }
+    }
+}
+
+/// Why a call got no answer to use.
+enum Failed {
+    /// The orchestrator is away or answered 5xx: worth asking again.
+    Transient(String),
+    /// Anything else.
+    Final(String),
+}
+
+async fn call(request: reqwest::RequestBuilder) -> Result<Value, Failed> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| Failed::Transient(e.to_string()))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| Failed::Transient(e.to_string()))?;
+    match status {
+        s if s.is_success() => Ok(body),
+        s if s.is_server_error() => Err(Failed::Transient(format!("HTTP {s}: {body}"))),
+        s => Err(Failed::Final(format!("HTTP {s}: {body}"))),
+    }
 }
 
 /// Waits until the orchestrator answers ready and a worker is registered.

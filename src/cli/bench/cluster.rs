@@ -1,0 +1,385 @@
+//! `orchestrator bench --cluster`: what replication costs and what a
+//! leader election stalls. In one sitting: the deployed path and the bare
+//! round trip on a single server with every stream in one replica (R1),
+//! then on a local three-node cluster with every stream in three (R3);
+//! then the deployed path on the cluster again while the node leading the
+//! task stream is killed (SIGKILL) and, once another node leads, started
+//! again. The stall is the longest time no task ended, from the kill on.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orchestrator::broker::{LocalCluster, ManagedBroker};
+use orchestrator::bus::{BusConfig, Names};
+use serde_json::{Value, json};
+
+use super::cpu::{CpuPerTask, print_cpu};
+use super::procs::{self, Deployed, Ended};
+use super::{BenchArgs, Figures, on_terminal, print_run};
+use crate::cli::output::outln;
+use tokio::sync::Semaphore;
+
+/// Nodes of the cluster, and replicas of every stream on it.
+const NODES: usize = 3;
+
+/// The figures of one broker layout.
+struct Layout {
+    bare: (Figures, Figures),
+    bare_cpu: CpuPerTask,
+    deployed: (Figures, Figures),
+    cpu: CpuPerTask,
+}
+
+impl Layout {
+    fn json(&self) -> Value {
+        json!({
+            "processes": {
+                "throughput": self.deployed.0,
+                "low_load": self.deployed.1,
+                "cpu_per_task": self.cpu,
+            },
+            "bare_jetstream": {
+                "throughput": self.bare.0,
+                "low_load": self.bare.1,
+                "cpu_per_message": self.bare_cpu,
+            },
+        })
+    }
+
+    fn print(&self, title: &str, concurrency: usize) {
+        outln!("{title}:");
+        print_run(
+            "  full path, as deployed",
+            ("tasks", "tasks/s"),
+            concurrency,
+            &self.deployed,
+        );
+        print_run(
+            "  bare JetStream round trip",
+            ("messages", "msgs/s"),
+            concurrency,
+            &self.bare,
+        );
+        print_cpu("  CPU per task, as deployed", &self.cpu);
+    }
+}
+
+/// Measures one layout: the broker at `url` (processes `brokers`), every
+/// stream in `replicas`.
+async fn layout(
+    url: &str,
+    brokers: &[u32],
+    replicas: usize,
+    dir: &Path,
+    args: &BenchArgs,
+) -> Result<Layout, String> {
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let (bare, bare_cpu) = super::bare::bare_round_trip(url, brokers, tag, replicas, args).await?;
+    let measured = procs::full_path(
+        url,
+        brokers,
+        &format!("benchp{tag}"),
+        dir,
+        replicas,
+        args,
+        None,
+    )
+    .await?;
+    Ok(Layout {
+        bare,
+        bare_cpu,
+        deployed: measured.figures,
+        cpu: measured.cpu,
+    })
+}
+
+/// What the leader-kill run saw.
+#[derive(serde::Serialize)]
+struct LeaderKill {
+    /// The stream whose leader was killed.
+    stream: String,
+    /// The node killed.
+    node: String,
+    /// The node leading the stream after it.
+    new_leader: String,
+    /// Seconds of steady load before the kill, and of load after it.
+    warm_up_s: f64,
+    load_after_kill_s: f64,
+    /// Tasks ended per second before the kill.
+    before_per_second: f64,
+    /// From the kill until the cluster named another leader of the stream
+    /// (polled every 50 ms).
+    new_leader_s: f64,
+    /// The longest time no task ended, from the kill to the end of the
+    /// load.
+    stall_s: f64,
+    /// The longest time no task ended before the kill: the run's ordinary
+    /// gaps.
+    longest_gap_before_kill_s: f64,
+    /// Tasks that took longer than a lease (`bus.ack_wait`): those whose
+    /// delivery was lost with the node, delivered again when their lease
+    /// ran out.
+    over_a_lease: usize,
+    /// The longest a task took.
+    slowest_s: f64,
+    /// The whole run: tasks ended per second, and their latency.
+    throughput: Figures,
+    /// Final states of the run's tasks.
+    completed: usize,
+    failed: usize,
+    other: usize,
+    /// Submits the orchestrator did not take and the client sent again
+    /// (same idempotency key).
+    resubmits: usize,
+}
+
+pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = dir.path();
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let single_dir = dir.join("single");
+    let single = ManagedBroker::start(&single_dir, port, None).await?;
+    let pids: Vec<u32> = single.pid().into_iter().collect();
+    let r1 = layout(single.url(), &pids, 1, &single_dir, args).await?;
+    single.stop().await;
+
+    let cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "").await?;
+    let r3 = layout(
+        &cluster.urls(),
+        &cluster.pids(),
+        NODES,
+        &dir.join("r3"),
+        args,
+    )
+    .await?;
+    cluster.stop().await;
+    // A cluster of its own: no streams of the runs before to elect leaders
+    // for.
+    let kill = leader_kill(&dir.join("kill"), args).await?;
+    if on_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+
+    let ratio = |r3: &Figures, r1: &Figures| r3.per_second / r1.per_second;
+    let deployed_ratio = ratio(&r3.deployed.0, &r1.deployed.0);
+    let bare_ratio = ratio(&r3.bare.0, &r1.bare.0);
+    if args.json {
+        outln!(
+            "{}",
+            json!({
+                "single_server": {"nodes": 1, "replicas": 1, "figures": r1.json()},
+                "cluster": {"nodes": NODES, "replicas": NODES, "figures": r3.json()},
+                "throughput_ratio_cluster_to_single": {
+                    "processes": deployed_ratio,
+                    "bare_jetstream": bare_ratio,
+                },
+                "leader_kill": kill,
+                "concurrency": args.concurrency,
+                "client": args.client,
+            })
+        );
+        return Ok(());
+    }
+    r1.print(
+        "single server, every stream in 1 replica (R1)",
+        args.concurrency,
+    );
+    r3.print(
+        &format!("{NODES}-node cluster, every stream in {NODES} replicas (R{NODES})"),
+        args.concurrency,
+    );
+    outln!(
+        "R{NODES} / R1 throughput: deployed {:.0} %, bare JetStream {:.0} %",
+        deployed_ratio * 100.0,
+        bare_ratio * 100.0
+    );
+    outln!(
+        "leader kill, R{NODES}, {} in flight: {:.0} s of load ({:.0} tasks/s), then node {} (leading {}) killed, {:.0} s more load",
+        args.concurrency,
+        kill.warm_up_s,
+        kill.before_per_second,
+        kill.node,
+        kill.stream,
+        kill.load_after_kill_s
+    );
+    outln!(
+        "  {} led it after {:.1} s; the node restarted then",
+        kill.new_leader,
+        kill.new_leader_s
+    );
+    outln!(
+        "  longest time no task ended: {:.2} s from the kill on (before it: {:.2} s)",
+        kill.stall_s,
+        kill.longest_gap_before_kill_s
+    );
+    outln!(
+        "  {} tasks over a lease (delivery lost with the node, delivered again when it ran out); slowest {:.1} s",
+        kill.over_a_lease,
+        kill.slowest_s
+    );
+    outln!(
+        "  {} tasks: {} completed, {} failed, {} other; {} submits sent again; p50 {:.0} ms, p99 {:.0} ms",
+        kill.throughput.count,
+        kill.completed,
+        kill.failed,
+        kill.other,
+        kill.resubmits,
+        kill.throughput.p50_ms,
+        kill.throughput.p99_ms
+    );
+    Ok(())
+}
+
+/// Load before the kill.
+const WARM_UP: Duration = Duration::from_secs(5);
+
+/// Runs the deployed path on a cluster of its own under steady load
+/// (`concurrency` tasks in flight): [`WARM_UP`], then the kill of the task
+/// stream's leader, then a lease and ten seconds more, so that deliveries
+/// lost with the node come back within the run.
+async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String> {
+    let mut cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "").await?;
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let prefix = format!("benchk{tag}");
+    let stream = Names::new(&prefix).tasks_stream();
+    let lease = BusConfig::default().ack_wait;
+    let after_kill = lease + Duration::from_secs(10);
+    let deployed = Deployed::start(&cluster.urls(), &prefix, dir, NODES, args, None).await?;
+    // When each task ended, and how.
+    let ended: Arc<Mutex<Vec<(Instant, Ended)>>> = Arc::default();
+    let started = Instant::now();
+    let driven = async {
+        let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));
+        let mut handles = Vec::new();
+        while started.elapsed() < WARM_UP + after_kill {
+            let permit = Arc::clone(&slots)
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
+            let task = deployed.task(handles.len());
+            let ended = Arc::clone(&ended);
+            handles.push(tokio::spawn(async move {
+                let e = task.await?;
+                drop(permit);
+                if let Ok(mut all) = ended.lock() {
+                    all.push((Instant::now(), e));
+                }
+                Ok::<(), String>(())
+            }));
+            if on_terminal() && handles.len().is_multiple_of(500) {
+                eprint!(
+                    "\rleader kill: {} tasks, {:.0} s   ",
+                    handles.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let stopped = Instant::now();
+        for h in handles {
+            h.await.map_err(|e| e.to_string())??;
+        }
+        Ok::<_, String>((stopped, started.elapsed()))
+    };
+    let killer = async {
+        tokio::time::sleep(WARM_UP).await;
+        let leader = cluster
+            .leader_of(&stream)
+            .await
+            .ok_or_else(|| format!("{stream} has no leader to kill"))?;
+        cluster.kill(leader).await;
+        let killed_at = Instant::now();
+        let deadline = killed_at + Duration::from_secs(60);
+        let new_leader = loop {
+            if let Some(next) = cluster.leader_of(&stream).await {
+                break (next, killed_at.elapsed());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{stream} had no leader a minute after the kill"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        cluster.restart(leader).await?;
+        Ok::<_, String>((leader, killed_at, new_leader))
+    };
+    let (driven, killed) = tokio::join!(driven, killer);
+    let ((stopped, elapsed), (leader, killed_at, (next, new_leader))) = (driven?, killed?);
+    drop(deployed);
+    let all = std::mem::take(&mut *ended.lock().map_err(|e| e.to_string())?);
+    let mut times: Vec<Instant> = all.iter().map(|(t, _)| *t).collect();
+    times.sort();
+    // Gaps while the load ran: after it, the last tasks drain.
+    let under_load = &times[..times.partition_point(|t| *t <= stopped)];
+    let (stall, usual) = gaps(under_load, killed_at);
+    let before = under_load.partition_point(|t| *t < killed_at);
+    let state = |s: &str| all.iter().filter(|(_, e)| e.state == s).count();
+    let (completed, failed) = (state("completed"), state("failed"));
+    let latencies: Vec<Duration> = all.iter().map(|(_, e)| e.latency).collect();
+    Ok(LeaderKill {
+        stream,
+        node: cluster.name(leader).to_string(),
+        new_leader: cluster.name(next).to_string(),
+        warm_up_s: WARM_UP.as_secs_f64(),
+        load_after_kill_s: after_kill.as_secs_f64(),
+        before_per_second: before as f64 / (killed_at - started).as_secs_f64(),
+        new_leader_s: new_leader.as_secs_f64(),
+        stall_s: stall.as_secs_f64(),
+        longest_gap_before_kill_s: usual.as_secs_f64(),
+        over_a_lease: latencies.iter().filter(|l| **l >= lease).count(),
+        slowest_s: latencies
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64(),
+        throughput: super::figures(latencies, elapsed),
+        completed,
+        failed,
+        other: all.len() - completed - failed,
+        resubmits: all.iter().map(|(_, e)| e.resubmits).sum(),
+    })
+}
+
+/// The longest time without an ending in `times` (sorted) from `kill` on
+/// (the wait for the first ending after it included), and before it.
+fn gaps(times: &[Instant], kill: Instant) -> (Duration, Duration) {
+    let split = times.partition_point(|t| *t < kill);
+    let longest = |points: &[Instant]| {
+        points
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default()
+    };
+    let after = times[split..]
+        .first()
+        .map(|first| *first - kill)
+        .unwrap_or_default()
+        .max(longest(&times[split..]));
+    (after, longest(&times[..split]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stall_counts_from_the_kill_and_the_usual_gap_before_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let times = [at(0), at(10), at(30), at(2_530), at(2_540), at(2_600)];
+        // Killed at 100 ms: nothing ends until 2,530 ms.
+        let (stall, usual) = gaps(&times, at(100));
+        assert_eq!(stall, Duration::from_millis(2_430));
+        assert_eq!(usual, Duration::from_millis(20));
+        // Killed at 2,535 ms: the longest gap after is 60 ms, before 2,500.
+        let (stall, usual) = gaps(&times, at(2_535));
+        assert_eq!(stall, Duration::from_millis(60));
+        assert_eq!(usual, Duration::from_millis(2_500));
+        assert_eq!(gaps(&[], at(0)), (Duration::ZERO, Duration::ZERO));
+    }
+}

@@ -1,0 +1,114 @@
+//! `orchestrator bench` runs and reports what it measured: small runs, for
+//! the counts and the shape of `--json`, never for the speed (that is the
+//! bench's own job).
+
+mod common;
+
+use std::process::Command;
+
+use common::nats::NatsServer;
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn count(v: &Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no {path} in {v:#}"))
+}
+
+/// Given two URLs, the first one down, every path of the bench runs on
+/// the second, the bare round trip included.
+#[test]
+fn a_bench_given_several_urls_runs_every_path() {
+    let server = NatsServer::start();
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let urls = format!("nats://127.0.0.1:{down},{}", server.url());
+    let got = bench(&[
+        "--tasks",
+        "60",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--nats-url",
+        &urls,
+        "--json",
+    ]);
+    for path in [
+        "/bare_jetstream/throughput/count",
+        "/full_path/throughput/count",
+        "/processes/throughput/count",
+    ] {
+        assert_eq!(count(&got, path), 60, "{path}");
+    }
+}
+
+/// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill
+/// run's tasks all completed across a kill that did happen (another
+/// leader was named after it).
+#[test]
+fn a_cluster_bench_measures_both_layouts_and_a_leader_kill() {
+    let got = bench(&[
+        "--cluster",
+        "--tasks",
+        "100",
+        "--samples",
+        "5",
+        "--concurrency",
+        "16",
+        "--json",
+    ]);
+    for layout in ["single_server", "cluster"] {
+        for path in ["processes", "bare_jetstream"] {
+            let at = format!("/{layout}/figures/{path}/throughput/count");
+            assert_eq!(count(&got, &at), 100, "{at}");
+        }
+    }
+    assert_eq!(count(&got, "/cluster/replicas"), 3);
+    assert!(got["throughput_ratio_cluster_to_single"]["processes"].as_f64() > Some(0.0));
+    let kill = &got["leader_kill"];
+    let nodes = ["n0", "n1", "n2"];
+    let (killed, next) = (kill["node"].as_str(), kill["new_leader"].as_str());
+    assert!(nodes.contains(&killed.unwrap_or("")), "{kill:#}");
+    assert!(nodes.contains(&next.unwrap_or("")), "{kill:#}");
+    assert_ne!(killed, next, "another node leads after the kill: {kill:#}");
+    assert!(kill["new_leader_s"].as_f64() > Some(0.0), "{kill:#}");
+    let tasks = count(kill, "/throughput/count");
+    assert!(tasks > 0, "{kill:#}");
+    assert_eq!(count(kill, "/completed"), tasks, "{kill:#}");
+    assert_eq!(count(kill, "/failed"), 0, "{kill:#}");
+    assert_eq!(count(kill, "/other"), 0, "{kill:#}");
+}
+
+/// A cluster the bench starts itself takes no broker URL.
+#[test]
+fn cluster_and_a_broker_url_are_refused_together() {
+    let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["bench", "--cluster", "--nats-url", "nats://127.0.0.1:4222"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--cluster") && err.contains("--nats-url"),
+        "{err}"
+    );
+}
