@@ -260,6 +260,24 @@ impl LocalCluster {
         self.nodes.iter().position(|n| n.name == leader)
     }
 
+    /// The node leading stream `stream` once one does, asked every 50 ms
+    /// for up to `within`.
+    pub async fn wait_leader_of(&self, stream: &str, within: Duration) -> Result<usize, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self.leader_of(stream).await {
+                return Ok(i);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{stream} had no leader within {}s",
+                    within.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Stops every node.
     pub async fn stop(mut self) {
         for i in 0..self.nodes.len() {

@@ -154,8 +154,6 @@ struct Shared {
     claims: Claims,
     /// Cancel tokens of the tasks running here.
     running: Mutex<HashMap<TaskId, CancellationToken>>,
-    /// The readiness checks' last verdict.
-    ready: Readiness,
 }
 
 impl Shared {
@@ -232,7 +230,6 @@ impl Worker {
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
         let claims = bus.patiently(|| bus.claims(settings.ack_wait)).await?;
-        let ready = config.readiness.clone();
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,
@@ -243,7 +240,6 @@ impl Worker {
                 instance,
                 claims,
                 running: Mutex::new(HashMap::new()),
-                ready,
             }),
             consumers,
         })
@@ -252,12 +248,6 @@ impl Worker {
     /// This worker's instance id.
     pub fn instance(&self) -> &str {
         &self.shared.instance
-    }
-
-    /// What the worker's readiness checks last found (its metrics port
-    /// serves it as `/readyz`).
-    pub fn readiness(&self) -> Readiness {
-        self.shared.ready.clone()
     }
 
     /// Serves until `shutdown` fires, then stops gracefully.
@@ -394,7 +384,7 @@ async fn check_readiness(shared: Arc<Shared>, stop: CancellationToken) {
             stall.report(waiting, f.mark, what)
         });
         let ok = nats && unserved.is_empty() && stalled.is_none();
-        shared.ready.set(
+        shared.config.readiness.set(
             ok,
             json!({"nats": nats, "unserved": unserved, "stalled": stalled}),
         );

@@ -32,17 +32,10 @@ impl NatsCluster {
 
     /// The node leading `stream`, waiting (up to 30 s) until it has one.
     pub async fn wait_leader_of(&self, stream: &str) -> usize {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            if let Some(i) = self.cluster.leader_of(stream).await {
-                return i;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{stream} has no leader"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        self.cluster
+            .wait_leader_of(stream, std::time::Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -76,16 +76,9 @@ async fn layout(
 ) -> Result<Layout, String> {
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let (bare, bare_cpu) = super::bare::bare_round_trip(url, brokers, tag, replicas, args).await?;
-    let measured = procs::full_path(
-        url,
-        brokers,
-        &format!("benchp{tag}"),
-        dir,
-        replicas,
-        args,
-        None,
-    )
-    .await?;
+    let prefix = format!("benchp{tag}");
+    let deployed = Deployed::start(url, &prefix, dir, replicas, args, None).await?;
+    let measured = procs::full_path(deployed, brokers, args).await?;
     Ok(Layout {
         bare,
         bare_cpu,
@@ -293,21 +286,15 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
             .ok_or_else(|| format!("{stream} has no leader to kill"))?;
         cluster.kill(leader).await;
         let killed_at = Instant::now();
-        let deadline = killed_at + Duration::from_secs(60);
-        let new_leader = loop {
-            if let Some(next) = cluster.leader_of(&stream).await {
-                break (next, killed_at.elapsed());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("{stream} had no leader a minute after the kill"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let next = cluster
+            .wait_leader_of(&stream, Duration::from_secs(60))
+            .await?;
+        let new_leader = killed_at.elapsed();
         cluster.restart(leader).await?;
-        Ok::<_, String>((leader, killed_at, new_leader))
+        Ok::<_, String>((leader, killed_at, next, new_leader))
     };
     let (driven, killed) = tokio::join!(driven, killer);
-    let ((stopped, elapsed), (leader, killed_at, (next, new_leader))) = (driven?, killed?);
+    let ((stopped, elapsed), (leader, killed_at, next, new_leader)) = (driven?, killed?);
     drop(deployed);
     let all = std::mem::take(&mut *ended.lock().map_err(|e| e.to_string())?);
     let mut times: Vec<Instant> = all.iter().map(|(t, _)| *t).collect();

@@ -195,13 +195,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         orchestrator_rss,
         cpu,
     } = procs::full_path(
-        &url,
+        procs::Deployed::start(&url, &format!("benchp{tag}"), dir.path(), 1, args, tracing).await?,
         &brokers,
-        &format!("benchp{tag}"),
-        dir.path(),
-        1,
         args,
-        tracing,
     )
     .await?;
     let exported = sink.as_ref().map(|((_, got), _)| {

@@ -51,19 +51,13 @@ pub(super) struct Measured {
     pub(super) cpu: CpuPerTask,
 }
 
-/// Runs the deployed path against the broker at `url` (whose processes
-/// are `brokers`, if the bench started them) with streams of `replicas`
-/// replicas, its files under `dir`.
+/// Measures the deployed path on `deployed` (the broker's processes are
+/// `brokers`, if the bench started them), then stops it.
 pub(super) async fn full_path(
-    url: &str,
+    deployed: Deployed,
     brokers: &[u32],
-    prefix: &str,
-    dir: &Path,
-    replicas: usize,
     args: &BenchArgs,
-    tracing: Option<(&str, f64)>,
 ) -> Result<Measured, String> {
-    let deployed = Deployed::start(url, prefix, dir, replicas, args, tracing).await?;
     let one = |i: usize| {
         let task = deployed.task(i);
         async move {
@@ -95,7 +89,8 @@ pub(super) async fn full_path(
 }
 
 impl Deployed {
-    /// Starts both processes with their files under `dir/procs`, and waits
+    /// Starts both processes against the broker at `url`, with streams of
+    /// `replicas` replicas and their files under `dir/procs`, and waits
     /// until the orchestrator is ready and the worker registered.
     pub(super) async fn start(
         url: &str,
