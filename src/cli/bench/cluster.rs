@@ -254,7 +254,7 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
                 .acquire_owned()
                 .await
                 .map_err(|e| e.to_string())?;
-            let task = deployed.task(handles.len());
+            let task = deployed.task(handles.len(), true);
             let ended = Arc::clone(&ended);
             handles.push(tokio::spawn(async move {
                 let e = task.await?;
