@@ -35,7 +35,7 @@ pub async fn serve(
         // A long poll answers within the request timeout.
         shutdown_grace: config.http_request_timeout + Duration::from_secs(1),
     };
-    let app = crate::http::router(orchestrator, access);
+    let app = crate::http::router(orchestrator, access, shutdown.clone());
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
     crate::http::listen::serve(listener, app, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();

@@ -249,6 +249,11 @@ impl Timestamp {
         self.0
     }
 
+    /// Nanoseconds since the Unix epoch.
+    pub fn unix_nanos(&self) -> i128 {
+        self.0.unix_timestamp_nanos()
+    }
+
     /// Seconds since the Unix epoch.
     pub fn unix_seconds(&self) -> i64 {
         self.0.unix_timestamp()

@@ -44,6 +44,11 @@ impl ApiError {
         }
     }
 
+    /// Its status and message (for the A2A face's own error shapes).
+    pub(crate) fn parts(self) -> (StatusCode, String) {
+        (self.status, self.message)
+    }
+
     fn internal(e: impl std::fmt::Display) -> Self {
         error!(error = %e, "internal error");
         ApiError::new(

@@ -1,6 +1,7 @@
 //! The HTTP API (DESIGN section 13), one router merged from one per
 //! resource. JSON in and out; errors as `{"error":{"code","message","field"}}`.
 
+mod a2a;
 mod agents;
 mod audit;
 mod auth;
@@ -93,10 +94,17 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
 /// and per principal) and timeout; the probes (`/healthz`, `/readyz`,
 /// `/metrics`) are outside those bounds, so they answer while the API is
 /// full.
-pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router {
+///
+/// The A2A face's streams end when `closing` fires (the server stops).
+pub fn router(
+    orchestrator: Orchestrator,
+    access: Arc<Authenticator>,
+    closing: tokio_util::sync::CancellationToken,
+) -> Router {
     let config = orchestrator.config();
     let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
     let open = access.is_off();
+    let face = a2a::Face::new(&orchestrator, !open, closing);
     let gate = Arc::new(auth::Gate {
         access,
         per_principal: limits::PerPrincipal::new(config.http_max_in_flight_per_principal),
@@ -108,6 +116,8 @@ pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router 
         .merge(audit::router())
         .merge(agents::router())
         .merge(dlq::router())
+        .merge(a2a::router())
+        .layer(axum::Extension(Arc::clone(&face)))
         .layer(axum::middleware::from_fn_with_state(
             gate,
             auth::authenticate,
@@ -115,6 +125,8 @@ pub fn router(orchestrator: Orchestrator, access: Arc<Authenticator>) -> Router 
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator.clone());
     let probes = health::router()
+        .merge(a2a::card_router())
+        .layer(axum::Extension(face))
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);
     let app = probes.merge(limits::limit(api, max_in_flight, timeout));

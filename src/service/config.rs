@@ -79,6 +79,41 @@ pub struct ServiceConfig {
     pub api_auth: crate::access::ApiAuthSettings,
     /// Traces, metrics and the Jaeger link (see docs/observability.md).
     pub telemetry: crate::telemetry::TelemetrySettings,
+    /// The A2A face (docs/a2a.md).
+    pub a2a: A2aSettings,
+}
+
+/// The A2A face's settings (`a2a` in the file; every field optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2aSettings {
+    /// The URL clients reach the orchestrator at, as the agent card names
+    /// it (`https://agents.example.com`); default: `http://` and the
+    /// request's `Host`.
+    pub public_url: Option<String>,
+    /// The name the agent card gives.
+    pub name: String,
+    /// The skill a message goes to when neither its metadata nor the
+    /// router picks one (`agent/skill`); default: none (such a message
+    /// is refused, naming what was tried).
+    pub default_skill: Option<String>,
+    /// How often an idle stream sends a keep-alive comment.
+    #[serde(with = "humantime_serde")]
+    pub keepalive: Duration,
+    /// Streams open at once, over every caller; more are refused (503).
+    pub max_streams: usize,
+}
+
+impl Default for A2aSettings {
+    fn default() -> Self {
+        A2aSettings {
+            public_url: None,
+            name: "orchestrator".into(),
+            default_skill: None,
+            keepalive: Duration::from_secs(15),
+            max_streams: 10_000,
+        }
+    }
 }
 
 impl Default for ServiceConfig {
@@ -107,6 +142,7 @@ impl Default for ServiceConfig {
             sensitive_fields: crate::redact::SensitiveFields::default(),
             api_auth: crate::access::ApiAuthSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
+            a2a: A2aSettings::default(),
         }
     }
 }
@@ -122,6 +158,7 @@ impl crate::codec::Validate for ServiceConfig {
                 self.http_max_in_flight_per_principal,
             ),
             ("http_max_connections", self.http_max_connections),
+            ("a2a.max_streams", self.a2a.max_streams),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(crate::codec::DecodeError::invalid(
@@ -134,6 +171,7 @@ impl crate::codec::Validate for ServiceConfig {
             ("http_request_timeout", self.http_request_timeout),
             ("http_body_timeout", self.http_body_timeout),
             ("http_header_timeout", self.http_header_timeout),
+            ("a2a.keepalive", self.a2a.keepalive),
         ];
         if let Some((field, _)) = timeouts.iter().find(|(_, t)| t.is_zero()) {
             return Err(crate::codec::DecodeError::invalid(

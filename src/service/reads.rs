@@ -3,8 +3,6 @@
 //! not found, so its existence is not revealed), the audit trail
 //! (`orch:audit:read`) and dead letters (`orch:dlq:manage`).
 
-use std::time::Duration;
-
 use crate::access::grants;
 use crate::audit::{AuditFilter, AuditRecord, AuditReport};
 use crate::envelope::{CorrelationId, TaskId};
@@ -32,26 +30,6 @@ impl Orchestrator {
         let record = read?.filter(|r| caller.may_see(&r.status));
         store.settled().await?;
         Ok(record)
-    }
-
-    /// The task once it has ended, or as it is when `within` has passed
-    /// (whichever comes first), if the caller may see it.
-    pub async fn task_when_ended(
-        &self,
-        id: TaskId,
-        within: Duration,
-        caller: &Caller,
-    ) -> Result<Option<TaskRecord>, ServiceError> {
-        let mut watch = self.inner.store.watch(id);
-        match self.inner.store.status(id)? {
-            Some(status) if caller.may_see(&status) => {
-                if !status.state.is_terminal() {
-                    let _ = tokio::time::timeout(within, watch.ended()).await;
-                }
-            }
-            _ => return Ok(None),
-        }
-        self.task(id, caller).await
     }
 
     /// Up to `limit` tasks the caller may see after `cursor`, filtered by

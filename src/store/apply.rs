@@ -216,9 +216,7 @@ impl Store {
                             r.state.is_terminal(),
                             &r.created_at,
                         );
-                        if r.state.is_terminal() {
-                            self.inner.watchers.wake(task_id);
-                        }
+                        self.inner.watchers.wake(task_id, r.state.is_terminal());
                         Applied::Moved(r)
                     }
                     ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),

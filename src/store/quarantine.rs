@@ -146,7 +146,7 @@ impl Store {
             .await?;
         self.inner.commit.durable().await?;
         if moved.is_some() {
-            self.inner.watchers.wake(id);
+            self.inner.watchers.wake(id, true);
         }
         Ok(moved)
     }

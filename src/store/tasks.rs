@@ -192,8 +192,8 @@ impl Store {
         }
     }
 
-    /// A wait for task `id` to end, registered now: read the task after
-    /// this, and await [`super::Watch::ended`] only if it is still live.
+    /// A wait for task `id`'s changes, registered now: read the task after
+    /// this, then await [`super::Watch::changed`] and read again.
     pub fn watch(&self, id: TaskId) -> super::watch::Watch {
         self.inner.watchers.watch(id)
     }

@@ -1,0 +1,171 @@
+//! The agent card (`/.well-known/agent-card.json`): who the orchestrator
+//! is to an A2A client, where to reach it (JSON-RPC 1.0 and 0.3, and
+//! HTTP+JSON), how to authenticate, and the skills of its agents. Served
+//! with `ETag`, `Last-Modified` and `Cache-Control`; the extended card
+//! (`GetExtendedAgentCard`) lists only the skills the caller's scopes
+//! allow.
+
+use std::collections::HashMap;
+
+use a2a::{
+    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
+    SecurityScheme,
+};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use sha2::Digest;
+
+use crate::service::{Caller, Orchestrator};
+
+/// Where the JSON-RPC binding is, and the HTTP+JSON one, under the base.
+pub(super) const RPC_PATH: &str = "/a2a";
+pub(super) const REST_PATH: &str = "/a2a/rest";
+
+/// The name of the one security scheme (a bearer API key or JWT).
+const SCHEME: &str = "bearer";
+
+/// The base URL clients reach us at: the configured one, else `http://`
+/// and the request's `Host`.
+pub(super) fn base_url(o: &Orchestrator, headers: &HeaderMap) -> String {
+    if let Some(url) = &o.config().a2a.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+/// The card as 1.0 types: every skill of every agent, or (for `caller`)
+/// those whose scopes it holds.
+fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> AgentCard {
+    let mut skills = Vec::new();
+    for agent in o.cards().values() {
+        for skill in agent.skills() {
+            if caller.is_some_and(|c| {
+                !c.grants
+                    .missing(skill.scopes.iter().map(|s| s.as_str()))
+                    .is_empty()
+            }) {
+                continue;
+            }
+            let tags = if skill.tags.is_empty() {
+                vec![agent.name.to_string()]
+            } else {
+                skill.tags.clone()
+            };
+            skills.push(AgentSkill {
+                id: format!("{}/{}", agent.name, skill.id),
+                name: skill.name.clone().unwrap_or_else(|| skill.id.clone()),
+                description: if skill.description.is_empty() {
+                    agent.description.clone()
+                } else {
+                    skill.description.clone()
+                },
+                tags,
+                examples: None,
+                input_modes: (!skill.input_modes.is_empty()).then(|| skill.input_modes.clone()),
+                output_modes: (!skill.output_modes.is_empty()).then(|| skill.output_modes.clone()),
+                security_requirements: None,
+            });
+        }
+    }
+    let rpc = format!("{base}{RPC_PATH}");
+    let mut old = AgentInterface::new(rpc.clone(), a2a::TRANSPORT_PROTOCOL_JSONRPC);
+    old.protocol_version = "0.3".into();
+    AgentCard {
+        name: o.config().a2a.name.clone(),
+        description: "An orchestrator of AI agents: each message becomes a durable task for one of its agents' skills, run by a worker, with its state, history and audit kept.".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        supported_interfaces: vec![
+            AgentInterface::new(rpc, a2a::TRANSPORT_PROTOCOL_JSONRPC),
+            AgentInterface::new(format!("{base}{REST_PATH}"), a2a::TRANSPORT_PROTOCOL_HTTP_JSON),
+            old,
+        ],
+        capabilities: AgentCapabilities {
+            streaming: Some(true),
+            push_notifications: Some(false),
+            extensions: None,
+            extended_agent_card: Some(auth),
+        },
+        default_input_modes: vec!["application/json".into(), "text/plain".into()],
+        default_output_modes: vec!["application/json".into(), "text/plain".into()],
+        skills,
+        provider: None,
+        documentation_url: None,
+        icon_url: None,
+        security_schemes: auth.then(|| {
+            HashMap::from([(
+                SCHEME.to_string(),
+                SecurityScheme::HttpAuth(HttpAuthSecurityScheme {
+                    scheme: "Bearer".into(),
+                    description: Some(
+                        "An API key of the orchestrator, or a JWT from its configured issuer"
+                            .into(),
+                    ),
+                    bearer_format: Some("API key or JWT".into()),
+                }),
+            )])
+        }),
+        security_requirements: auth.then(|| vec![HashMap::from([(SCHEME.to_string(), vec![])])]),
+        signatures: None,
+    }
+}
+
+/// The card as served: 1.0's fields, and 0.3's top-level ones so 0.3
+/// clients find the endpoint.
+pub(super) fn card_json(
+    o: &Orchestrator,
+    base: &str,
+    auth: bool,
+    caller: Option<&Caller>,
+) -> Value {
+    let mut v = serde_json::to_value(card(o, base, auth, caller)).unwrap_or_default();
+    v["url"] = json!(format!("{base}{RPC_PATH}"));
+    v["protocolVersion"] = json!("0.3.0");
+    v["preferredTransport"] = json!("JSONRPC");
+    v["additionalInterfaces"] = json!([
+        {"url": format!("{base}{RPC_PATH}"), "transport": "JSONRPC"},
+    ]);
+    v
+}
+
+/// `GET /.well-known/agent-card.json`: cacheable, with a validator.
+pub(super) fn serve(o: &Orchestrator, headers: &HeaderMap, auth: bool, started: &str) -> Response {
+    let body = card_json(o, &base_url(o, headers), auth, None).to_string();
+    let etag = format!(
+        "\"{}\"",
+        hex::encode(&sha2::Sha256::digest(body.as_bytes())[..12])
+    );
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(started) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
+    response
+}

@@ -1,0 +1,115 @@
+//! The A2A face (A2A 1.0.1, with 0.3 for clients that send no
+//! `A2A-Version`): the agent card, JSON-RPC 2.0 at `POST /a2a`, and the
+//! HTTP+JSON binding under `/a2a/rest`. A second face on the service,
+//! beside the REST API: an A2A task *is* one of our tasks (the same
+//! record, audit and trace), its `contextId` our correlation id; it
+//! authenticates as the REST API does. `docs/a2a.md` is the contract.
+
+mod card;
+mod error;
+mod ops;
+mod rest;
+mod rpc;
+mod send;
+mod stream;
+mod v03;
+mod wire;
+
+pub(crate) use stream::Streams;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+
+use crate::service::Orchestrator;
+use error::A2aError;
+
+/// The protocol version a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// 0.3: no `A2A-Version` (or `0.3`).
+    V03,
+    /// 1.0 (any 1.0.x).
+    V10,
+}
+
+/// The version a request asks for: its `A2A-Version` header (or query
+/// parameter); none or empty is 0.3; a patch number is ignored; anything
+/// else is -32009.
+fn version(headers: &HeaderMap, query: Option<&str>) -> Result<Version, A2aError> {
+    let asked = match headers.get("a2a-version") {
+        Some(v) => v.to_str().unwrap_or("?").trim().to_string(),
+        None => query
+            .and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("A2A-Version="))
+                    .map(str::to_string)
+            })
+            .unwrap_or_default(),
+    };
+    let major_minor: String = asked.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+    match major_minor.as_str() {
+        "" | "0.3" => Ok(Version::V03),
+        "1.0" => Ok(Version::V10),
+        _ => Err(A2aError::version(&asked)),
+    }
+}
+
+/// What the handlers share beyond the orchestrator.
+pub(crate) struct Face {
+    /// Open streams and their bound.
+    streams: Streams,
+    /// Whether callers authenticate (the card says how).
+    auth: bool,
+    /// When the card last changed (`Last-Modified`): the start.
+    started: String,
+}
+
+impl Face {
+    /// The face's state: streams bounded as configured, ended when
+    /// `closing` fires.
+    pub(crate) fn new(
+        o: &Orchestrator,
+        auth: bool,
+        closing: tokio_util::sync::CancellationToken,
+    ) -> Arc<Face> {
+        let c = &o.config().a2a;
+        Arc::new(Face {
+            streams: Streams::new(c.max_streams, c.keepalive, closing),
+            auth,
+            started: httpdate(std::time::SystemTime::now()),
+        })
+    }
+}
+
+/// An HTTP date (`Tue, 24 Nov 2026 10:00:00 GMT`).
+fn httpdate(t: std::time::SystemTime) -> String {
+    let t = time::OffsetDateTime::from(t);
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    t.format(&format).unwrap_or_default()
+}
+
+/// The routes that need a caller: JSON-RPC and HTTP+JSON.
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route(card::RPC_PATH, post(rpc::handle))
+        .merge(rest::router())
+}
+
+/// The public route: the agent card.
+pub(super) fn card_router() -> Router<Orchestrator> {
+    Router::new().route(
+        "/.well-known/agent-card.json",
+        get(
+            |axum::extract::State(o): axum::extract::State<Orchestrator>,
+             axum::Extension(face): axum::Extension<Arc<Face>>,
+             headers: HeaderMap| async move {
+                card::serve(&o, &headers, face.auth, &face.started)
+            },
+        ),
+    )
+}

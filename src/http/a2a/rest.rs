@@ -1,0 +1,241 @@
+//! The HTTP+JSON binding under `/a2a/rest` (the paths of
+//! `specification/a2a.proto`'s HTTP annotations): `POST /message:send`,
+//! `POST /message:stream`, `GET /tasks`, `GET /tasks/{id}`,
+//! `POST /tasks/{id}:cancel`, `GET /tasks/{id}:subscribe`,
+//! `GET /extendedAgentCard`; errors as `google.rpc.Status`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Extension, Json, Router};
+use serde_json::{Map, Value, json};
+
+use super::card::REST_PATH;
+use super::error::A2aError;
+use super::rpc::decode;
+use super::{Face, Version, card, ops, stream, v03, version};
+use crate::http::Requester;
+use crate::service::{Caller, Orchestrator};
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route(&format!("{REST_PATH}/message:send"), post(send))
+        .route(&format!("{REST_PATH}/message:stream"), post(send))
+        .route(&format!("{REST_PATH}/tasks"), get(list))
+        .route(&format!("{REST_PATH}/tasks/{{*rest}}"), any(task))
+        .route(&format!("{REST_PATH}/extendedAgentCard"), get(extended))
+}
+
+fn fail(e: A2aError) -> Response {
+    (e.status(), Json(e.rest())).into_response()
+}
+
+fn reply(v: Result<Value, A2aError>) -> Response {
+    match v {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => fail(e),
+    }
+}
+
+fn to_json(v: impl serde::Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// A stream's `data:`: the `StreamResponse`, in the request's version.
+fn frame(version: Version) -> stream::Frame {
+    Box::new(move |body, closes| match version {
+        Version::V03 => v03::stream03(body, closes),
+        Version::V10 => body,
+    })
+}
+
+/// The body as JSON (an empty one is `{}`).
+async fn body_json(o: &Orchestrator, headers: &HeaderMap, body: Body) -> Result<Value, A2aError> {
+    let bytes = crate::http::body(o, headers, body).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| A2aError::parse(format!("not JSON: {e}")))
+}
+
+/// `POST /message:send` and `POST /message:stream`.
+async fn send(
+    State(o): State<Orchestrator>,
+    Extension(face): Extension<Arc<Face>>,
+    Requester(caller): Requester,
+    RawQuery(query): RawQuery,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let streaming = uri.path().ends_with(":stream");
+    let run = async {
+        let version = version(&headers, query.as_deref())?;
+        let mut params = body_json(&o, &headers, body).await?;
+        if version == Version::V03 {
+            params = v03::send_params_v1(params);
+        }
+        let send: a2a::SendMessageRequest = decode(params)?;
+        let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+        if streaming {
+            return stream::send(
+                &o,
+                &face.streams,
+                &caller,
+                &send,
+                key,
+                &headers,
+                frame(version),
+            )
+            .await;
+        }
+        let r = to_json(ops::send_message(&o, send, key, &caller).await?);
+        let r = if version == Version::V03 {
+            v03::send_result03(r)
+        } else {
+            r
+        };
+        Ok(Json(r).into_response())
+    };
+    run.await.unwrap_or_else(fail)
+}
+
+/// A query string as the JSON a request type reads: numbers and booleans
+/// where they are meant.
+fn query_json(q: &HashMap<String, String>) -> Result<Value, A2aError> {
+    let mut out = Map::new();
+    for (k, v) in q {
+        let value = match k.as_str() {
+            "pageSize" | "historyLength" => Value::from(
+                v.parse::<i32>()
+                    .map_err(|_| A2aError::invalid_params(k.clone(), "must be a whole number"))?,
+            ),
+            "includeArtifacts" => Value::from(
+                v.parse::<bool>()
+                    .map_err(|_| A2aError::invalid_params(k.clone(), "must be true or false"))?,
+            ),
+            "A2A-Version" => continue,
+            _ => Value::from(v.clone()),
+        };
+        out.insert(k.clone(), value);
+    }
+    Ok(Value::Object(out))
+}
+
+/// `GET /tasks`.
+async fn list(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    RawQuery(raw): RawQuery,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let run = async {
+        let version = version(&headers, raw.as_deref())?;
+        let mut params = query_json(&q)?;
+        if version == Version::V03 {
+            params = v03::list_params_v1(params);
+        }
+        let l = to_json(ops::list_tasks(&o, decode(params)?, &caller).await?);
+        Ok(if version == Version::V03 {
+            v03::list03(l)
+        } else {
+            l
+        })
+    };
+    reply(run.await)
+}
+
+/// `/tasks/{id}`, `/tasks/{id}:cancel`, `/tasks/{id}:subscribe`, and the
+/// push-notification configs (not built: -32003).
+#[allow(clippy::too_many_arguments)]
+async fn task(
+    State(o): State<Orchestrator>,
+    Extension(face): Extension<Arc<Face>>,
+    Requester(caller): Requester,
+    Path(rest): Path<String>,
+    RawQuery(raw): RawQuery,
+    Query(q): Query<HashMap<String, String>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let run = async {
+        let version = version(&headers, raw.as_deref())?;
+        let (id, verb) = match rest.split_once(':') {
+            Some((id, verb)) => (id, Some(verb)),
+            None => (rest.as_str(), None),
+        };
+        if id.contains("/pushNotificationConfigs") {
+            return Err(A2aError::push_not_supported());
+        }
+        if id.contains('/') {
+            return Err(A2aError::method_not_found(&format!("{method} {rest}")));
+        }
+        let task = |t: a2a::Task| {
+            let t = to_json(t);
+            if version == Version::V03 {
+                v03::task03(t)
+            } else {
+                t
+            }
+        };
+        match (&method, verb) {
+            (&Method::GET, None) => {
+                let mut params = query_json(&q)?;
+                params["id"] = id.into();
+                Ok(Json(task(ops::get_task(&o, decode(params)?, &caller).await?)).into_response())
+            }
+            (&Method::POST, Some("cancel")) => {
+                let mut params = body_json(&o, &headers, body).await?;
+                if !params.is_object() {
+                    return Err(A2aError::invalid_params("body", "must be an object"));
+                }
+                params["id"] = id.into();
+                Ok(
+                    Json(task(ops::cancel_task(&o, decode(params)?, &caller).await?))
+                        .into_response(),
+                )
+            }
+            (&Method::GET | &Method::POST, Some("subscribe")) => {
+                stream::subscribe(&o, &face.streams, &caller, id, &headers, frame(version)).await
+            }
+            _ => Err(A2aError::method_not_found(&format!(
+                "{method} /tasks/{rest}"
+            ))),
+        }
+    };
+    run.await.unwrap_or_else(fail)
+}
+
+/// `GET /extendedAgentCard`.
+async fn extended(
+    State(o): State<Orchestrator>,
+    Extension(face): Extension<Arc<Face>>,
+    Requester(caller): Requester,
+    headers: HeaderMap,
+) -> Response {
+    reply(extended_card(&o, &face, &caller, &headers))
+}
+
+/// The extended card: the skills `caller` may use.
+pub(super) fn extended_card(
+    o: &Orchestrator,
+    face: &Face,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Result<Value, A2aError> {
+    if !face.auth {
+        return Err(A2aError::new(
+            -32007,
+            "no extended card: authentication is off, so every caller sees the public one",
+        ));
+    }
+    let base = card::base_url(o, headers);
+    Ok(card::card_json(o, &base, true, Some(caller)))
+}

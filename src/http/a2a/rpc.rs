@@ -1,0 +1,220 @@
+//! JSON-RPC 2.0 at `POST /a2a`: 1.0's method names with `A2A-Version:
+//! 1.0`, 0.3's without; unary answers as JSON, streams as SSE whose every
+//! `data:` is a JSON-RPC response with the request's id.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::error::A2aError;
+use super::{Face, Version, ops, stream, v03, version};
+use crate::http::Requester;
+use crate::service::{Caller, Orchestrator};
+
+/// A JSON-RPC answer: the result, or the error, with the request's id.
+fn answer(id: &Value, outcome: Result<Value, A2aError>) -> Response {
+    let body = match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.rpc()}),
+    };
+    axum::Json(body).into_response()
+}
+
+/// `params` decoded as `T`, or -32602 naming the field at fault.
+pub(super) fn decode<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "params".to_string()
+        } else {
+            path
+        };
+        A2aError::invalid_params(field, e.into_inner().to_string())
+    })
+}
+
+/// The request's id, method and params, or why it is no request.
+fn envelope(body: &[u8]) -> Result<(Value, String, Value), (Value, A2aError)> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| (Value::Null, A2aError::parse(format!("not JSON: {e}"))))?;
+    let Value::Object(mut o) = v else {
+        return Err((
+            Value::Null,
+            A2aError::invalid_request("a request is a JSON object (batches are not taken)"),
+        ));
+    };
+    let id = match o.remove("id") {
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
+        Some(_) => {
+            return Err((
+                Value::Null,
+                A2aError::invalid_request("`id` must be a string, a number or null"),
+            ));
+        }
+        None => Value::Null,
+    };
+    if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, A2aError::invalid_request("`jsonrpc` must be \"2.0\"")));
+    }
+    let Some(Value::String(method)) = o.remove("method") else {
+        return Err((id, A2aError::invalid_request("`method` must be a string")));
+    };
+    let params = match o.remove("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err((id, A2aError::invalid_params("params", "must be an object")));
+        }
+    };
+    Ok((id, method, params))
+}
+
+/// `POST /a2a`.
+pub(super) async fn handle(
+    State(o): State<Orchestrator>,
+    Extension(face): Extension<Arc<Face>>,
+    Requester(caller): Requester,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match crate::http::body(&o, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return answer(&Value::Null, Err(e.into())),
+    };
+    let (id, method, params) = match envelope(&body) {
+        Ok(r) => r,
+        Err((id, e)) => return answer(&id, Err(e)),
+    };
+    let version = match version(&headers, query.as_deref()) {
+        Ok(v) => v,
+        Err(e) => return answer(&id, Err(e)),
+    };
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let call = Call {
+        o: &o,
+        face: &face,
+        caller: &caller,
+        headers: &headers,
+        key: key.as_deref(),
+        id: &id,
+        version,
+    };
+    match call.run(&method, params).await {
+        Ok(Reply::Json(v)) => answer(&id, Ok(v)),
+        Ok(Reply::Stream(r)) => r,
+        Err(e) => answer(&id, Err(e)),
+    }
+}
+
+enum Reply {
+    Json(Value),
+    Stream(Response),
+}
+
+struct Call<'a> {
+    o: &'a Orchestrator,
+    face: &'a Face,
+    caller: &'a Caller,
+    headers: &'a HeaderMap,
+    key: Option<&'a str>,
+    id: &'a Value,
+    version: Version,
+}
+
+fn json(v: impl serde::Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+impl Call<'_> {
+    async fn run(&self, method: &str, params: Value) -> Result<Reply, A2aError> {
+        let (o, caller) = (self.o, self.caller);
+        let old = self.version == Version::V03;
+        let name = match (self.version, method) {
+            (Version::V10, m) => m,
+            (Version::V03, "message/send") => "SendMessage",
+            (Version::V03, "message/stream") => "SendStreamingMessage",
+            (Version::V03, "tasks/get") => "GetTask",
+            (Version::V03, "tasks/list") => "ListTasks",
+            (Version::V03, "tasks/cancel") => "CancelTask",
+            (Version::V03, "tasks/resubscribe") => "SubscribeToTask",
+            (Version::V03, "agent/getAuthenticatedExtendedCard") => "GetExtendedAgentCard",
+            (Version::V03, m) if m.starts_with("tasks/pushNotificationConfig/") => {
+                "CreateTaskPushNotificationConfig"
+            }
+            (Version::V03, m) => return Err(A2aError::method_not_found(m)),
+        };
+        let params = match (old, name) {
+            (true, "SendMessage" | "SendStreamingMessage") => v03::send_params_v1(params),
+            (true, "ListTasks") => v03::list_params_v1(params),
+            _ => params,
+        };
+        let reply = match name {
+            "SendMessage" => {
+                let r = ops::send_message(o, decode(params)?, self.key, caller).await?;
+                let v = json(r);
+                Reply::Json(if old { v03::send_result03(v) } else { v })
+            }
+            "GetTask" => {
+                let t = json(ops::get_task(o, decode(params)?, caller).await?);
+                Reply::Json(if old { v03::task03(t) } else { t })
+            }
+            "ListTasks" => {
+                let l = json(ops::list_tasks(o, decode(params)?, caller).await?);
+                Reply::Json(if old { v03::list03(l) } else { l })
+            }
+            "CancelTask" => {
+                let t = json(ops::cancel_task(o, decode(params)?, caller).await?);
+                Reply::Json(if old { v03::task03(t) } else { t })
+            }
+            "SendStreamingMessage" => {
+                let send: a2a::SendMessageRequest = decode(params)?;
+                let (streams, frame) = (&self.face.streams, self.frame());
+                Reply::Stream(
+                    stream::send(o, streams, caller, &send, self.key, self.headers, frame).await?,
+                )
+            }
+            "SubscribeToTask" => {
+                let sub: a2a::SubscribeToTaskRequest = decode(params)?;
+                let (streams, frame) = (&self.face.streams, self.frame());
+                Reply::Stream(
+                    stream::subscribe(o, streams, caller, &sub.id, self.headers, frame).await?,
+                )
+            }
+            "GetExtendedAgentCard" => Reply::Json(super::rest::extended_card(
+                o,
+                self.face,
+                caller,
+                self.headers,
+            )?),
+            "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig" => return Err(A2aError::push_not_supported()),
+            other => return Err(A2aError::method_not_found(other)),
+        };
+        Ok(reply)
+    }
+
+    fn frame(&self) -> stream::Frame {
+        let id = self.id.clone();
+        let old = self.version == Version::V03;
+        Box::new(move |body, closes| {
+            let result = if old {
+                v03::stream03(body, closes)
+            } else {
+                body
+            };
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        })
+    }
+}

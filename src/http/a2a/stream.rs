@@ -1,0 +1,214 @@
+//! Streams (SSE): the task's snapshot first, then each of its events in
+//! order, each with its generation as the SSE `id:`; closed after the
+//! event that ends the task or makes it wait for the client. A stream that
+//! names a `Last-Event-ID` gets the events after it instead, read from
+//! what is stored, so a reconnect (to this process or to one restarted)
+//! loses nothing and repeats nothing. A client that goes away leaves the
+//! task running; idle streams carry keep-alive comments.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use axum::http::HeaderMap;
+
+use super::error::A2aError;
+use super::wire;
+use crate::service::{Caller, Follow, Orchestrator};
+use crate::task::TaskRecord;
+
+/// What every stream shares: a bound on how many are open, the signal
+/// that the server is closing, the keep-alive interval.
+pub(crate) struct Streams {
+    open: Arc<Semaphore>,
+    closing: CancellationToken,
+    keepalive: Duration,
+}
+
+impl Streams {
+    /// At most `max` streams open at once; each ends when `closing` fires.
+    pub(crate) fn new(max: usize, keepalive: Duration, closing: CancellationToken) -> Self {
+        Streams {
+            open: Arc::new(Semaphore::new(max)),
+            closing,
+            keepalive,
+        }
+    }
+
+    /// Room for one more stream, or -32102 (503) when every one is taken.
+    pub(super) fn enter(&self) -> Result<OwnedSemaphorePermit, A2aError> {
+        Arc::clone(&self.open)
+            .try_acquire_owned()
+            .map_err(|_| A2aError::unavailable("too many streams open; try again shortly"))
+    }
+}
+
+/// How one binding frames an event: a 1.0 `StreamResponse` (as JSON) and
+/// whether it ends the stream, to what goes in `data:`.
+pub(super) type Frame = Box<dyn Fn(Value, bool) -> Value + Send>;
+
+/// The `Last-Event-ID` of a reconnect: a generation, or refused.
+fn last_event_id(headers: &axum::http::HeaderMap) -> Result<Option<u64>, A2aError> {
+    let Some(v) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            A2aError::invalid_request("Last-Event-ID must be an event id this server sent")
+        })
+}
+
+struct State {
+    follow: Follow,
+    /// The generation last sent (or resumed after).
+    last: u64,
+    /// Events read, not yet sent: (id, body, ends the stream).
+    pending: VecDeque<(u64, Value, bool)>,
+    /// The stream ends once `pending` is sent.
+    ending: bool,
+    frame: Frame,
+    closing: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+}
+
+fn body(event: &a2a::StreamResponse) -> Value {
+    serde_json::to_value(event).unwrap_or_default()
+}
+
+impl State {
+    /// Queues `record`'s events after the last one sent.
+    fn queue(&mut self, record: &TaskRecord) {
+        for e in wire::events(record) {
+            if e.id > self.last {
+                self.last = e.id;
+                self.ending |= e.closes;
+                self.pending.push_back((e.id, body(&e.body), e.closes));
+            }
+        }
+    }
+}
+
+/// `SendStreamingMessage`: stores the task (or finds the one the same
+/// message made), then streams it; with `Last-Event-ID`, a reconnect.
+pub(super) async fn send(
+    o: &Orchestrator,
+    streams: &Streams,
+    caller: &Caller,
+    send: &a2a::SendMessageRequest,
+    key: Option<&str>,
+    headers: &HeaderMap,
+    frame: Frame,
+) -> Result<Response, A2aError> {
+    let permit = streams.enter()?;
+    let resume = last_event_id(headers)?;
+    let record = super::ops::submit(o, send, key, caller).await?;
+    let (first, follow) = o
+        .follow(record.task_id(), caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&record.task_id().to_string()))?;
+    Ok(respond(streams, permit, &first, follow, resume, frame))
+}
+
+/// `SubscribeToTask`: a task that has ended takes no subscription
+/// (-32004), unless it resumes a stream (`Last-Event-ID`).
+pub(super) async fn subscribe(
+    o: &Orchestrator,
+    streams: &Streams,
+    caller: &Caller,
+    id: &str,
+    headers: &HeaderMap,
+    frame: Frame,
+) -> Result<Response, A2aError> {
+    let permit = streams.enter()?;
+    let resume = last_event_id(headers)?;
+    let (first, follow) = o
+        .follow(super::ops::task_id(id)?, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(id))?;
+    if resume.is_none() && first.status.state.is_terminal() {
+        return Err(A2aError::unsupported(format!(
+            "task {id} has ended ({}): there is nothing to subscribe to",
+            first.status.state
+        ))
+        .with("taskId", id));
+    }
+    Ok(respond(streams, permit, &first, follow, resume, frame))
+}
+
+/// The stream of `first` (the task as read when `follow` began): from its
+/// snapshot, or after `resume`.
+fn respond(
+    streams: &Streams,
+    permit: OwnedSemaphorePermit,
+    first: &TaskRecord,
+    follow: Follow,
+    resume: Option<u64>,
+    frame: Frame,
+) -> Response {
+    let mut state = State {
+        follow,
+        last: 0,
+        pending: VecDeque::new(),
+        ending: false,
+        frame,
+        closing: streams.closing.clone(),
+        _permit: permit,
+    };
+    match resume {
+        None => {
+            let generation = wire::generation(first);
+            let closes = wire::closes(first.status.state);
+            let snapshot = a2a::StreamResponse::Task(wire::task(first, None, true));
+            state.last = generation;
+            state.ending = closes;
+            state
+                .pending
+                .push_back((generation, body(&snapshot), closes));
+        }
+        Some(after) => {
+            state.last = after;
+            state.queue(first);
+            // Resumed after the end: nothing more will come.
+            state.ending |= wire::closes(first.status.state);
+        }
+    }
+    let events = futures::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some((id, body, closes)) = s.pending.pop_front() {
+                let data = (s.frame)(body, closes);
+                let event = SseEvent::default()
+                    .id(id.to_string())
+                    .data(data.to_string());
+                return Some((Ok::<_, Infallible>(event), s));
+            }
+            if s.ending {
+                return None;
+            }
+            let changed = tokio::select! {
+                changed = s.follow.changed() => changed,
+                () = s.closing.cancelled() => return None,
+            };
+            match changed {
+                Ok(Some(record)) => s.queue(&record),
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a task stream could not read its task: closed");
+                    return None;
+                }
+            }
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(streams.keepalive))
+        .into_response()
+}

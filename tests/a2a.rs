@@ -1,0 +1,818 @@
+//! The A2A face over real HTTP, on a real broker with in-process workers:
+//! the card, every operation on JSON-RPC (1.0 and 0.3) and HTTP+JSON,
+//! errors with the spec's codes, idempotent sends, and streams that
+//! resume from `Last-Event-ID`, across an orchestrator restart too.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::system::{System, card, client_with, fast_bus, key_for};
+use futures::future::BoxFuture;
+use orchestrator::agent::AgentCard;
+use orchestrator::worker::{Handler, Outcome, Task};
+use serde_json::{Value, json};
+
+/// Completes with the params echoed; `{"fail": ...}` fails for good;
+/// `{"hold": ...}` waits for the gate first.
+struct Scripted {
+    gate: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Handler for Scripted {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let params = task.envelope.payload.params.clone();
+        let mut gate = self.gate.clone();
+        Box::pin(async move {
+            if let Some(why) = params.get("fail").and_then(Value::as_str) {
+                return Outcome::permanent("refused", why.to_string());
+            }
+            if params.contains_key("hold") {
+                let _ = gate.wait_for(|open| *open).await;
+            }
+            if let Some(text) = params.get("text").and_then(Value::as_str) {
+                return Outcome::completed(json!(format!("echo: {text}")));
+            }
+            Outcome::completed(json!({ "echo": params }))
+        })
+    }
+}
+
+fn scripted_card() -> AgentCard {
+    serde_json::from_value(json!({
+        "name": "helper", "version": "1.0.0", "description": "answers",
+        "skills": [
+            {"id": "answer", "name": "Answer", "description": "answers a question",
+             "tags": ["question"], "triggers": ["please answer"],
+             "inputModes": ["application/json", "text/plain"], "outputModes": ["application/json"]},
+            {"id": "files", "description": "takes only images", "inputModes": ["image/png"]},
+            {"id": "secret", "description": "needs a scope", "scopes": ["Vault.Read"]}
+        ],
+        "invocation": {"type": "builtin", "handler": "echo"}
+    }))
+    .unwrap()
+}
+
+/// A system with the scripted agent's worker; the gate it holds tasks at.
+async fn system() -> (System, tokio::sync::watch::Sender<bool>) {
+    system_with(|_| {}).await
+}
+
+async fn system_with(
+    tweak: impl FnOnce(&mut orchestrator::service::ServiceConfig),
+) -> (System, tokio::sync::watch::Sender<bool>) {
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let cards = vec![scripted_card(), card("other", &["other"])];
+    let mut sys =
+        System::start_with(common::nats::NatsServer::start(), cards, fast_bus(), tweak).await;
+    sys.worker(scripted_card(), Arc::new(Scripted { gate }))
+        .await;
+    (sys, open)
+}
+
+fn message(id: &str, parts: Value, metadata: Value) -> Value {
+    json!({"messageId": id, "role": "ROLE_USER", "parts": parts, "metadata": metadata})
+}
+
+/// A JSON-RPC call as `client`, in `version` (`None`: no header, 0.3).
+async fn rpc_as(
+    sys: &System,
+    client: &reqwest::Client,
+    version: Option<&str>,
+    method: &str,
+    params: Value,
+) -> Value {
+    let mut req = client
+        .post(format!("{}/a2a", sys.http))
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
+    if let Some(v) = version {
+        req = req.header("A2A-Version", v);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], 7, "{body:#}");
+    body
+}
+
+async fn rpc(sys: &System, method: &str, params: Value) -> Value {
+    rpc_as(sys, &sys.client, Some("1.0"), method, params).await
+}
+
+fn error_code(body: &Value) -> i64 {
+    body["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no error: {body:#}"))
+}
+
+fn reason(body: &Value) -> &str {
+    body["error"]["data"][0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_says_where_and_how_and_lists_the_skills() {
+    let (sys, _gate) = system().await;
+    let anonymous = reqwest::Client::new();
+    let url = format!("{}/.well-known/agent-card.json", sys.http);
+    let resp = anonymous.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    assert!(resp.headers().contains_key("last-modified"));
+    assert!(
+        resp.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("max-age")
+    );
+    let card: Value = resp.json().await.unwrap();
+    for field in [
+        "name",
+        "description",
+        "version",
+        "supportedInterfaces",
+        "capabilities",
+        "defaultInputModes",
+        "defaultOutputModes",
+        "skills",
+    ] {
+        assert!(card.get(field).is_some(), "no {field}: {card:#}");
+    }
+    let interfaces = card["supportedInterfaces"].as_array().unwrap();
+    let has = |binding: &str, version: &str, path: &str| {
+        interfaces.iter().any(|i| {
+            i["protocolBinding"] == binding
+                && i["protocolVersion"] == version
+                && i["url"] == format!("{}{path}", sys.http)
+        })
+    };
+    assert!(has("JSONRPC", "1.0", "/a2a"), "{card:#}");
+    assert!(has("HTTP+JSON", "1.0", "/a2a/rest"), "{card:#}");
+    assert!(has("JSONRPC", "0.3", "/a2a"), "{card:#}");
+    assert_eq!(card["url"], format!("{}/a2a", sys.http));
+    assert_eq!(card["preferredTransport"], "JSONRPC");
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["capabilities"]["extendedAgentCard"], true);
+    assert!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"].is_object());
+    let ids: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"helper/answer")
+            && ids.contains(&"helper/secret")
+            && ids.contains(&"other/other"),
+        "{ids:?}"
+    );
+    let answer = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "helper/answer")
+        .unwrap();
+    assert_eq!(answer["tags"], json!(["question"]));
+    assert_eq!(
+        answer["inputModes"],
+        json!(["application/json", "text/plain"])
+    );
+
+    // A revalidation with the validator is answered 304.
+    let again = anonymous
+        .get(&url)
+        .header("If-None-Match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    // The extended card lists every skill for the administrator.
+    let extended = rpc(&sys, "GetExtendedAgentCard", json!({})).await;
+    let all: Vec<&str> = extended["result"]["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        all.contains(&"helper/secret"),
+        "the administrator holds every scope: {all:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_is_a_task_of_ours_through_every_operation() {
+    let (sys, gate) = system().await;
+    // Blocking send: the answer is the completed task, its result an artifact.
+    let sent = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m-1",
+        json!([{"data": {"q": 1}}]), json!({"skillId": "helper/answer"}))}),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent:#}");
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["data"],
+        json!({"echo": {"q": 1}})
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+    let context = task["contextId"].as_str().unwrap().to_string();
+
+    // The same record through REST.
+    let (status, ours) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(ours["correlation_id"], context.as_str());
+    assert_eq!(ours["agent"], "helper");
+    assert_eq!(ours["action"], "answer");
+
+    // GetTask, with its history cut.
+    let got = rpc(&sys, "GetTask", json!({"id": id, "historyLength": 1})).await;
+    assert_eq!(got["result"]["id"], id.as_str());
+    assert!(got["result"]["history"].as_array().unwrap().len() <= 1);
+    let none = rpc(&sys, "GetTask", json!({"id": id, "historyLength": 0})).await;
+    assert!(none["result"].get("history").is_none(), "{none:#}");
+
+    // A text part routed by the skill's trigger phrase fills `text`.
+    let routed = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": {"messageId": "m-2", "role": "ROLE_USER",
+        "contextId": context, "parts": [{"text": "please answer this"}]}}),
+    )
+    .await;
+    let routed = &routed["result"]["task"];
+    assert_eq!(
+        routed["artifacts"][0]["parts"][0]["text"], "echo: please answer this",
+        "{routed:#}"
+    );
+    assert_eq!(
+        routed["contextId"],
+        context.as_str(),
+        "the message's context is the task's"
+    );
+
+    // Non-blocking: answered at once, still running; canceled; canceled again.
+    let held = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m-3",
+        json!([{"data": {"hold": true}}]), json!({"skillId": "helper/answer"})),
+        "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let held_id = held["result"]["task"]["id"].as_str().unwrap().to_string();
+    assert!(
+        matches!(
+            held["result"]["task"]["status"]["state"].as_str(),
+            Some("TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING")
+        ),
+        "{held:#}"
+    );
+    let canceled = rpc(&sys, "CancelTask", json!({"id": held_id})).await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled:#}"
+    );
+    let again = rpc(&sys, "CancelTask", json!({"id": held_id})).await;
+    assert_eq!(error_code(&again), -32002);
+    assert_eq!(reason(&again), "TASK_NOT_CANCELABLE");
+    gate.send_replace(true);
+
+    // ListTasks by context: newest first, artifacts only when asked.
+    let listed = rpc(&sys, "ListTasks", json!({"contextId": context})).await;
+    let tasks = listed["result"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2, "{listed:#}");
+    assert_eq!(listed["result"]["totalSize"], 2);
+    assert_eq!(listed["result"]["nextPageToken"], "");
+    assert!(tasks.iter().all(|t| t.get("artifacts").is_none()));
+    assert_eq!(tasks[0]["id"], routed["id"], "newest first");
+    let stamps: Vec<&str> = tasks
+        .iter()
+        .map(|t| t["status"]["timestamp"].as_str().unwrap())
+        .collect();
+    assert!(stamps[0] >= stamps[1], "{stamps:?}");
+    let paged = rpc(
+        &sys,
+        "ListTasks",
+        json!({"contextId": context, "pageSize": 1, "includeArtifacts": true}),
+    )
+    .await;
+    assert_eq!(paged["result"]["tasks"].as_array().unwrap().len(), 1);
+    assert!(paged["result"]["tasks"][0]["artifacts"].is_array());
+    let token = paged["result"]["nextPageToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!token.is_empty());
+    let next = rpc(
+        &sys,
+        "ListTasks",
+        json!({"contextId": context, "pageSize": 1, "pageToken": token}),
+    )
+    .await;
+    assert_eq!(next["result"]["tasks"][0]["id"], id.as_str());
+    assert_eq!(next["result"]["nextPageToken"], "");
+    let failed_filter = rpc(&sys, "ListTasks", json!({"status": "TASK_STATE_CANCELED"})).await;
+    assert_eq!(failed_filter["result"]["tasks"][0]["id"], held_id.as_str());
+
+    // A message to an ended task is refused; unknown tasks are not found.
+    let ended = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": {"messageId": "m-4", "role": "ROLE_USER",
+        "taskId": id, "parts": [{"text": "more"}]}}),
+    )
+    .await;
+    assert_eq!(error_code(&ended), -32004, "{ended:#}");
+    let unknown = rpc(&sys, "GetTask", json!({"id": "not-a-task"})).await;
+    assert_eq!(error_code(&unknown), -32001);
+    let unknown = rpc(
+        &sys,
+        "CancelTask",
+        json!({"id": uuid::Uuid::now_v7().to_string()}),
+    )
+    .await;
+    assert_eq!(error_code(&unknown), -32001);
+
+    // A failure's words are the status message.
+    let failed = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m-5",
+        json!([{"data": {"fail": "no such thing"}}]), json!({"skillId": "answer"}))}),
+    )
+    .await;
+    let status = &failed["result"]["task"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_FAILED", "{failed:#}");
+    assert!(
+        status["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no such thing"),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_is_the_same_task_for_its_sender_only() {
+    let (sys, _gate) = system().await;
+    let params = |data: Value| {
+        json!({"message": message("dup-1", json!([{"data": data}]),
+        json!({"skillId": "helper/answer"}))})
+    };
+    let first = rpc(&sys, "SendMessage", params(json!({"n": 1}))).await;
+    let again = rpc(&sys, "SendMessage", params(json!({"n": 1}))).await;
+    assert_eq!(first["result"]["task"]["id"], again["result"]["task"]["id"]);
+    let (_, listed) = sys.get("/v1/tasks").await;
+    assert_eq!(
+        listed["tasks"].as_array().unwrap().len(),
+        1,
+        "a resend made no second task"
+    );
+
+    let changed = rpc(&sys, "SendMessage", params(json!({"n": 2}))).await;
+    assert_eq!(reason(&changed), "IDEMPOTENCY_CONFLICT", "{changed:#}");
+    assert!(
+        changed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("different"),
+        "{changed:#}"
+    );
+
+    // Another principal's same message id is its own task.
+    let (key, entry) = key_for("bob", &["orch:tasks:submit"]);
+    let mut sys = sys;
+    sys.service.api_auth.api_keys.push(entry);
+    sys.stop_orchestrator().await;
+    sys.start_orchestrator(vec![scripted_card(), card("other", &["other"])])
+        .await;
+    let bob = client_with(Some(&key));
+    let theirs = rpc_as(
+        &sys,
+        &bob,
+        Some("1.0"),
+        "SendMessage",
+        params(json!({"n": 1})),
+    )
+    .await;
+    assert_ne!(
+        theirs["result"]["task"]["id"], first["result"]["task"]["id"],
+        "{theirs:#}"
+    );
+    // And bob cannot see the administrator's task.
+    let peek = rpc_as(
+        &sys,
+        &bob,
+        Some("1.0"),
+        "GetTask",
+        json!({"id": first["result"]["task"]["id"]}),
+    )
+    .await;
+    assert_eq!(error_code(&peek), -32001);
+    let list = rpc_as(&sys, &bob, Some("1.0"), "ListTasks", json!({})).await;
+    assert_eq!(list["result"]["totalSize"], 1, "{list:#}");
+    // The extended card shows bob only what his scopes allow.
+    let card = rpc_as(&sys, &bob, Some("1.0"), "GetExtendedAgentCard", json!({})).await;
+    let ids: Vec<&str> = card["result"]["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        !ids.contains(&"helper/secret") && ids.contains(&"helper/answer"),
+        "{ids:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_the_specs_codes_and_nothing_is_stored() {
+    let (sys, _gate) = system_with(|c| c.max_envelope_bytes = 4096).await;
+    let raw = |body: String, version: Option<&'static str>| {
+        let mut req = sys
+            .client
+            .post(format!("{}/a2a", sys.http))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(v) = version {
+            req = req.header("A2A-Version", v);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (_, parse) = raw("{not json".into(), Some("1.0")).await;
+    assert_eq!(error_code(&parse), -32700);
+    let (_, invalid) = raw(
+        json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"}).to_string(),
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(error_code(&invalid), -32600);
+    assert_eq!(invalid["id"], 1);
+    let (_, method) = raw(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {}}).to_string(),
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(error_code(&method), -32601, "0.3's names are not 1.0's");
+    let (_, params) = raw(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
+        "params": {"message": {"messageId": "x", "role": "ROLE_USER", "parts": "nope"}}})
+        .to_string(),
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(error_code(&params), -32602);
+    assert!(
+        params["error"]["data"][0]["metadata"]["field"]
+            .as_str()
+            .unwrap()
+            .contains("parts"),
+        "{params:#}"
+    );
+    let (_, version) = raw(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"id": "x"}}).to_string(),
+        Some("2.0"),
+    )
+    .await;
+    assert_eq!(error_code(&version), -32009);
+    assert_eq!(reason(&version), "VERSION_NOT_SUPPORTED");
+    assert_eq!(version["error"]["data"][0]["domain"], "a2a-protocol.org");
+    let patch = rpc_as(
+        &sys,
+        &sys.client,
+        Some("1.0.1"),
+        "GetTask",
+        json!({"id": "x"}),
+    )
+    .await;
+    assert_eq!(
+        error_code(&patch),
+        -32001,
+        "a patch number does not change the version"
+    );
+    let big = "x".repeat(8192);
+    let (status, large) = raw(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "SendMessage", "params": {"message":
+        message("big", json!([{"text": big}]), json!({"skillId": "helper/answer"}))}})
+        .to_string(),
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(reason(&large), "REQUEST_TOO_LARGE", "{large:#}");
+    let media = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m", json!([{"text": "hi"}]),
+        json!({"skillId": "helper/files"}))}),
+    )
+    .await;
+    assert_eq!(error_code(&media), -32005);
+    let no_skill = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m2", json!([{"text": "nothing matches"}]), json!({}))}),
+    )
+    .await;
+    assert_eq!(error_code(&no_skill), -32602);
+    assert!(
+        no_skill["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no a2a.default_skill"),
+        "{no_skill:#}"
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("{}/a2a", sys.http))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401, "an unauthenticated call");
+    let push = rpc(
+        &sys,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": "x", "url": "https://x"}),
+    )
+    .await;
+    assert_eq!(error_code(&push), -32003);
+    let (_, listed) = sys.get("/v1/tasks").await;
+    assert_eq!(
+        listed["tasks"],
+        json!([]),
+        "no refused request stored anything"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_0_3_and_the_rest_binding_serve_the_same_tasks() {
+    let (sys, _gate) = system().await;
+    // 0.3: no header, 0.3's names and spellings.
+    let old = rpc_as(
+        &sys,
+        &sys.client,
+        None,
+        "message/send",
+        json!({"message": {"kind": "message",
+        "messageId": "old-1", "role": "user", "parts": [{"kind": "data", "data": {"v": 3}}],
+        "metadata": {"skillId": "helper/answer"}}, "configuration": {"blocking": true}}),
+    )
+    .await;
+    let task = &old["result"];
+    assert_eq!(task["kind"], "task", "{old:#}");
+    assert_eq!(task["status"]["state"], "completed");
+    assert_eq!(task["artifacts"][0]["parts"][0]["kind"], "data");
+    let id = task["id"].as_str().unwrap().to_string();
+    let got = rpc_as(&sys, &sys.client, None, "tasks/get", json!({"id": id})).await;
+    assert_eq!(got["result"]["status"]["state"], "completed");
+    let cancel = rpc_as(&sys, &sys.client, None, "tasks/cancel", json!({"id": id})).await;
+    assert_eq!(error_code(&cancel), -32002);
+    let list = rpc_as(
+        &sys,
+        &sys.client,
+        None,
+        "tasks/list",
+        json!({"status": "completed"}),
+    )
+    .await;
+    assert_eq!(list["result"]["tasks"][0]["kind"], "task", "{list:#}");
+
+    // HTTP+JSON, 1.0.
+    let rest = |method: reqwest::Method, path: &str| {
+        sys.client
+            .request(method, format!("{}/a2a/rest{path}", sys.http))
+            .header("A2A-Version", "1.0")
+    };
+    let resp = rest(reqwest::Method::POST, "/message:send")
+        .json(&json!({"message": message("rest-1",
+        json!([{"data": {"r": 1}}]), json!({"skillId": "helper/answer"}))}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let sent: Value = resp.json().await.unwrap();
+    let rid = sent["task"]["id"].as_str().unwrap().to_string();
+    assert_eq!(sent["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    let got: Value = rest(reqwest::Method::GET, &format!("/tasks/{rid}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["id"], rid.as_str());
+    let listed: Value = rest(
+        reqwest::Method::GET,
+        "/tasks?pageSize=1&includeArtifacts=true",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 1, "{listed:#}");
+    let resp = rest(reqwest::Method::POST, &format!("/tasks/{rid}:cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
+    let status: Value = resp.json().await.unwrap();
+    assert_eq!(status["error"]["code"], 409);
+    assert_eq!(
+        status["error"]["details"][0]["@type"],
+        "type.googleapis.com/google.rpc.ErrorInfo"
+    );
+    assert_eq!(
+        status["error"]["details"][0]["reason"],
+        "TASK_NOT_CANCELABLE"
+    );
+    let resp = rest(reqwest::Method::GET, "/tasks/nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let resp = rest(reqwest::Method::GET, "/tasks?pageSize=500")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+}
+
+/// Reads SSE events from `resp` until `n` have come or the stream ends:
+/// their ids and data.
+async fn read_events(resp: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let Some(chunk) = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
+            .await
+            .expect("an event in time")
+            .unwrap()
+        else {
+            break;
+        };
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = Some(v.trim().parse::<u64>().unwrap());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = Some(serde_json::from_str::<Value>(v.trim()).unwrap());
+                }
+            }
+            if let (Some(id), Some(data)) = (id, data) {
+                out.push((id, data));
+            }
+        }
+    }
+    out
+}
+
+async fn open_stream(
+    sys: &System,
+    method: &str,
+    params: Value,
+    last: Option<u64>,
+) -> reqwest::Response {
+    let mut req = sys
+        .client
+        .post(format!("{}/a2a", sys.http))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params}));
+    if let Some(l) = last {
+        req = req.header("Last-Event-ID", l.to_string());
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"),
+        "{:?}",
+        resp.headers()
+    );
+    resp
+}
+
+fn kind(event: &Value) -> String {
+    let r = &event["result"];
+    if let Some(s) = r.get("statusUpdate") {
+        let state = s["status"]["state"].as_str().unwrap();
+        return state.trim_start_matches("TASK_STATE_").to_lowercase();
+    }
+    if r.get("artifactUpdate").is_some() {
+        return "artifact".into();
+    }
+    if r.get("task").is_some() {
+        return "task".into();
+    }
+    format!("{r}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_and_resumed_sees_every_event_once_across_a_restart() {
+    let (mut sys, gate) = system().await;
+    let send = json!({"message": message("stream-1", json!([{"data": {"hold": true}}]),
+        json!({"skillId": "helper/answer"}))});
+    let mut first = open_stream(&sys, "SendStreamingMessage", send.clone(), None).await;
+    let got = read_events(&mut first, 1).await;
+    assert_eq!(kind(&got[0].1), "task", "the snapshot comes first");
+    let task_id = got[0].1["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A second subscriber, from the start.
+    let mut other = open_stream(&sys, "SubscribeToTask", json!({"id": task_id}), None).await;
+    let mut seen = got.clone();
+    // Wait for `working`, then cut the stream.
+    if seen.iter().all(|(_, e)| {
+        kind(e) != "working" && e["result"]["task"]["status"]["state"] != "TASK_STATE_WORKING"
+    }) {
+        // The snapshot was `submitted`: `working` follows.
+        seen.extend(read_events(&mut first, 1).await);
+    }
+    drop(first);
+    let last = seen.last().unwrap().0;
+
+    // The orchestrator restarts; the task ends while nobody listens.
+    sys.stop_orchestrator().await;
+    sys.start_orchestrator(vec![scripted_card(), card("other", &["other"])])
+        .await;
+    gate.send_replace(true);
+    sys.wait_terminal(&task_id, Duration::from_secs(20)).await;
+
+    // Resumed by the same message (a reconnect) after the last id seen.
+    let mut resumed = open_stream(&sys, "SendStreamingMessage", send, Some(last)).await;
+    let rest = read_events(&mut resumed, 100).await;
+    assert!(!rest.is_empty());
+    let mut ids: Vec<u64> = seen.iter().map(|(i, _)| *i).collect();
+    ids.extend(rest.iter().map(|(i, _)| *i));
+    let kinds: Vec<String> = seen
+        .iter()
+        .chain(rest.iter())
+        .map(|(_, e)| kind(e))
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids rise, none repeats: {ids:?} {kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "completed").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "artifact").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().unwrap(),
+        "completed",
+        "the stream closes at the end: {kinds:?}"
+    );
+    // Every event after the snapshot, by number, with no gap.
+    let after: Vec<u64> = ids.iter().skip(1).copied().collect();
+    let expected: Vec<u64> = (ids[0] + 1..=*ids.last().unwrap()).collect();
+    assert_eq!(after, expected, "{kinds:?}");
+
+    // The other subscriber was cut by the restart; it resumes by subscribing.
+    let theirs = read_events(&mut other, 100).await;
+    let their_last = theirs.last().map_or(0, |(i, _)| *i);
+    let mut back = open_stream(
+        &sys,
+        "SubscribeToTask",
+        json!({"id": task_id}),
+        Some(their_last),
+    )
+    .await;
+    let tail = read_events(&mut back, 100).await;
+    let mut all: Vec<u64> = theirs.iter().map(|(i, _)| *i).collect();
+    all.extend(tail.iter().map(|(i, _)| *i));
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+    assert_eq!(all.last(), ids.last(), "both end at the same last event");
+
+    // Subscribing to an ended task (without a resume) is refused.
+    let resp = sys.client.post(format!("{}/a2a", sys.http)).header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}))
+        .send().await.unwrap();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(error_code(&body), -32004);
+}
