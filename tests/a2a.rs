@@ -816,3 +816,67 @@ async fn a_stream_cut_and_resumed_sees_every_event_once_across_a_restart() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(error_code(&body), -32004);
 }
+
+/// The Python that has the official client: `A2A_SDK_PYTHON`, as
+/// `scripts/test` sets it (from `scripts/ensure-a2a-sdk`).
+fn sdk_python() -> String {
+    std::env::var("A2A_SDK_PYTHON").unwrap_or_else(|_| {
+        panic!("A2A_SDK_PYTHON is not set: run the tests with scripts/test, or set it to the output of scripts/ensure-a2a-sdk")
+    })
+}
+
+/// The official `a2a-sdk` client (1.x, from PyPI) resolves the card and
+/// makes every core call, over 1.0 and over 0.3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_client_does_every_core_call() {
+    let (sys, gate) = system().await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a/sdk_client.py");
+    let key = sys.admin_key.clone().unwrap();
+    let child = tokio::process::Command::new(sdk_python())
+        .args([script, &sys.http, &key])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the client script finished in time")
+        .unwrap();
+    drop(gate);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let checks: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        out.status.success() && failed.is_empty(),
+        "failed: {failed:#?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let names: Vec<&str> = checks
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "card resolved",
+        "blocking send completes",
+        "streaming send ends completed",
+        "get",
+        "list by context",
+        "cancel",
+        "subscribe to a running task sees its end",
+        "cancel again is -32002",
+        "unknown task is -32001",
+        "0.3 send completes",
+        "0.3 get",
+        "0.3 cancel of an ended task is -32002",
+        "0.3 unknown task is -32001",
+        "0.3 streaming send",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "no check `{expected}`: {names:?}"
+        );
+    }
+}
