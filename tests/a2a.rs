@@ -405,6 +405,24 @@ async fn the_same_message_is_the_same_task_for_its_sender_only() {
         theirs["result"]["task"]["id"], first["result"]["task"]["id"],
         "{theirs:#}"
     );
+    // A skill whose scope bob lacks is refused before anything is stored.
+    let denied = rpc_as(
+        &sys,
+        &bob,
+        Some("1.0"),
+        "SendMessage",
+        json!({"message": message("dup-2",
+        json!([{"data": {}}]), json!({"skillId": "helper/secret"}))}),
+    )
+    .await;
+    assert_eq!(reason(&denied), "PERMISSION_DENIED", "{denied:#}");
+    assert!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Vault.Read"),
+        "{denied:#}"
+    );
     // And bob cannot see the administrator's task.
     let peek = rpc_as(
         &sys,
@@ -656,10 +674,11 @@ async fn version_0_3_and_the_rest_binding_serve_the_same_tasks() {
 async fn read_events(resp: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
     let mut buf = String::new();
     let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while out.len() < n {
-        let Some(chunk) = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
-            .await
-            .expect("an event in time")
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk()).await;
+        let Some(chunk) = chunk
+            .unwrap_or_else(|_| panic!("events in time; got {out:?}"))
             .unwrap()
         else {
             break;
