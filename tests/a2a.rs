@@ -899,3 +899,110 @@ async fn the_official_python_client_does_every_core_call() {
         );
     }
 }
+
+/// The orchestrator is SIGKILLed while a client streams a task; after the
+/// restart the client resumes with `Last-Event-ID` and sees every event
+/// exactly once, read from what the killed process had stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumes_after_the_orchestrator_is_killed() {
+    use common::process::{admin_client, free_port, orchestrator, run_args, wait_ready};
+    let nats = common::nats::NatsServer::start();
+    let agents = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(agents.path().join("helper")).unwrap();
+    std::fs::write(
+        agents.path().join("helper/agent.json"),
+        serde_json::to_string(&scripted_card()).unwrap(),
+    )
+    .unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let args = run_args(agents.path(), data.path(), port, &[]);
+    let log = |name: &str| data.path().join(name);
+    let mut first = orchestrator(&args, &nats.url(), &log("first.log"));
+    wait_ready(&format!("{base}/readyz")).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let verifier = orchestrator::auth::TokenSettings::default()
+        .verifier(data.path(), "helper")
+        .unwrap()
+        .map(Arc::new);
+    let config = orchestrator::worker::WorkerConfig {
+        verifier,
+        ..Default::default()
+    };
+    let worker = orchestrator::worker::Worker::start(
+        bus,
+        scripted_card(),
+        ".".into(),
+        Arc::new(Scripted { gate }),
+        config,
+    )
+    .await
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(worker.run(stop.clone()));
+
+    let client = admin_client(data.path());
+    let stream = |last: Option<u64>| {
+        let mut req = client.post(format!("{base}/a2a")).header("A2A-Version", "1.0").json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": message("killed-1", json!([{"data": {"hold": true}}]), json!({"skillId": "helper/answer"}))}}));
+        if let Some(l) = last {
+            req = req.header("Last-Event-ID", l.to_string());
+        }
+        req.send()
+    };
+    let mut resp = stream(None).await.unwrap();
+    let mut seen = read_events(&mut resp, 2).await;
+    assert_eq!(kind(&seen[0].1), "task");
+    if kind(&seen[1].1) != "working" {
+        seen.extend(read_events(&mut resp, 1).await);
+    }
+    let task_id = seen[0].1["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    first.kill();
+    drop(resp);
+    let mut second = orchestrator(&args, &nats.url(), &log("second.log"));
+    wait_ready(&format!("{base}/readyz")).await;
+    open.send_replace(true);
+
+    let last = seen.last().unwrap().0;
+    let mut resumed = stream(Some(last)).await.unwrap();
+    let rest = read_events(&mut resumed, 100).await;
+    let ids: Vec<u64> = seen.iter().chain(rest.iter()).map(|(i, _)| *i).collect();
+    let kinds: Vec<String> = seen
+        .iter()
+        .chain(rest.iter())
+        .map(|(_, e)| kind(e))
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "completed").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last().unwrap(), "completed", "{kinds:?}");
+    let after: Vec<u64> = ids[1..].to_vec();
+    assert_eq!(
+        after,
+        (ids[0] + 1..=*ids.last().unwrap()).collect::<Vec<_>>(),
+        "every event once: {ids:?} {kinds:?}"
+    );
+    let got: Value = client
+        .get(format!("{base}/v1/tasks/{task_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["state"], "completed");
+    stop.cancel();
+    let _ = worker.await;
+    second.kill();
+}

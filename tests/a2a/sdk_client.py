@@ -61,6 +61,15 @@ async def last(stream):
     return out
 
 
+async def expect_error(check, call, error):
+    """Reports whether `call` fails with `error` (an SDK error class)."""
+    try:
+        await call
+        report(check, False, "no error")
+    except error as e:
+        report(check, True, str(e))
+
+
 def task_of(event):
     return event.task if event.HasField("task") else None
 
@@ -120,16 +129,10 @@ async def main():
            and sub_events[-1].HasField("status_update")
            and sub_events[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED,
            [str(e)[:80] for e in sub_events])
-    try:
-        await blocking.cancel_task(CancelTaskRequest(id=held.id))
-        report("cancel again is -32002", False, "no error")
-    except TaskNotCancelableError as e:
-        report("cancel again is -32002", True, str(e))
-    try:
-        await blocking.get_task(GetTaskRequest(id=str(uuid.uuid4())))
-        report("unknown task is -32001", False, "no error")
-    except TaskNotFoundError as e:
-        report("unknown task is -32001", True, str(e))
+    await expect_error("cancel again is -32002",
+                       blocking.cancel_task(CancelTaskRequest(id=held.id)), TaskNotCancelableError)
+    await expect_error("unknown task is -32001",
+                       blocking.get_task(GetTaskRequest(id=str(uuid.uuid4()))), TaskNotFoundError)
 
     # The same core calls over 0.3 (the card's JSONRPC 0.3 interface).
     card = blocking._card
@@ -143,16 +146,10 @@ async def main():
     report("0.3 send completes", task03 and task03.status.state == TaskState.TASK_STATE_COMPLETED, str(event))
     got03 = await old.get_task(GetTaskRequest(id=task03.id))
     report("0.3 get", got03.id == task03.id, str(got03.status))
-    try:
-        await old.cancel_task(CancelTaskRequest(id=task03.id))
-        report("0.3 cancel of an ended task is -32002", False, "no error")
-    except TaskNotCancelableError as e:
-        report("0.3 cancel of an ended task is -32002", True, str(e))
-    try:
-        await old.get_task(GetTaskRequest(id=str(uuid.uuid4())))
-        report("0.3 unknown task is -32001", False, "no error")
-    except TaskNotFoundError as e:
-        report("0.3 unknown task is -32001", True, str(e))
+    await expect_error("0.3 cancel of an ended task is -32002",
+                       old.cancel_task(CancelTaskRequest(id=task03.id)), TaskNotCancelableError)
+    await expect_error("0.3 unknown task is -32001",
+                       old.get_task(GetTaskRequest(id=str(uuid.uuid4()))), TaskNotFoundError)
     old_stream = BaseClient(card, ClientConfig(httpx_client=old_http, streaming=True),
                             CompatJsonRpcTransport(old_http, card, old_url), [])
     kinds = []
