@@ -507,6 +507,21 @@ async fn bad_requests_get_the_specs_codes_and_nothing_is_stored() {
     assert_eq!(error_code(&version), -32009);
     assert_eq!(reason(&version), "VERSION_NOT_SUPPORTED");
     assert_eq!(version["error"]["data"][0]["domain"], "a2a-protocol.org");
+    let (_, slash) = {
+        let resp = sys
+            .client
+            .post(format!("{}/a2a/", sys.http))
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 6, "method": "GetTask", "params": {"id": "x"}}))
+            .send()
+            .await
+            .unwrap();
+        (
+            resp.status(),
+            resp.json::<Value>().await.unwrap_or(Value::Null),
+        )
+    };
+    assert_eq!(error_code(&slash), -32001, "`/a2a/` is `/a2a`");
     let patch = rpc_as(
         &sys,
         &sys.client,

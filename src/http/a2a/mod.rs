@@ -95,8 +95,11 @@ fn httpdate(t: std::time::SystemTime) -> String {
 
 /// The routes that need a caller: JSON-RPC and HTTP+JSON.
 pub(super) fn router() -> Router<Orchestrator> {
+    // With and without the trailing slash: a client that joins "/" to the
+    // card's URL (the TCK does) reaches the same endpoint.
     Router::new()
         .route(card::RPC_PATH, post(rpc::handle))
+        .route(&format!("{}/", card::RPC_PATH), post(rpc::handle))
         .merge(rest::router())
 }
 
