@@ -760,6 +760,41 @@ fn kind(event: &Value) -> String {
     format!("{r}")
 }
 
+/// Checks that the events a stream sent before it was cut (`seen`, from
+/// the snapshot on) and after it resumed (`rest`) are every event of the
+/// task exactly once: ids rising without a gap after the snapshot, one
+/// artifact, one completion, and the completion last. Returns the ids.
+fn every_event_once(seen: &[(u64, Value)], rest: &[(u64, Value)]) -> Vec<u64> {
+    let ids: Vec<u64> = seen.iter().chain(rest).map(|(i, _)| *i).collect();
+    let kinds: Vec<String> = seen.iter().chain(rest).map(|(_, e)| kind(e)).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids rise, none repeats: {ids:?} {kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "completed").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "artifact").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().unwrap(),
+        "completed",
+        "the stream closes at the end: {kinds:?}"
+    );
+    let after: Vec<u64> = ids[1..].to_vec();
+    let expected: Vec<u64> = (ids[0] + 1..=*ids.last().unwrap()).collect();
+    assert_eq!(
+        after, expected,
+        "every event after the snapshot, once: {kinds:?}"
+    );
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_and_resumed_sees_every_event_once_across_a_restart() {
     let (mut sys, gate) = system().await;
@@ -796,36 +831,7 @@ async fn a_stream_cut_and_resumed_sees_every_event_once_across_a_restart() {
     let mut resumed = open_stream(&sys, "SendStreamingMessage", send, Some(last)).await;
     let rest = read_events(&mut resumed, 100).await;
     assert!(!rest.is_empty());
-    let mut ids: Vec<u64> = seen.iter().map(|(i, _)| *i).collect();
-    ids.extend(rest.iter().map(|(i, _)| *i));
-    let kinds: Vec<String> = seen
-        .iter()
-        .chain(rest.iter())
-        .map(|(_, e)| kind(e))
-        .collect();
-    assert!(
-        ids.windows(2).all(|w| w[0] < w[1]),
-        "ids rise, none repeats: {ids:?} {kinds:?}"
-    );
-    assert_eq!(
-        kinds.iter().filter(|k| *k == "completed").count(),
-        1,
-        "{kinds:?}"
-    );
-    assert_eq!(
-        kinds.iter().filter(|k| *k == "artifact").count(),
-        1,
-        "{kinds:?}"
-    );
-    assert_eq!(
-        kinds.last().unwrap(),
-        "completed",
-        "the stream closes at the end: {kinds:?}"
-    );
-    // Every event after the snapshot, by number, with no gap.
-    let after: Vec<u64> = ids.iter().skip(1).copied().collect();
-    let expected: Vec<u64> = (ids[0] + 1..=*ids.last().unwrap()).collect();
-    assert_eq!(after, expected, "{kinds:?}");
+    let ids = every_event_once(&seen, &rest);
 
     // The other subscriber was cut by the restart; it resumes by subscribing.
     let theirs = read_events(&mut other, 100).await;
@@ -990,24 +996,7 @@ async fn a_stream_resumes_after_the_orchestrator_is_killed() {
     let last = seen.last().unwrap().0;
     let mut resumed = stream(Some(last)).await.unwrap();
     let rest = read_events(&mut resumed, 100).await;
-    let ids: Vec<u64> = seen.iter().chain(rest.iter()).map(|(i, _)| *i).collect();
-    let kinds: Vec<String> = seen
-        .iter()
-        .chain(rest.iter())
-        .map(|(_, e)| kind(e))
-        .collect();
-    assert_eq!(
-        kinds.iter().filter(|k| *k == "completed").count(),
-        1,
-        "{kinds:?}"
-    );
-    assert_eq!(kinds.last().unwrap(), "completed", "{kinds:?}");
-    let after: Vec<u64> = ids[1..].to_vec();
-    assert_eq!(
-        after,
-        (ids[0] + 1..=*ids.last().unwrap()).collect::<Vec<_>>(),
-        "every event once: {ids:?} {kinds:?}"
-    );
+    every_event_once(&seen, &rest);
     let got: Value = client
         .get(format!("{base}/v1/tasks/{task_id}"))
         .send()

@@ -133,6 +133,24 @@ pub(super) fn card_json(
     v
 }
 
+/// The extended card (`GetExtendedAgentCard`): the skills `caller` may
+/// use. With authentication off every caller sees the public card, so
+/// there is none (-32007).
+pub(super) fn extended(
+    o: &Orchestrator,
+    auth: bool,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Result<Value, super::error::A2aError> {
+    if !auth {
+        return Err(super::error::A2aError::new(
+            -32007,
+            "no extended card: authentication is off, so every caller sees the public one",
+        ));
+    }
+    Ok(card_json(o, &base_url(o, headers), true, Some(caller)))
+}
+
 /// `GET /.well-known/agent-card.json`: cacheable, with a validator.
 pub(super) fn serve(o: &Orchestrator, headers: &HeaderMap, auth: bool, started: &str) -> Response {
     let body = card_json(o, &base_url(o, headers), auth, None).to_string();

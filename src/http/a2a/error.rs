@@ -7,6 +7,7 @@
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
+use crate::envelope::Timestamp;
 use crate::service::{ErrorKind, ServiceError};
 
 /// The domain of the protocol's own reasons.
@@ -208,8 +209,6 @@ impl A2aError {
         }})
     }
 }
-
-use crate::envelope::Timestamp;
 
 impl From<ServiceError> for A2aError {
     fn from(e: ServiceError) -> Self {

@@ -15,7 +15,7 @@ mod stream;
 mod v03;
 mod wire;
 
-pub(crate) use stream::Streams;
+use stream::Streams;
 
 use std::sync::Arc;
 
@@ -91,6 +91,11 @@ fn httpdate(t: std::time::SystemTime) -> String {
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
     );
     t.format(&format).unwrap_or_default()
+}
+
+/// A 1.0 value as JSON (the `a2a` types always serialize).
+fn to_json(v: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
 }
 
 /// The routes that need a caller: JSON-RPC and HTTP+JSON.

@@ -18,9 +18,9 @@ use serde_json::{Map, Value, json};
 use super::card::REST_PATH;
 use super::error::A2aError;
 use super::rpc::decode;
-use super::{Face, Version, card, ops, stream, v03, version};
+use super::{Face, Version, card, ops, stream, to_json, v03, version};
 use crate::http::Requester;
-use crate::service::{Caller, Orchestrator};
+use crate::service::Orchestrator;
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
@@ -40,10 +40,6 @@ fn reply(v: Result<Value, A2aError>) -> Response {
         Ok(v) => Json(v).into_response(),
         Err(e) => fail(e),
     }
-}
-
-fn to_json(v: impl serde::Serialize) -> Value {
-    serde_json::to_value(v).unwrap_or_default()
 }
 
 /// A stream's `data:`: the `StreamResponse`, in the request's version.
@@ -220,22 +216,5 @@ async fn extended(
     Requester(caller): Requester,
     headers: HeaderMap,
 ) -> Response {
-    reply(extended_card(&o, &face, &caller, &headers))
-}
-
-/// The extended card: the skills `caller` may use.
-pub(super) fn extended_card(
-    o: &Orchestrator,
-    face: &Face,
-    caller: &Caller,
-    headers: &HeaderMap,
-) -> Result<Value, A2aError> {
-    if !face.auth {
-        return Err(A2aError::new(
-            -32007,
-            "no extended card: authentication is off, so every caller sees the public one",
-        ));
-    }
-    let base = card::base_url(o, headers);
-    Ok(card::card_json(o, &base, true, Some(caller)))
+    reply(card::extended(&o, face.auth, &caller, &headers))
 }

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::error::A2aError;
-use super::{Face, Version, ops, stream, v03, version};
+use super::{Face, Version, card, ops, stream, to_json, v03, version};
 use crate::http::Requester;
 use crate::service::{Caller, Orchestrator};
 
@@ -131,10 +131,6 @@ struct Call<'a> {
     version: Version,
 }
 
-fn json(v: impl serde::Serialize) -> Value {
-    serde_json::to_value(v).unwrap_or_default()
-}
-
 impl Call<'_> {
     async fn run(&self, method: &str, params: Value) -> Result<Reply, A2aError> {
         let (o, caller) = (self.o, self.caller);
@@ -161,19 +157,19 @@ impl Call<'_> {
         let reply = match name {
             "SendMessage" => {
                 let r = ops::send_message(o, decode(params)?, self.key, caller).await?;
-                let v = json(r);
+                let v = to_json(r);
                 Reply::Json(if old { v03::send_result03(v) } else { v })
             }
             "GetTask" => {
-                let t = json(ops::get_task(o, decode(params)?, caller).await?);
+                let t = to_json(ops::get_task(o, decode(params)?, caller).await?);
                 Reply::Json(if old { v03::task03(t) } else { t })
             }
             "ListTasks" => {
-                let l = json(ops::list_tasks(o, decode(params)?, caller).await?);
+                let l = to_json(ops::list_tasks(o, decode(params)?, caller).await?);
                 Reply::Json(if old { v03::list03(l) } else { l })
             }
             "CancelTask" => {
-                let t = json(ops::cancel_task(o, decode(params)?, caller).await?);
+                let t = to_json(ops::cancel_task(o, decode(params)?, caller).await?);
                 Reply::Json(if old { v03::task03(t) } else { t })
             }
             "SendStreamingMessage" => {
@@ -190,12 +186,9 @@ impl Call<'_> {
                     stream::subscribe(o, streams, caller, &sub.id, self.headers, frame).await?,
                 )
             }
-            "GetExtendedAgentCard" => Reply::Json(super::rest::extended_card(
-                o,
-                self.face,
-                caller,
-                self.headers,
-            )?),
+            "GetExtendedAgentCard" => {
+                Reply::Json(card::extended(o, self.face.auth, caller, self.headers)?)
+            }
             "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"

@@ -281,14 +281,21 @@ pub(super) fn request(
             })
         })
         .transpose()?;
-    let request = json!({
-        "to": target.agent,
-        "action": target.skill,
-        "params": params,
-        "idempotency_key": idempotency_key,
-    });
-    let mut request: TaskRequest = serde_json::from_value(request)
-        .map_err(|e| A2aError::invalid_params("message.metadata.skillId", e.to_string()))?;
-    request.correlation_id = correlation_id;
-    Ok(request)
+    let action = target
+        .skill
+        .parse()
+        .map_err(|e: String| A2aError::invalid_params("message.metadata.skillId", e))?;
+    Ok(TaskRequest {
+        to: target.agent,
+        action,
+        params,
+        idempotency_key: Some(idempotency_key),
+        priority: None,
+        response_mode: None,
+        required_scopes: Vec::new(),
+        callback_url: None,
+        deadline: None,
+        max_attempts: None,
+        correlation_id,
+    })
 }

@@ -240,7 +240,5 @@ pub(super) fn events(record: &TaskRecord) -> Vec<Event> {
 
 /// The generation a task has reached: the id of its last event.
 pub(super) fn generation(record: &TaskRecord) -> u64 {
-    let completion =
-        u64::from(record.status.state == TaskState::Completed && record.status.result.is_some());
-    record.history.len() as u64 + completion
+    events(record).last().map_or(0, |e| e.id)
 }
