@@ -182,6 +182,22 @@ where
     deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
 }
 
+/// [`object`] for each item of an array field.
+pub fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Item<T>(T);
+    impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Item<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            object(d).map(Item)
+        }
+    }
+    let items = <Vec<Item<T>> as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(items.into_iter().map(|i| i.0).collect())
+}
+
 /// [`object`] for an optional field: `null` or absent is `None`.
 pub fn optional_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where

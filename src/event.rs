@@ -9,6 +9,7 @@ use std::num::NonZeroU32;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::artifact::Artifact;
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::{AgentName, CorrelationId, TaskId, Timestamp, Version};
 
@@ -30,9 +31,30 @@ pub struct WorkerEvent {
     /// The result value, for `completed` (and partial results otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// Artifacts produced (A2A artifacts: files, documents, data parts).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub artifacts: Vec<Value>,
+    /// Artifacts produced, for `completed` (files, documents, data parts).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "codec::objects"
+    )]
+    pub artifacts: Vec<Artifact>,
+    /// The handler's words for the state it reports: what input it needs
+    /// (`input_required`), a closing message (`completed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// A progress report (only with `working`): a status message, a chunk
+    /// of an artifact, or both. A `working` event without it is the
+    /// attempt's start.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "codec::optional_object"
+    )]
+    pub progress: Option<Progress>,
+    /// For `completed`: the request is answered with `message` alone (an
+    /// A2A client gets a Message, not the task).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reply: bool,
     /// Why the task failed or was rejected; required for those states.
     #[serde(
         default,
@@ -63,6 +85,37 @@ impl WorkerEvent {
         // it is never a task's last event.)
         self.attempt.get() > attempt
             || (self.attempt.get() == attempt && self.state != ReportedState::Working)
+    }
+}
+
+/// One progress report of an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// 1 for the attempt's first report, then one more each time: reports
+    /// are kept in this order, and a repeated one is dropped.
+    pub seq: NonZeroU32,
+    /// What the handler is doing, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// An artifact, or a chunk of one, produced so far.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "codec::optional_object"
+    )]
+    pub artifact: Option<Artifact>,
+}
+
+/// The longest message a report may carry.
+pub const MAX_MESSAGE_LEN: usize = 16 * 1024;
+
+fn check_message(field: &str, message: Option<&str>) -> Result<(), DecodeError> {
+    match message {
+        Some(m) if m.len() > MAX_MESSAGE_LEN => Err(DecodeError::invalid(
+            field,
+            format!("must be at most {MAX_MESSAGE_LEN} bytes"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -187,7 +240,36 @@ impl Validate for WorkerEvent {
                 field: "error".into(),
             });
         }
-        check_instance(self.instance.as_deref())
+        check_instance(self.instance.as_deref())?;
+        check_message("message", self.message.as_deref())?;
+        if self.reply && (self.state != ReportedState::Completed || self.message.is_none()) {
+            return Err(DecodeError::invalid(
+                "reply",
+                "only a `completed` event with a `message` replies",
+            ));
+        }
+        for (i, artifact) in self.artifacts.iter().enumerate() {
+            artifact.validate(&format!("artifacts[{i}]"))?;
+        }
+        if let Some(progress) = &self.progress {
+            if self.state != ReportedState::Working {
+                return Err(DecodeError::invalid(
+                    "progress",
+                    "only a `working` event reports progress",
+                ));
+            }
+            if progress.message.is_none() && progress.artifact.is_none() {
+                return Err(DecodeError::invalid(
+                    "progress",
+                    "a progress report has a `message`, an `artifact` or both",
+                ));
+            }
+            check_message("progress.message", progress.message.as_deref())?;
+            if let Some(artifact) = &progress.artifact {
+                artifact.validate("progress.artifact")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -270,6 +352,9 @@ mod tests {
             state,
             result: None,
             artifacts: Vec::new(),
+            message: None,
+            progress: None,
+            reply: false,
             error: None,
             retry_after_seconds: None,
             instance: None,

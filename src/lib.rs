@@ -17,13 +17,14 @@
 //!    `agent`, `task`, `audit`.
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
-//! 7. Wire formats and their helpers: `event`, `envelope`, `codec`,
-//!    `redact`, `retry`.
+//! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
+//!    `codec`, `redact`, `retry`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
 //! - [`envelope`]: the task envelope (wire format v1) and its ids.
-//! - [`event`]: the status and result events workers publish.
+//! - [`event`]: the status, progress and result events workers publish.
+//! - [`artifact`]: artifacts and their parts, as events carry them.
 //! - [`task`]: task states, the state machine, the retry policy, the task
 //!   record and status, a submission's outcome.
 //! - [`audit`]: the audit trail's records, filters and chain report.
@@ -61,6 +62,7 @@
 
 pub mod access;
 pub mod agent;
+pub mod artifact;
 pub mod audit;
 pub mod auth;
 pub mod broker;

@@ -11,11 +11,13 @@ use std::time::Duration;
 use common::system::{System, card, client_with, fast_bus, key_for};
 use futures::future::BoxFuture;
 use orchestrator::agent::AgentCard;
-use orchestrator::worker::{Handler, Outcome, Task};
+use orchestrator::artifact::{Artifact, Part};
+use orchestrator::worker::{Handler, Outcome, Reporter, Task};
 use serde_json::{Value, json};
 
 /// Completes with the params echoed; `{"fail": ...}` fails for good;
-/// `{"hold": ...}` waits for the gate first.
+/// `{"hold": ...}` waits for the gate first; `{"progress": ...}` reports a
+/// message and an artifact in two chunks, then completes with a message.
 struct Scripted {
     gate: tokio::sync::watch::Receiver<bool>,
 }
@@ -31,11 +33,29 @@ impl Handler for Scripted {
             if params.contains_key("hold") {
                 let _ = gate.wait_for(|open| *open).await;
             }
+            if params.contains_key("progress") {
+                return progress(&task.progress);
+            }
             if let Some(text) = params.get("text").and_then(Value::as_str) {
                 return Outcome::completed(json!(format!("echo: {text}")));
             }
             Outcome::completed(json!({ "echo": params }))
         })
+    }
+}
+
+fn progress(reporter: &Reporter) -> Outcome {
+    assert!(reporter.message("step 1"));
+    assert!(reporter.artifact(Artifact::new("doc", Part::text("chunk-1 "))));
+    assert!(reporter.artifact(Artifact {
+        append: true,
+        last_chunk: true,
+        ..Artifact::new("doc", Part::text("chunk-2"))
+    }));
+    Outcome::Completed {
+        result: json!("done"),
+        artifacts: Vec::new(),
+        message: Some("all done".into()),
     }
 }
 
@@ -1009,4 +1029,78 @@ async fn a_stream_resumes_after_the_orchestrator_is_killed() {
     stop.cancel();
     let _ = worker.await;
     second.kill();
+}
+
+/// A handler's progress (a message, an artifact in two chunks) reaches an
+/// A2A stream in order, before the result and the completion with its
+/// message; GetTask shows the chunks put together, and REST the reports
+/// in the task's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reaches_streams_and_rest_in_order() {
+    let (sys, gate) = system().await;
+    let params = json!({"message": message("m-progress",
+        json!([{"data": {"progress": true, "hold": true}}]), json!({"skillId": "helper/answer"}))});
+    let mut resp = open_stream(&sys, "SendStreamingMessage", params, None).await;
+    let first = read_events(&mut resp, 1).await;
+    let id = first[0].1["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gate.send(true).unwrap();
+    let events = read_events(&mut resp, 50).await;
+    let tail: Vec<Value> = events
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(|(_, e)| e["result"].clone())
+        .collect();
+    assert_eq!(
+        tail.iter()
+            .map(|e| kind(&json!({"result": e})))
+            .collect::<Vec<_>>(),
+        ["working", "artifact", "artifact", "artifact", "completed"],
+        "{events:#?}"
+    );
+    let text = |e: &Value| e["statusUpdate"]["status"]["message"]["parts"][0]["text"].clone();
+    assert_eq!(text(&tail[0]), "step 1");
+    let chunk = |e: &Value| e["artifactUpdate"].clone();
+    assert_eq!(chunk(&tail[1])["artifact"]["artifactId"], "doc");
+    assert_eq!(chunk(&tail[1])["artifact"]["parts"][0]["text"], "chunk-1 ");
+    assert!(chunk(&tail[1]).get("append").is_none());
+    assert_eq!(chunk(&tail[2])["artifact"]["parts"][0]["text"], "chunk-2");
+    assert_eq!(chunk(&tail[2])["append"], true);
+    assert_eq!(chunk(&tail[2])["lastChunk"], true);
+    assert_eq!(chunk(&tail[3])["artifact"]["artifactId"], "result");
+    assert_eq!(text(&tail[4]), "all done");
+
+    let got = rpc(&sys, "GetTask", json!({"id": id})).await;
+    let artifacts = &got["result"]["artifacts"];
+    assert_eq!(artifacts[0]["artifactId"], "doc", "{got:#}");
+    assert_eq!(
+        artifacts[0]["parts"],
+        json!([{"text": "chunk-1 "}, {"text": "chunk-2"}])
+    );
+    assert_eq!(artifacts[1]["parts"][0]["text"], "done");
+    let said: Vec<&str> = got["result"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(said, ["step 1", "all done"]);
+
+    let (status, ours) = sys.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(status, 200);
+    let reports: Vec<&Value> = ours["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h.get("progress"))
+        .collect();
+    assert_eq!(reports.len(), 3, "{ours:#}");
+    assert_eq!(reports[0]["message"], "step 1");
+    assert_eq!(reports[0]["seq"], 1);
+    assert_eq!(reports[2]["artifact"]["append"], true);
+    assert_eq!(reports[2]["seq"], 3);
 }

@@ -79,7 +79,10 @@ async fn a_result_nested_past_the_limit_fails_the_task() {
     let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
     for (result, artifacts) in [
         (Some(nested(MAX_DEPTH + 1)), json!([])),
-        (None, json!([nested(MAX_DEPTH)])),
+        (
+            None,
+            json!([{"artifact_id": "a", "parts": [{"data": nested(MAX_DEPTH)}]}]),
+        ),
     ] {
         let id = sys.submit("echo", "echo", json!({})).await;
         let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;

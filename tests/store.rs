@@ -565,3 +565,59 @@ async fn a_workflow_step_is_one_task_whatever_the_key() {
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks["draft"].task_id, first.task_id());
 }
+
+/// A progress report is kept once per run and `seq`: a redelivered one is
+/// not kept twice, a run that resumed the attempt elsewhere counts from 1
+/// again, and a retry starts the count over.
+#[tokio::test]
+async fn progress_reports_are_kept_once_each_in_order() {
+    let (_dir, store) = temp_store();
+    let env = envelope("echo", "echo", json!({}), "k");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let report = |seq: u32, instance: &str, message: &str| Change {
+        attempt: Some(1),
+        run: Some(json!({"instance": instance, "resumed": false})),
+        progress: Some(orchestrator::event::Progress {
+            seq: std::num::NonZeroU32::new(seq).unwrap(),
+            message: Some(message.into()),
+            artifact: None,
+        }),
+        ..change(TaskEvent::Start)
+    };
+    // The first report starts the task, and is kept after its transition.
+    let first = store.apply(id, report(1, "w-1", "one")).await.unwrap();
+    assert!(matches!(first, Applied::Moved(ref r) if r.state == TaskState::Working));
+    store.apply(id, report(1, "w-1", "one")).await.unwrap();
+    store.apply(id, report(2, "w-1", "two")).await.unwrap();
+    store.apply(id, report(2, "w-1", "two")).await.unwrap();
+    store
+        .apply(id, report(1, "w-2", "resumed one"))
+        .await
+        .unwrap();
+    let record = store.get(id).unwrap().unwrap();
+    let said: Vec<_> = record
+        .history
+        .iter()
+        .filter_map(|h| h.progress.as_ref()?.message.clone())
+        .collect();
+    assert_eq!(said, ["one", "two", "resumed one"]);
+    assert_eq!(record.history.len(), 5, "submitted, working, three reports");
+    assert!(
+        record.history[2..]
+            .iter()
+            .all(|h| h.to == TaskState::Working)
+    );
+    // A report for a task that is not running is not kept.
+    let mut done = change(TaskEvent::Complete);
+    done.attempt = Some(1);
+    store.apply(id, done).await.unwrap();
+    store.apply(id, report(3, "w-2", "late")).await.unwrap();
+    let record = store.get(id).unwrap().unwrap();
+    assert!(
+        record
+            .history
+            .iter()
+            .all(|h| h.progress.as_ref().and_then(|p| p.message.as_deref()) != Some("late"))
+    );
+}

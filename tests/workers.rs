@@ -259,6 +259,33 @@ async fn completes(kind: Kind) {
     assert_eq!(starts[0]["via"], kind.via());
 }
 
+/// Progress a handler reports reaches the task's history in order, once
+/// each: through ctx["progress"] on the Python worker, through the command
+/// channel (fd 3) on the Rust worker.
+async fn reports_progress_in_order(kind: Kind) {
+    let mut b = Bench::start().await;
+    let _w = b.worker(kind).await;
+    let id = b.submit("progress", json!({}), 3).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    let reports: Vec<&Value> = task["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h.get("progress"))
+        .collect();
+    let seqs: Vec<u64> = reports.iter().map(|p| p["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [1, 2, 3], "{task:#}");
+    assert_eq!(reports[0]["message"], "step 1");
+    assert_eq!(reports[1]["artifact"]["parts"][0]["text"], "chunk-1 ");
+    assert_eq!(reports[2]["artifact"]["append"], true);
+    let completed = task["history"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        completed["to"], "completed",
+        "every report before the result"
+    );
+}
+
 async fn retries_then_succeeds(kind: Kind) {
     let mut b = Bench::start().await;
     let _w = b.worker(kind).await;
@@ -495,6 +522,7 @@ macro_rules! for_both_workers {
 
 for_both_workers!(
     completes,
+    reports_progress_in_order,
     a_failure_never_reports_a_secret,
     retries_then_succeeds,
     always_failing_fails_after_max_attempts,

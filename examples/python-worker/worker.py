@@ -10,7 +10,9 @@ development only.
 
 The agent directory holds `agent.json` (its card) and `handler.py`, which
 exposes `async def handle(action, params, ctx)`. `ctx` has task_id, attempt,
-resumed and idempotency_key. An exception with a `code` and a `retryable`
+resumed, idempotency_key and progress: `ctx["progress"](message=..., artifact=...)`
+reports progress (§6), any number of times, published in order before the
+result. An exception with a `code` and a `retryable`
 attribute (and optionally `retry_after_seconds`) is reported as that
 failure; any other exception fails the task with `handler_error`.
 """
@@ -434,14 +436,15 @@ class Worker:
             if kept is None:
                 return
             failures += 1
+        trace = trace_headers(msg.headers)
         ctx = {
             "task_id": task,
             "attempt": attempt,
             "resumed": resumed,
             "idempotency_key": control.get("idempotency_key", ""),
+            "progress": Progress(self, env, trace, resumed),
         }
         value = {"state": "running", "attempt": attempt, "stream_seq": stream_seq, "instance": self.instance}
-        trace = trace_headers(msg.headers)
         await self.run(env, msg, ctx, value, revision, trace)
 
     async def run(self, env, msg, ctx, value, revision, trace):
@@ -487,6 +490,7 @@ class Worker:
             self.running.pop(task, None)
             if working:
                 await working  # before the final event, never after it
+            await ctx["progress"].finish()  # every report before the final event
         state, fields = handler.result()
         await self.report_result(env, msg, ctx, (state, fields), trace, (value, revision, last_write))
 
@@ -632,8 +636,10 @@ class Worker:
         }
         if resumed:
             event["resumed"] = True
+        # A progress report has an id of its own (§6).
+        seq = fields["progress"]["seq"] if "progress" in fields else None
         headers = {
-            "Nats-Msg-Id": f"{task}.{attempt}.{state}",
+            "Nats-Msg-Id": f"{task}.{attempt}.{state}" + (f".{seq}" if seq else ""),
             "Orch-Task-Id": task,
             "Orch-Correlation-Id": header["correlation_id"],
         }
@@ -744,6 +750,43 @@ class Worker:
             await asyncio.wait(self.tasks)
         await asyncio.gather(beat, keep)
         await self.nc.drain()
+
+
+class Progress:
+    """ctx["progress"]: the handler's progress reports (§6), each a
+    `working` event with a `progress` object numbered from 1, published in
+    the order reported. Nothing runs for a handler that reports none."""
+
+    def __init__(self, worker, env, trace, resumed):
+        self.worker, self.env, self.trace, self.resumed = worker, env, trace, resumed
+        self.seq = 0
+        self.queue = asyncio.Queue()
+        self.publisher = None
+
+    def __call__(self, message=None, artifact=None):
+        """Queues a report: a status message, an artifact (or a chunk of
+        one: `append`, `last_chunk`), or both."""
+        if message is None and artifact is None:
+            return
+        self.seq += 1
+        progress = {"seq": self.seq}
+        if message is not None:
+            progress["message"] = message
+        if artifact is not None:
+            progress["artifact"] = artifact
+        self.queue.put_nowait(progress)
+        if self.publisher is None:
+            self.publisher = asyncio.create_task(self.publish())
+
+    async def publish(self):
+        while (progress := await self.queue.get()) is not None:
+            await self.worker.report(self.env, "working", trace=self.trace, resumed=self.resumed, progress=progress)
+
+    async def finish(self):
+        """Waits until every queued report is published."""
+        if self.publisher is not None:
+            self.queue.put_nowait(None)
+            await self.publisher
 
 
 async def wait_any(*waitables, timeout=None):

@@ -402,12 +402,16 @@ impl Bus {
         parent: &tracing::Span,
     ) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
-        let msg_id = format!(
-            "{}.{}.{}",
-            event.task_id,
-            event.attempt,
-            event.state.as_str()
-        );
+        // A progress report has its own id: `<task>.<attempt>.working.<seq>`.
+        let msg_id = match &event.progress {
+            Some(p) => format!("{}.{}.working.{}", event.task_id, event.attempt, p.seq),
+            None => format!(
+                "{}.{}.{}",
+                event.task_id,
+                event.attempt,
+                event.state.as_str()
+            ),
+        };
         let span = crate::telemetry::spans::report_event(parent, event, &subject, &msg_id);
         let headers = task_headers(
             &event.task_id.to_string(),

@@ -136,21 +136,18 @@ fn actor(reporter: Option<&AgentName>) -> String {
 fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
     // A result the store could not read back is not kept: the attempt
     // fails (another would send the same).
-    let fits = crate::codec::check_depth("result", &event.result, 0)
-        .and_then(|()| crate::codec::check_depth("artifacts", &event.artifacts, 1));
+    let fits =
+        crate::codec::check_depth("result", &event.result, 0).and_then(|()| artifacts_fit(event));
     if let Err(e) = fits {
         let error = ErrorInfo::new("result_too_deep", e.to_string(), false);
-        return Change {
-            event: TaskEvent::Fail,
+        let change = Change {
             attempt: Some(event.attempt.get()),
-            actor: actor(reporter.as_ref()),
             reason: format!("{}: {}", error.code.as_str(), error.message),
-            result: None,
             error: Some(error),
-            retry_after: None,
-            reporter,
             run: run_of(event),
+            ..Change::new(TaskEvent::Fail, actor(reporter.as_ref()), "")
         };
+        return Change { reporter, ..change };
     }
     let reason = match (&event.error, event.state) {
         (Some(e), _) => format!("{}: {}", e.code.as_str(), e.message),
@@ -166,7 +163,23 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         retry_after: event.retry_after_seconds.map(Duration::from_secs),
         reporter,
         run: run_of(event),
+        message: event.message.clone(),
+        artifacts: event.artifacts.clone(),
+        progress: event.progress.clone(),
+        reply: event.reply,
     }
+}
+
+/// Whether the artifacts an event carries nest no deeper than a result may
+/// (only looked at when there are some).
+fn artifacts_fit(event: &WorkerEvent) -> Result<(), crate::codec::DecodeError> {
+    let chunk = event.progress.as_ref().and_then(|p| p.artifact.as_ref());
+    if event.artifacts.is_empty() && chunk.is_none() {
+        return Ok(());
+    }
+    // Both counted from an array, as a completion's artifacts come.
+    let values = [json!(event.artifacts), json!([chunk])];
+    crate::codec::check_depth("artifacts", &values, 0)
 }
 
 /// Who ran the attempt, as the audit keeps it.

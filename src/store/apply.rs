@@ -11,8 +11,9 @@ use sled::transaction::ConflictableTransactionError;
 
 use super::tasks::{abort, read_status};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use crate::artifact::Artifact;
 use crate::envelope::{AgentName, TaskId, Timestamp};
-use crate::event::ErrorInfo;
+use crate::event::{ErrorInfo, Progress};
 use crate::task::{Next, RetryPolicy, TaskEvent, TaskState, TaskStatus, TransitionError, decide};
 
 /// A change asked of a task.
@@ -41,6 +42,17 @@ pub struct Change {
     /// For a worker's report: who ran the attempt (`instance`) and whether
     /// it was told it resumed (`resumed`), kept in the audit record.
     pub run: Option<Value>,
+    /// The reporter's words for the new state (what input it needs, a
+    /// closing message), kept in the audit record.
+    pub message: Option<String>,
+    /// Artifacts that come with the change (a completion's), kept in the
+    /// audit record.
+    pub artifacts: Vec<Artifact>,
+    /// A progress report of a running attempt: kept as a `task.progress`
+    /// audit record (the task's history), once per `seq`.
+    pub progress: Option<Progress>,
+    /// The reporter answered the request with `message` alone.
+    pub reply: bool,
 }
 
 impl Change {
@@ -56,6 +68,10 @@ impl Change {
             retry_after: None,
             reporter: None,
             run: None,
+            message: None,
+            artifacts: Vec::new(),
+            progress: None,
+            reply: false,
         }
     }
 }
@@ -108,6 +124,8 @@ fn ignored_entry(record: &TaskStatus, change: &Change, why: &str) -> AuditEntry 
 /// How an apply transaction ended.
 enum ApplyOutcome {
     Moved(TaskStatus),
+    /// The state stayed, a progress report was kept.
+    Noted(TaskStatus),
     Unchanged(TaskStatus),
     Ignored(TaskStatus, String),
 }
@@ -115,8 +133,16 @@ enum ApplyOutcome {
 impl ApplyOutcome {
     fn status(&self) -> &TaskStatus {
         match self {
-            ApplyOutcome::Moved(r) | ApplyOutcome::Unchanged(r) | ApplyOutcome::Ignored(r, _) => r,
+            ApplyOutcome::Moved(r)
+            | ApplyOutcome::Noted(r)
+            | ApplyOutcome::Unchanged(r)
+            | ApplyOutcome::Ignored(r, _) => r,
         }
+    }
+
+    /// Whether the task's status was changed (and must be written).
+    fn wrote(&self) -> bool {
+        matches!(self, ApplyOutcome::Moved(_) | ApplyOutcome::Noted(_))
     }
 }
 
@@ -197,7 +223,7 @@ impl Store {
                 if let Some(status) = status.filter(|_| {
                     outcomes
                         .iter()
-                        .any(|o| matches!(o, Ok(ApplyOutcome::Moved(_))))
+                        .any(|o| o.as_ref().is_ok_and(ApplyOutcome::wrote))
                 }) {
                     tx.tasks
                         .insert(&keys::task(task_id), keys::encode(&status))?;
@@ -218,6 +244,10 @@ impl Store {
                         );
                         self.inner.watchers.wake(task_id, r.state.is_terminal());
                         Applied::Moved(r)
+                    }
+                    ApplyOutcome::Noted(r) => {
+                        self.inner.watchers.wake(task_id, false);
+                        Applied::Unchanged(r)
                     }
                     ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),
                     ApplyOutcome::Ignored(record, reason) => Applied::Ignored { record, reason },
@@ -292,7 +322,14 @@ fn apply_one(
         change.event,
     );
     let (state, attempt) = match next {
-        Ok(Next::Stay) => return Ok((head, ApplyOutcome::Unchanged(record))),
+        Ok(Next::Stay) => {
+            return match &change.progress {
+                Some(progress) if record.state == TaskState::Working => {
+                    note_progress(tx, head, record, change, progress, now)
+                }
+                _ => Ok((head, ApplyOutcome::Unchanged(record))),
+            };
+        }
         Ok(Next::Move { state, attempt }) => (state, attempt),
         Err(error @ TransitionError::Terminal { .. }) => {
             return ignore(record, error.to_string());
@@ -308,6 +345,7 @@ fn apply_one(
         let delay = policy.delay(record.attempt, change.retry_after);
         record.retry_at = Some(now.after(delay));
         record.published_seq = None;
+        record.progress = None;
     }
     record.state = state;
     record.attempt = attempt;
@@ -334,6 +372,15 @@ fn apply_one(
     if let Some(run) = &change.run {
         detail["run"] = run.clone();
     }
+    if let Some(message) = &change.message {
+        detail["message"] = Value::from(message.as_str());
+    }
+    if change.reply {
+        detail["reply"] = Value::Bool(true);
+    }
+    if !change.artifacts.is_empty() {
+        detail["artifacts"] = json!(change.artifacts);
+    }
     let entry = AuditEntry {
         actor: change.actor.clone(),
         kind: "task.transition".into(),
@@ -343,5 +390,59 @@ fn apply_one(
         detail,
     };
     let head = audit::append(tx, head, &entry, now)?;
-    Ok((head, ApplyOutcome::Moved(record)))
+    match &change.progress {
+        // The attempt's first report may carry progress: the start, then it.
+        Some(progress) if state == TaskState::Working => {
+            match note_progress(tx, head, record, change, progress, now)? {
+                (head, ApplyOutcome::Noted(record) | ApplyOutcome::Unchanged(record)) => {
+                    Ok((head, ApplyOutcome::Moved(record)))
+                }
+                (head, other) => Ok((head, other)),
+            }
+        }
+        _ => Ok((head, ApplyOutcome::Moved(record))),
+    }
+}
+
+/// Keeps a progress report of the running attempt as a `task.progress`
+/// audit record, unless one with its `seq` (or a later one) was kept
+/// already: a redelivered report is not shown twice.
+fn note_progress(
+    tx: &Tx<'_>,
+    head: audit::Head,
+    mut record: TaskStatus,
+    change: &Change,
+    progress: &Progress,
+    now: Timestamp,
+) -> Result<(audit::Head, ApplyOutcome), Abort> {
+    let seq = progress.seq.get();
+    let instance = change
+        .run
+        .as_ref()
+        .and_then(|r| r["instance"].as_str())
+        .map(str::to_string);
+    if record
+        .progress
+        .as_ref()
+        .is_some_and(|m| m.instance == instance && seq <= m.seq)
+    {
+        return Ok((head, ApplyOutcome::Unchanged(record)));
+    }
+    record.progress = Some(crate::task::ProgressMark { instance, seq });
+    let entry = AuditEntry {
+        actor: change.actor.clone(),
+        kind: "task.progress".into(),
+        task_id: Some(record.task_id),
+        correlation_id: Some(record.correlation_id.clone()),
+        trace_id: record.trace_id.clone(),
+        detail: json!({
+            "state": record.state,
+            "attempt": record.attempt,
+            "seq": seq,
+            "message": progress.message,
+            "artifact": progress.artifact,
+        }),
+    };
+    let head = audit::append(tx, head, &entry, now)?;
+    Ok((head, ApplyOutcome::Noted(record)))
 }

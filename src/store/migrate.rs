@@ -254,6 +254,7 @@ impl WholeRecord {
             trace_parent: self.trace_parent,
             published_seq: self.published_seq,
             retry_at: self.retry_at,
+            progress: None,
             created_at: self.created_at,
             updated_at: self.updated_at,
         };

@@ -76,6 +76,7 @@ impl Store {
             trace_parent: new.trace.clone(),
             published_seq: None,
             retry_at: None,
+            progress: None,
             created_at: now,
             updated_at: now,
         };
@@ -88,6 +89,10 @@ impl Store {
                 attempt,
                 actor: new.actor.clone(),
                 reason: "submitted".into(),
+                message: None,
+                artifacts: Vec::new(),
+                progress: None,
+                reply: false,
             }],
             envelope,
             status,
@@ -414,30 +419,51 @@ impl Store {
     }
 }
 
-/// The history entry an audit record stands for: a creation or a
-/// transition (other records, such as ignored events, are not history).
+/// The history entry an audit record stands for: a creation, a transition
+/// or a progress report (other records, such as ignored events, are not
+/// history).
 fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
     let detail = &record.detail;
     let attempt = detail["attempt"]
         .as_u64()
         .and_then(|a| u32::try_from(a).ok())?;
-    let (from, to, event, reason) = match record.kind.as_str() {
-        "task.submitted" => (None, TaskState::Submitted, None, "submitted".to_string()),
-        "task.transition" => (
-            Some(serde_json::from_value(detail["from"].clone()).ok()?),
-            serde_json::from_value(detail["to"].clone()).ok()?,
-            Some(serde_json::from_value(detail["event"].clone()).ok()?),
-            detail["reason"].as_str().unwrap_or_default().to_string(),
-        ),
-        _ => return None,
-    };
-    Some(HistoryEntry {
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    let mut entry = HistoryEntry {
         at: record.at,
-        from,
-        to,
-        event,
+        from: None,
+        to: TaskState::Submitted,
+        event: None,
         attempt,
         actor: record.actor.clone(),
-        reason,
-    })
+        reason: String::new(),
+        message: text(&detail["message"]),
+        artifacts: Vec::new(),
+        progress: None,
+        reply: detail["reply"].as_bool().unwrap_or(false),
+    };
+    match record.kind.as_str() {
+        "task.submitted" => entry.reason = "submitted".to_string(),
+        "task.transition" => {
+            entry.from = Some(serde_json::from_value(detail["from"].clone()).ok()?);
+            entry.to = serde_json::from_value(detail["to"].clone()).ok()?;
+            entry.event = Some(serde_json::from_value(detail["event"].clone()).ok()?);
+            entry.reason = text(&detail["reason"]).unwrap_or_default();
+            entry.artifacts =
+                serde_json::from_value(detail["artifacts"].clone()).unwrap_or_default();
+        }
+        "task.progress" => {
+            let state: TaskState = serde_json::from_value(detail["state"].clone()).ok()?;
+            entry.from = Some(state);
+            entry.to = state;
+            entry.reason = "progress".to_string();
+            entry.message = None;
+            entry.progress = Some(crate::event::Progress {
+                seq: serde_json::from_value(detail["seq"].clone()).ok()?,
+                message: text(&detail["message"]),
+                artifact: serde_json::from_value(detail["artifact"].clone()).ok(),
+            });
+        }
+        _ => return None,
+    }
+    Some(entry)
 }

@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{TaskEvent, TaskState};
+use crate::artifact::Artifact;
 use crate::envelope::{Action, AgentName, CorrelationId, Envelope, TaskId, Timestamp};
-use crate::event::ErrorInfo;
+use crate::event::{ErrorInfo, Progress};
 
 /// A task as it is shown: its envelope, its status and its history. The
 /// store keeps the three apart (the envelope written once, the status
@@ -21,7 +22,8 @@ pub struct TaskRecord {
     pub history: Vec<HistoryEntry>,
 }
 
-/// One transition of a task.
+/// One transition of a task, or a progress report (`progress` set; the
+/// state did not change).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// When it happened.
@@ -39,6 +41,32 @@ pub struct HistoryEntry {
     pub actor: String,
     /// Why, in words.
     pub reason: String,
+    /// The reporter's words for the new state (what input it needs, a
+    /// closing message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Artifacts that came with the transition (a completion's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+    /// A progress report of the running attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// The reporter answered the request with `message` alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reply: bool,
+}
+
+impl HistoryEntry {
+    /// Every artifact chunk of these entries, in order: progress chunks
+    /// and completions' artifacts.
+    pub fn artifact_chunks(entries: &[HistoryEntry]) -> impl Iterator<Item = &Artifact> {
+        entries.iter().flat_map(|h| {
+            h.progress
+                .iter()
+                .filter_map(|p| p.artifact.as_ref())
+                .chain(h.artifacts.iter())
+        })
+    }
 }
 
 impl TaskRecord {
@@ -110,10 +138,25 @@ pub struct TaskStatus {
     /// When the current attempt may be published: set by a scheduled retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Timestamp>,
+    /// The last progress report of the current attempt that was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressMark>,
     /// When the task was created.
     pub created_at: Timestamp,
     /// When the task last changed.
     pub updated_at: Timestamp,
+}
+
+/// Which progress report of an attempt was kept last: a report is kept
+/// unless it is this one or an earlier one of the same run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressMark {
+    /// The worker instance whose run reported it (a run that resumed the
+    /// attempt elsewhere counts its reports from 1 again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Its `seq`.
+    pub seq: u32,
 }
 
 /// What a submission did: created a task, or found the one the same

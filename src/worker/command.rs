@@ -21,6 +21,9 @@ use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use command_fds::{CommandFdExt, FdMapping};
+
+use super::channel::PROGRESS_FD;
 use super::{Handler, Outcome, Task};
 
 /// Exit code for "try again later".
@@ -120,7 +123,21 @@ async fn run(
     task: Task,
 ) -> Outcome {
     let env = &task.envelope;
-    let mut child = match Command::new(program)
+    let (progress_end, progress_pipe) = match super::channel::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return Outcome::retryable("spawn_failed", format!("cannot make a pipe: {e}")),
+    };
+    let mut command = Command::new(program);
+    if let Err(e) = command.fd_mappings(vec![FdMapping {
+        parent_fd: progress_end,
+        child_fd: PROGRESS_FD,
+    }]) {
+        return Outcome::permanent(
+            "spawn_failed",
+            format!("cannot pass the progress channel: {e}"),
+        );
+    }
+    let mut child = match command
         .args(args)
         .current_dir(&task.agent_dir)
         .env_clear()
@@ -130,6 +147,7 @@ async fn run(
         .env("ORCH_ATTEMPT", task.attempt.to_string())
         .env("ORCH_IDEMPOTENCY_KEY", env.control.idempotency_key.as_str())
         .env("ORCH_RESUMED", if task.resumed { "1" } else { "0" })
+        .env("ORCH_PROGRESS_FD", PROGRESS_FD.to_string())
         .envs(task.trace.iter().map(|(k, v)| (*k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -142,6 +160,9 @@ async fn run(
             return Outcome::permanent("spawn_failed", format!("cannot start `{program}`: {e}"));
         }
     };
+    // The command holds our end of the progress pipe: closed here, the
+    // channel ends when the process (and what it started) closes its own.
+    drop(command);
     // The child leads its own group (process_group(0)): its pid is the
     // group's id.
     let _group = Group(
@@ -166,9 +187,18 @@ async fn run(
             Ok(())
         };
         let tail = async move { Ok(read_tail(stderr, STDERR_TAIL_BYTES).await) };
+        let progress = async {
+            super::channel::forward(progress_pipe, &task.progress, env.header.task_id).await;
+            Ok(())
+        };
         // The first error (stdout too large) ends the others at once; the
         // child is then killed on drop.
-        let (_, out, err) = tokio::try_join!(write, read_limited(stdout, MAX_STDOUT_BYTES), tail)?;
+        let (_, out, err, ()) = tokio::try_join!(
+            write,
+            read_limited(stdout, MAX_STDOUT_BYTES),
+            tail,
+            progress
+        )?;
         Ok((child.wait().await, out, err))
     };
     let (status, out, err) = tokio::select! {
@@ -272,6 +302,7 @@ mod tests {
             resumed: true,
             agent_dir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
+            progress: crate::worker::Reporter::detached(),
             trace: vec![(
                 "TRACEPARENT",
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
@@ -287,6 +318,56 @@ mod tests {
             CommandHandler::environment(&[], std::env::vars()),
         );
         handler.handle(task(dir.path())).await
+    }
+
+    /// Lines on the progress channel (fd 3) become progress reports, in
+    /// order; a line that is not a report is skipped and the task goes on.
+    #[tokio::test]
+    async fn lines_on_fd_3_are_progress_reports_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let handler = CommandHandler::new(
+            vec![
+                "sh".into(),
+                "-c".into(),
+                r#"echo "{\"message\": \"step 1 of $ORCH_PROGRESS_FD\"}" >&3
+                   echo 'not json' >&3
+                   echo '{"message": "x", "unknown": 1}' >&3
+                   printf '{"artifact": {"artifact_id": "doc", "parts": [{"text": "a"}], "last_chunk": true}}' >&3
+                   echo '{"done": true}'"#
+                    .into(),
+            ],
+            Duration::from_secs(10),
+            CommandHandler::environment(&[], std::env::vars()),
+        );
+        let (reporter, mut updates) = crate::worker::Reporter::channel();
+        let mut task = task(dir.path());
+        task.progress = reporter;
+        let outcome = handler.handle(task).await;
+        assert_eq!(
+            outcome,
+            Outcome::completed(serde_json::json!({"done": true}))
+        );
+        let mut got = Vec::new();
+        while let Ok(update) = updates.try_recv() {
+            got.push(update);
+        }
+        let chunk = crate::artifact::Artifact {
+            last_chunk: true,
+            ..crate::artifact::Artifact::new("doc", crate::artifact::Part::text("a"))
+        };
+        assert_eq!(
+            got,
+            vec![
+                crate::worker::Update {
+                    message: Some("step 1 of 3".into()),
+                    artifact: None
+                },
+                crate::worker::Update {
+                    message: None,
+                    artifact: Some(chunk)
+                },
+            ]
+        );
     }
 
     /// Whether process `pid` still runs (a zombie counts as gone).

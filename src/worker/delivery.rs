@@ -231,6 +231,9 @@ fn rejected_from_fragments(
         state: ReportedState::Rejected,
         result: None,
         artifacts: Vec::new(),
+        message: None,
+        progress: None,
+        reply: false,
         error: Some(ErrorInfo::new(
             code,
             format!("malformed envelope: {why}"),

@@ -32,6 +32,10 @@ pub struct Task {
     /// `TRACESTATE` when there is one), for work that starts its own spans:
     /// a command gets them in its environment. Empty when not traced.
     pub trace: Vec<(&'static str, String)>,
+    /// Where the handler reports progress, any number of times: status
+    /// messages and artifact chunks, shown to REST readers and A2A streams
+    /// in order.
+    pub progress: super::Reporter,
 }
 
 /// Runs tasks for an agent.

@@ -19,16 +19,20 @@
 //!   then releases the rest.
 
 mod acquire;
+mod channel;
 mod command;
 mod delivery;
 mod handler;
 mod intake;
 mod outcome;
+mod progress;
 mod run;
 
+pub use channel::PROGRESS_FD;
 pub use command::{CommandHandler, EXIT_RETRY};
 pub use handler::{EchoHandler, Handler, Task, handler_for};
 pub use outcome::{Outcome, event_for, report};
+pub use progress::{Reporter, Update};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::artifact::Artifact;
 use crate::event::{ErrorInfo, ReportedState};
 
 /// How a handler's run of one task ended.
@@ -13,9 +14,17 @@ pub enum Outcome {
     Completed {
         /// The result value.
         result: Value,
-        /// Artifacts produced, if any.
-        artifacts: Vec<Value>,
+        /// Artifacts produced, if any (beside those sent as progress).
+        artifacts: Vec<Artifact>,
+        /// A closing message for people, if any.
+        message: Option<String>,
     },
+    /// Finished by answering with a message alone: an A2A client gets a
+    /// Message, not the task (the task is kept all the same, completed).
+    Replied(String),
+    /// The handler needs input from a person before it can go on: the
+    /// task waits in `input_required`; the message says what is needed.
+    InputRequired(String),
     /// Failed; `error.retryable` says whether another attempt may help.
     Failed {
         /// What went wrong.
@@ -38,6 +47,8 @@ impl Outcome {
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Completed { .. } => "completed",
+            Outcome::InputRequired(_) => "input_required",
+            Outcome::Replied(_) => "completed",
             Outcome::Failed { error, .. } if error.retryable => "failed_retryable",
             Outcome::Failed { .. } => "failed",
             Outcome::Rejected(_) => "rejected",
@@ -55,7 +66,13 @@ impl Outcome {
         fields: &crate::redact::SensitiveFields,
         params: &serde_json::Map<String, Value>,
     ) -> Outcome {
-        if matches!(self, Outcome::Completed { .. } | Outcome::Canceled) {
+        if matches!(
+            self,
+            Outcome::Completed { .. }
+                | Outcome::Replied(_)
+                | Outcome::Canceled
+                | Outcome::InputRequired(_)
+        ) {
             return self;
         }
         let secrets = fields.secrets(params);
@@ -82,6 +99,7 @@ impl Outcome {
         Outcome::Completed {
             result,
             artifacts: Vec::new(),
+            message: None,
         }
     }
 
@@ -110,6 +128,8 @@ impl Outcome {
     pub fn state(&self) -> ReportedState {
         match self {
             Outcome::Completed { .. } => ReportedState::Completed,
+            Outcome::InputRequired(_) => ReportedState::InputRequired,
+            Outcome::Replied(_) => ReportedState::Completed,
             Outcome::Failed { .. } => ReportedState::Failed,
             Outcome::Rejected(_) => ReportedState::Rejected,
             Outcome::AuthRequired(_) => ReportedState::AuthRequired,
@@ -134,6 +154,9 @@ pub fn report(
         state,
         result: None,
         artifacts: Vec::new(),
+        message: None,
+        progress: None,
+        reply: false,
         error: None,
         retry_after_seconds: None,
         instance: None,
@@ -150,9 +173,19 @@ pub fn event_for(
 ) -> crate::event::WorkerEvent {
     let mut event = report(envelope, attempt, outcome.state());
     match outcome {
-        Outcome::Completed { result, artifacts } => {
+        Outcome::Completed {
+            result,
+            artifacts,
+            message,
+        } => {
             event.result = Some(result.clone());
             event.artifacts.clone_from(artifacts);
+            event.message.clone_from(message);
+        }
+        Outcome::InputRequired(message) => event.message = Some(message.clone()),
+        Outcome::Replied(message) => {
+            event.message = Some(message.clone());
+            event.reply = true;
         }
         Outcome::Failed { error, retry_after } => {
             event.error = Some(error.clone());
@@ -184,6 +217,10 @@ mod tests {
                 ReportedState::Rejected,
             ),
             (Outcome::Canceled, ReportedState::Canceled),
+            (
+                Outcome::InputRequired("which account?".into()),
+                ReportedState::InputRequired,
+            ),
         ];
         for (outcome, state) in cases {
             assert_eq!(outcome.state(), state, "{outcome:?}");

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, info, warn};
 
 use super::acquire::keep_waiting;
+use super::progress::{Publisher, Reporter};
 use super::{Outcome, Shared, Stops, Task, event_for, lock, report};
 use crate::bus::{Settlement, settle};
 use crate::claim::{ClaimErrorKind, Held};
@@ -54,6 +55,8 @@ pub(super) async fn run_task(
     let cancel = CancellationToken::new();
     lock(&shared.running).insert(task_id, cancel.clone());
     let handling = trace.in_scope(|| spans::handle(&envelope));
+    let (reporter, mut progress) = Reporter::channel();
+    let mut publisher: Option<Publisher> = None;
     let task = Task {
         envelope: envelope.without_token(),
         attempt,
@@ -61,6 +64,7 @@ pub(super) async fn run_task(
         agent_dir: shared.dir.clone(),
         cancel: cancel.clone(),
         trace: context::environment(&handling),
+        progress: reporter,
     };
     let running = metrics::handler_started(shared.card.name.as_str());
     let started = std::time::Instant::now();
@@ -73,6 +77,9 @@ pub(super) async fn run_task(
     let stopped = loop {
         tokio::select! {
             outcome = &mut run => break Stopped::Finished(outcome),
+            Some(update) = progress.recv() => publisher
+                .get_or_insert_with(|| Publisher::start(shared, &envelope, resumed, trace))
+                .send(update),
             () = &mut working_at, if working.is_none() => {
                 let bus = shared.bus.clone();
                 let mut event = report(&envelope, attempt, ReportedState::Working);
@@ -131,6 +138,16 @@ pub(super) async fn run_task(
     lock(&shared.running).remove(&task_id);
     if let Some(working) = working {
         let _ = working.await;
+    }
+    // What was reported goes out before the final report.
+    progress.close();
+    while let Ok(update) = progress.try_recv() {
+        publisher
+            .get_or_insert_with(|| Publisher::start(shared, &envelope, resumed, trace))
+            .send(update);
+    }
+    if let Some(publisher) = publisher {
+        publisher.finish().await;
     }
     let outcome = match stopped {
         Stopped::Finished(outcome) => outcome,

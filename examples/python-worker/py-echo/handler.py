@@ -28,7 +28,8 @@ class Failure(Exception):
 
 
 async def skill(action, params, ctx):
-    """One skill. `ctx` has task_id, attempt, resumed and idempotency_key."""
+    """One skill. `ctx` has task_id, attempt, resumed, idempotency_key and
+    progress (a function: `message=`, `artifact=`)."""
     if action == "echo":
         return {"echo": params}
     if action == "flaky":
@@ -42,6 +43,13 @@ async def skill(action, params, ctx):
             params.get("message", "the params asked for a failure"),
             retryable=bool(params.get("retryable", False)),
         )
+    if action == "progress":
+        # Three reports: a message, then an artifact in two chunks.
+        ctx["progress"](message="step 1")
+        ctx["progress"](artifact={"artifact_id": "notes", "parts": [{"text": "chunk-1 "}]})
+        chunk = {"artifact_id": "notes", "parts": [{"text": "chunk-2"}], "append": True, "last_chunk": True}
+        ctx["progress"](artifact=chunk)
+        return {"reported": 3}
     if action == "sleep":
         seconds = float(params.get("seconds", 1))
         await asyncio.sleep(seconds)
@@ -79,6 +87,18 @@ async def handle(action, params, ctx, via="python"):
     return result
 
 
+def command_progress():
+    """A command's progress channel: one JSON object per line on the file
+    descriptor ORCH_PROGRESS_FD (docs/agents.md)."""
+    channel = os.fdopen(int(os.environ["ORCH_PROGRESS_FD"]), "w", buffering=1)
+
+    def report(message=None, artifact=None):
+        line = {k: v for k, v in (("message", message), ("artifact", artifact)) if v is not None}
+        channel.write(json.dumps(line) + "\n")
+
+    return report
+
+
 def main():
     envelope = json.load(sys.stdin)
     ctx = {
@@ -86,6 +106,7 @@ def main():
         "attempt": int(os.environ["ORCH_ATTEMPT"]),
         "resumed": os.environ.get("ORCH_RESUMED") == "1",
         "idempotency_key": os.environ.get("ORCH_IDEMPOTENCY_KEY", ""),
+        "progress": command_progress(),
     }
     payload = envelope["payload"]
     try:

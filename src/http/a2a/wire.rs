@@ -21,6 +21,25 @@ use crate::task::{HistoryEntry, TaskRecord, TaskState};
 /// The prefix of the idempotency key a message's id becomes.
 pub(super) const MESSAGE_KEY_PREFIX: &str = "a2a:";
 
+/// With `a2a.message_ids: ignored`, a message's key is this prefix,
+/// [`NONCE_LEN`] random hex digits, `:` and its id: a key of its own, that
+/// still says which message asked.
+pub(super) const UNKEYED_PREFIX: &str = "a2a~";
+
+/// The random part of such a key (64 bits).
+const NONCE_LEN: usize = 16;
+
+/// The message id an idempotency key holds, if it was made from one.
+pub(super) fn message_id_of(key: &str) -> Option<&str> {
+    if let Some(id) = key.strip_prefix(MESSAGE_KEY_PREFIX) {
+        return Some(id);
+    }
+    let rest = key.strip_prefix(UNKEYED_PREFIX)?;
+    let (nonce, id) = rest.split_at_checked(NONCE_LEN)?;
+    let id = id.strip_prefix(':')?;
+    nonce.bytes().all(|b| b.is_ascii_hexdigit()).then_some(id)
+}
+
 /// The id of the artifact a task's result becomes.
 pub(super) const RESULT_ARTIFACT: &str = "result";
 
@@ -64,20 +83,30 @@ fn time(t: &Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond())
 }
 
-/// The agent's words for a transition into `to`: why it failed, was
-/// refused, or waits.
-fn agent_message(record: &TaskRecord, to: TaskState, text: &str, n: usize) -> Option<Message> {
+/// The agent's words in a history entry: a progress report's message, the
+/// worker's message for a new state, or why the task failed, was refused
+/// or waits.
+fn words(h: &HistoryEntry) -> Option<&str> {
+    if let Some(progress) = &h.progress {
+        return progress.message.as_deref();
+    }
+    if let Some(message) = &h.message {
+        return Some(message);
+    }
     let says = matches!(
-        to,
+        h.to,
         TaskState::Failed
             | TaskState::Rejected
             | TaskState::Canceled
             | TaskState::InputRequired
             | TaskState::AuthRequired
     );
-    if !says || text.is_empty() {
-        return None;
-    }
+    (says && !h.reason.is_empty()).then_some(h.reason.as_str())
+}
+
+/// The agent's message of the `n`th history entry, if it says something.
+fn agent_message(record: &TaskRecord, h: &HistoryEntry, n: usize) -> Option<Message> {
+    let text = words(h)?;
     Some(Message {
         message_id: format!("{}-{n}", record.task_id()),
         context_id: Some(record.correlation_id().to_string()),
@@ -90,12 +119,46 @@ fn agent_message(record: &TaskRecord, to: TaskState, text: &str, n: usize) -> Op
     })
 }
 
-/// The status a history entry stands for (the `n`th event).
+/// The message a completed task answered its request with, when its
+/// worker replied with a message alone.
+pub(super) fn reply(record: &TaskRecord) -> Option<Message> {
+    let last = record.history.last().filter(|h| h.reply)?;
+    agent_message(record, last, record.history.len())
+}
+
+/// The status a history entry stands for (the `n`th entry).
 fn status_of(record: &TaskRecord, h: &HistoryEntry, n: usize) -> a2a::TaskStatus {
     a2a::TaskStatus {
         state: state(h.to),
-        message: agent_message(record, h.to, &h.reason, n),
+        message: agent_message(record, h, n),
         timestamp: time(&h.at),
+    }
+}
+
+/// One of our artifact parts in A2A's words.
+fn part(p: &crate::artifact::Part) -> Part {
+    let mut out = match (&p.text, &p.data, &p.url, p.raw_bytes()) {
+        (Some(text), ..) => Part::text(text.clone()),
+        (_, Some(data), ..) => Part::data(data.clone()),
+        (_, _, Some(url), _) => Part::url(url.clone()),
+        (.., Some(bytes)) => Part::raw(bytes),
+        // Validated on arrival: a part has one content.
+        _ => Part::text(""),
+    };
+    out.media_type.clone_from(&p.media_type);
+    out.filename.clone_from(&p.filename);
+    out
+}
+
+/// One of our artifacts (or chunks) in A2A's words.
+fn artifact(a: &crate::artifact::Artifact) -> Artifact {
+    Artifact {
+        artifact_id: a.artifact_id.clone(),
+        name: a.name.clone(),
+        description: a.description.clone(),
+        parts: a.parts.iter().map(part).collect(),
+        metadata: None,
+        extensions: None,
     }
 }
 
@@ -103,10 +166,7 @@ fn status_of(record: &TaskRecord, h: &HistoryEntry, n: usize) -> a2a::TaskStatus
 /// came through A2A) and its params as a data part.
 fn request_message(record: &TaskRecord) -> Message {
     let key = record.envelope.control.idempotency_key.as_str();
-    let message_id = key
-        .strip_prefix(MESSAGE_KEY_PREFIX)
-        .unwrap_or(key)
-        .to_string();
+    let message_id = message_id_of(key).unwrap_or(key).to_string();
     Message {
         message_id,
         context_id: Some(record.correlation_id().to_string()),
@@ -167,25 +227,39 @@ pub(super) fn task(record: &TaskRecord, history_length: Option<usize>, artifacts
             .history
             .iter()
             .enumerate()
-            .filter_map(|(i, h)| agent_message(record, h.to, &h.reason, i + 1)),
+            .filter_map(|(i, h)| agent_message(record, h, i + 1)),
     );
     if let Some(n) = history_length {
         let skip = history.len().saturating_sub(n);
         history.drain(..skip);
     }
-    let result = record
-        .status
-        .result
-        .as_ref()
-        .filter(|_| artifacts && record.status.state == TaskState::Completed);
+    let artifacts = artifacts
+        .then(|| all_artifacts(record))
+        .filter(|a| !a.is_empty());
     Task {
         id: record.task_id().to_string(),
         context_id: record.correlation_id().to_string(),
         status,
-        artifacts: result.map(|r| vec![result_artifact(r)]),
+        artifacts,
         history: (!history.is_empty()).then_some(history),
         metadata: Some(metadata(record)),
     }
+}
+
+/// A task's artifacts as they stand: what its progress reports and its
+/// completion produced (chunks put together), then its result.
+fn all_artifacts(record: &TaskRecord) -> Vec<Artifact> {
+    let mut out: Vec<Artifact> =
+        crate::artifact::assemble(HistoryEntry::artifact_chunks(&record.history))
+            .iter()
+            .map(artifact)
+            .collect();
+    if record.status.state == TaskState::Completed
+        && let Some(result) = &record.status.result
+    {
+        out.push(result_artifact(result));
+    }
+    out
 }
 
 /// One event of a task: its generation (from 1, without gaps) and what it
@@ -198,31 +272,55 @@ pub(super) struct Event {
 }
 
 /// Every event of a task, oldest first: a status update per transition
-/// (the first is the creation), and the result as an artifact update just
-/// before the completion's status.
+/// (the first is the creation); for a progress report, a status update
+/// with its message and an artifact update with its chunk; for the
+/// completion, its artifacts and the result as artifact updates just
+/// before its status.
 pub(super) fn events(record: &TaskRecord) -> Vec<Event> {
     let task_id = record.task_id().to_string();
     let context_id = record.correlation_id().to_string();
-    let mut out = Vec::with_capacity(record.history.len() + 1);
-    for (i, h) in record.history.iter().enumerate() {
-        if h.to == TaskState::Completed
-            && let Some(result) = &record.status.result
-        {
-            out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: task_id.clone(),
-                context_id: context_id.clone(),
-                artifact: result_artifact(result),
-                append: None,
-                last_chunk: Some(true),
-                metadata: None,
-            }));
-        }
-        out.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+    let artifact_update = |a: Artifact, append: bool, last_chunk: bool| {
+        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: task_id.clone(),
             context_id: context_id.clone(),
-            status: status_of(record, h, i + 1),
+            artifact: a,
+            append: append.then_some(true),
+            last_chunk: Some(last_chunk),
             metadata: None,
-        }));
+        })
+    };
+    let status_update = |h: &HistoryEntry, n: usize| {
+        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: task_id.clone(),
+            context_id: context_id.clone(),
+            status: status_of(record, h, n),
+            metadata: None,
+        })
+    };
+    let mut out = Vec::with_capacity(record.history.len() + 1);
+    for (i, h) in record.history.iter().enumerate() {
+        if let Some(progress) = &h.progress {
+            if progress.message.is_some() {
+                out.push(status_update(h, i + 1));
+            }
+            if let Some(chunk) = &progress.artifact {
+                out.push(artifact_update(
+                    artifact(chunk),
+                    chunk.append,
+                    chunk.last_chunk,
+                ));
+            }
+            continue;
+        }
+        if h.to == TaskState::Completed {
+            for a in &h.artifacts {
+                out.push(artifact_update(artifact(a), false, true));
+            }
+            if let Some(result) = &record.status.result {
+                out.push(artifact_update(result_artifact(result), false, true));
+            }
+        }
+        out.push(status_update(h, i + 1));
     }
     out.into_iter()
         .enumerate()
