@@ -102,6 +102,29 @@ pub struct A2aSettings {
     pub keepalive: Duration,
     /// Streams open at once, over every caller; more are refused (503).
     pub max_streams: usize,
+    /// What a message's id is to the orchestrator (default `keys`).
+    pub message_ids: MessageIds,
+    /// Whether the agent card also has 0.3's top-level `url`,
+    /// `protocolVersion`, `preferredTransport` and `additionalInterfaces`,
+    /// so 0.3 clients find the endpoint (default true; a 1.0 reader
+    /// ignores them, but a strict 1.0 schema, such as the TCK's, refuses
+    /// them).
+    pub card_v0_3_fields: bool,
+}
+
+/// What a message's id is to the orchestrator, when no `Idempotency-Key`
+/// header is given (`docs/a2a.md`, "Idempotent sends").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageIds {
+    /// An idempotency key of its sender: the same message again is the
+    /// same task; the same id with other content is refused (-32100).
+    #[default]
+    Keys,
+    /// Not a key: every message is a new task (an `Idempotency-Key`
+    /// header still makes a send idempotent). For clients that reuse ids
+    /// for different requests (the A2A TCK does).
+    Ignored,
 }
 
 impl Default for A2aSettings {
@@ -112,6 +135,8 @@ impl Default for A2aSettings {
             default_skill: None,
             keepalive: Duration::from_secs(15),
             max_streams: 10_000,
+            message_ids: MessageIds::Keys,
+            card_v0_3_fields: true,
         }
     }
 }

@@ -34,7 +34,7 @@ mod schemas;
 mod workflows;
 
 pub use caller::Caller;
-pub use config::{A2aSettings, DEFAULT_NATS_URL, ServiceConfig};
+pub use config::{A2aSettings, DEFAULT_NATS_URL, MessageIds, ServiceConfig};
 pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;

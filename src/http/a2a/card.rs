@@ -115,8 +115,8 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
     }
 }
 
-/// The card as served: 1.0's fields, and 0.3's top-level ones so 0.3
-/// clients find the endpoint.
+/// The card as served: 1.0's fields, and (unless `a2a.card_v0_3_fields`
+/// is off) 0.3's top-level ones so 0.3 clients find the endpoint.
 pub(super) fn card_json(
     o: &Orchestrator,
     base: &str,
@@ -124,6 +124,9 @@ pub(super) fn card_json(
     caller: Option<&Caller>,
 ) -> Value {
     let mut v = serde_json::to_value(card(o, base, auth, caller)).unwrap_or_default();
+    if !o.config().a2a.card_v0_3_fields {
+        return v;
+    }
     v["url"] = json!(format!("{base}{RPC_PATH}"));
     v["protocolVersion"] = json!("0.3.0");
     v["preferredTransport"] = json!("JSONRPC");

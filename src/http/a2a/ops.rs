@@ -123,6 +123,9 @@ pub(super) async fn send_message(
             .await?
             .unwrap_or(record)
     };
+    if let Some(reply) = wire::reply(&record) {
+        return Ok(SendMessageResponse::Message(reply));
+    }
     Ok(SendMessageResponse::Task(wire::task(
         &record, history, true,
     )))

@@ -39,6 +39,22 @@ pub(super) fn decode<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> 
     })
 }
 
+/// The request's Content-Type when it is given and is not JSON
+/// (`application/json` or a `+json` type); a request without one is read as
+/// JSON.
+fn not_json(headers: &HeaderMap) -> Option<String> {
+    let given = headers.get(axum::http::header::CONTENT_TYPE)?;
+    let given = given.to_str().unwrap_or("(not text)");
+    let essence = given
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let json = essence == "application/json" || essence.ends_with("+json");
+    (!json).then(|| given.to_string())
+}
+
 /// The request's id, method and params, or why it is no request.
 fn envelope(body: &[u8]) -> Result<(Value, String, Value), (Value, A2aError)> {
     let v: Value = serde_json::from_slice(body)
@@ -88,6 +104,11 @@ pub(super) async fn handle(
         Ok(b) => b,
         Err(e) => return answer(&Value::Null, Err(e.into())),
     };
+    if let Some(other) = not_json(&headers) {
+        let why =
+            format!("the request's Content-Type is `{other}`; JSON-RPC takes application/json");
+        return answer(&Value::Null, Err(A2aError::content_type(why)));
+    }
     let (id, method, params) = match envelope(&body) {
         Ok(r) => r,
         Err((id, e)) => return answer(&id, Err(e)),

@@ -6,9 +6,10 @@ use a2a::{Message, Part, PartContent, SendMessageRequest};
 use serde_json::{Map, Value, json};
 
 use super::error::A2aError;
-use super::wire::MESSAGE_KEY_PREFIX;
+use super::wire::{MESSAGE_KEY_PREFIX, UNKEYED_PREFIX};
 use crate::agent::Skill;
 use crate::envelope::{AgentName, CorrelationId, IdempotencyKey};
+use crate::service::MessageIds;
 use crate::service::{Orchestrator, TaskRequest};
 
 /// The skill a message goes to.
@@ -260,18 +261,6 @@ pub(super) fn request(
         .get(&target.agent)
         .and_then(|c| c.skill(&target.skill));
     let params = params(message, skill.as_ref())?;
-    let key = match header_key {
-        Some(k) => k.to_string(),
-        None => format!("{MESSAGE_KEY_PREFIX}{}", message.message_id),
-    };
-    let idempotency_key: IdempotencyKey = key.parse().map_err(|e: String| {
-        let field = if header_key.is_some() {
-            "Idempotency-Key"
-        } else {
-            "message.messageId"
-        };
-        A2aError::invalid_params(field, e)
-    })?;
     let correlation_id = message
         .context_id
         .as_deref()
@@ -285,11 +274,11 @@ pub(super) fn request(
         .skill
         .parse()
         .map_err(|e: String| A2aError::invalid_params("message.metadata.skillId", e))?;
-    Ok(TaskRequest {
+    let request = TaskRequest {
         to: target.agent,
         action,
         params,
-        idempotency_key: Some(idempotency_key),
+        idempotency_key: None,
         priority: None,
         response_mode: None,
         required_scopes: Vec::new(),
@@ -297,5 +286,25 @@ pub(super) fn request(
         deadline: None,
         max_attempts: None,
         correlation_id,
+    };
+    let key = match (header_key, o.config().a2a.message_ids) {
+        (Some(k), _) => k.to_string(),
+        (None, MessageIds::Keys) => format!("{MESSAGE_KEY_PREFIX}{}", message.message_id),
+        (None, MessageIds::Ignored) => {
+            let nonce = fastrand::u64(..);
+            format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
+        }
+    };
+    let idempotency_key: IdempotencyKey = key.parse().map_err(|e: String| {
+        let field = if header_key.is_some() {
+            "Idempotency-Key"
+        } else {
+            "message.messageId"
+        };
+        A2aError::invalid_params(field, e)
+    })?;
+    Ok(TaskRequest {
+        idempotency_key: Some(idempotency_key),
+        ..request
     })
 }
