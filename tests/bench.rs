@@ -61,6 +61,36 @@ fn a_bench_given_several_urls_runs_every_path() {
     }
 }
 
+/// `--a2a`: the deployed path again with A2A clients, every task
+/// completed through a blocking `SendMessage`, its CPU set beside REST's,
+/// and the subscriptions held open and measured.
+#[test]
+fn an_a2a_bench_measures_the_gateway_beside_rest() {
+    let server = NatsServer::start();
+    let got = bench(&[
+        "--tasks",
+        "40",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--client",
+        "sync",
+        "--a2a",
+        "--subscribers",
+        "50",
+        "--nats-url",
+        &server.url(),
+        "--json",
+    ]);
+    assert_eq!(count(&got, "/processes/throughput/count"), 40);
+    assert_eq!(count(&got, "/a2a/throughput/count"), 40);
+    assert_eq!(count(&got, "/a2a/low_load/count"), 5);
+    assert_eq!(count(&got, "/a2a/subscribers"), 50);
+    assert!(got["a2a"]["orchestrator_cpu_vs_rest"].as_f64() > Some(0.0), "{got:#}");
+    assert!(got["a2a"]["orchestrator_rss_mib_with_subscribers"].as_f64() > Some(0.0), "{got:#}");
+}
+
 /// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill
 /// run's tasks all completed across a kill that did happen (another
 /// leader was named after it).

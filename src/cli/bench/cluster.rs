@@ -78,7 +78,8 @@ async fn layout(
     let (bare, bare_cpu) = super::bare::bare_round_trip(url, brokers, tag, replicas, args).await?;
     let prefix = format!("benchp{tag}");
     let deployed = Deployed::start(url, &prefix, dir, replicas, args, None).await?;
-    let measured = procs::full_path(deployed, brokers, args).await?;
+    let measured = procs::full_path(&deployed, brokers, args).await?;
+    drop(deployed);
     Ok(Layout {
         bare,
         bare_cpu,

@@ -61,7 +61,7 @@ impl Processes {
 /// that cost.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(super) struct CpuPerTask {
-    orchestrator_us: Option<f64>,
+    pub(super) orchestrator_us: Option<f64>,
     worker_us: Option<f64>,
     broker_us: Option<f64>,
     client_us: Option<f64>,

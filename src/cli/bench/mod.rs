@@ -9,6 +9,7 @@
 //! `--cluster` measures replication and a leader kill instead (see
 //! `cluster`).
 
+mod a2a;
 mod bare;
 mod cluster;
 mod cpu;
@@ -30,7 +31,7 @@ use orchestrator::bus::BusConfig;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct BenchArgs {
     /// Tasks (and bare messages) per throughput run.
     #[arg(long, default_value_t = 10_000)]
@@ -65,6 +66,15 @@ pub struct BenchArgs {
     /// `sync` submits with `response_mode: sync` (one call).
     #[arg(long, value_enum, default_value_t = Client::Poll)]
     client: Client,
+    /// Also measure the A2A face, beside the REST path: the deployed path
+    /// again with clients that send one blocking A2A `SendMessage`
+    /// (JSON-RPC) per task, and the memory of `--subscribers` open
+    /// `SubscribeToTask` streams.
+    #[arg(long, conflicts_with = "cluster")]
+    a2a: bool,
+    /// With `--a2a`: how many SSE subscriptions are held open at once.
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -78,6 +88,8 @@ enum Client {
     Poll,
     /// One submit with `response_mode: sync`.
     Sync,
+    /// One blocking A2A `SendMessage` (JSON-RPC 1.0).
+    A2a,
 }
 
 /// Figures of one measured run.
@@ -190,16 +202,20 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         None => None,
     };
     let tracing = sink.as_ref().map(|((url, _), r)| (url.as_str(), *r));
+    let rest =
+        procs::Deployed::start(&url, &format!("benchp{tag}"), dir.path(), 1, args, tracing).await?;
     let procs::Measured {
         figures: deployed,
         orchestrator_rss,
         cpu,
-    } = procs::full_path(
-        procs::Deployed::start(&url, &format!("benchp{tag}"), dir.path(), 1, args, tracing).await?,
-        &brokers,
-        args,
-    )
-    .await?;
+    } = procs::full_path(&rest, &brokers, args).await?;
+    drop(rest);
+    let a2a = match args.a2a {
+        true => {
+            Some(a2a::measure(&url, &format!("bencha{tag}"), dir.path(), &brokers, args).await?)
+        }
+        false => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -231,6 +247,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "client": args.client,
                 "otlp_received": exported,
                 "concurrency": args.concurrency,
+                "a2a": a2a.as_ref().map(|a| a.json(&cpu)),
             })
         );
     } else {
@@ -277,6 +294,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
             ),
         }
         print_cpu("CPU per task, as deployed", &cpu);
+        if let Some(a2a) = &a2a {
+            a2a.print(args, &cpu);
+        }
         print_cpu("CPU per message, bare JetStream", &bare_cpu);
         if let Some(rss) = orchestrator_rss {
             outln!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");

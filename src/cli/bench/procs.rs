@@ -18,9 +18,9 @@ use super::{BenchArgs, Client, Figures, echo_card, measure};
 pub(super) struct Deployed {
     run: Child,
     worker: Child,
-    client: reqwest::Client,
-    http: String,
-    sync: bool,
+    pub(super) client: reqwest::Client,
+    pub(super) http: String,
+    kind: Client,
 }
 
 impl Drop for Deployed {
@@ -52,9 +52,9 @@ pub(super) struct Measured {
 }
 
 /// Measures the deployed path on `deployed` (the broker's processes are
-/// `brokers`, if the bench started them), then stops it.
+/// `brokers`, if the bench started them).
 pub(super) async fn full_path(
-    deployed: Deployed,
+    deployed: &Deployed,
     brokers: &[u32],
     args: &BenchArgs,
 ) -> Result<Measured, String> {
@@ -73,7 +73,6 @@ pub(super) async fn full_path(
     let cpu = CpuPerTask::between(before, processes.cpu(), throughput.count);
     let low = measure("processes, low load", args.samples, 1, one).await?;
     let orchestrator_rss = deployed.run.id().and_then(super::rss_mib_of);
-    drop(deployed);
     Ok(Measured {
         figures: (throughput, low),
         orchestrator_rss,
@@ -82,6 +81,11 @@ pub(super) async fn full_path(
 }
 
 impl Deployed {
+    /// The orchestrator process's id.
+    pub(super) fn orchestrator_pid(&self) -> Option<u32> {
+        self.run.id()
+    }
+
     /// Starts both processes against the broker at `url`, with streams of
     /// `replicas` replicas and their files under `dir/procs`, and waits
     /// until the orchestrator is ready and the worker registered.
@@ -103,15 +107,26 @@ impl Deployed {
         };
         let card = serde_json::to_value(echo_card(args.concurrency)?).map_err(|e| e.to_string())?;
         write(&agents.join("echo/agent.json"), &card)?;
+        if args.client == Client::A2a {
+            // An agent no worker serves: its tasks wait, to be subscribed to.
+            write(&agents.join("idle/agent.json"), &super::a2a::idle_card())?;
+        }
         std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
         let config = dir.join("config.json");
         // The API as deployed: every call authenticated with an API key.
         let api_key = orchestrator::access::api_keys::generate();
+        // Open subscriptions are requests in flight too.
+        let in_flight = (args.concurrency * 2).max(512)
+            + if args.client == Client::A2a {
+                args.subscribers
+            } else {
+                0
+            };
         let mut settings = json!({
             "bus": {"prefix": prefix, "replicas": replicas},
-            "http_max_in_flight": (args.concurrency * 2).max(512),
+            "http_max_in_flight": in_flight,
             // Every client is the one principal `bench`.
-            "http_max_in_flight_per_principal": (args.concurrency * 2).max(512),
+            "http_max_in_flight_per_principal": in_flight,
             "api_auth": {"api_keys": [{
                 "principal": "bench", "scopes": ["*"],
                 "sha256": orchestrator::access::api_keys::hash(&api_key),
@@ -200,7 +215,7 @@ impl Deployed {
             worker,
             client,
             http,
-            sync: args.client == Client::Sync,
+            kind: args.client,
         })
     }
 
@@ -216,13 +231,16 @@ impl Deployed {
         i: usize,
         resend: bool,
     ) -> impl std::future::Future<Output = Result<Ended, String>> + Send + 'static {
-        let (client, http, sync) = (self.client.clone(), self.http.clone(), self.sync);
+        let (client, http, kind) = (self.client.clone(), self.http.clone(), self.kind);
         async move {
+            if kind == Client::A2a {
+                return super::a2a::send(&client, &http, i).await;
+            }
             let mut body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
             if resend {
                 body["idempotency_key"] = json!(format!("bench-{}", uuid::Uuid::now_v7().simple()));
             }
-            if sync {
+            if kind == Client::Sync {
                 body["response_mode"] = json!("sync");
             }
             let t = Instant::now();
@@ -272,14 +290,14 @@ impl Deployed {
 }
 
 /// Why a call got no answer to use.
-enum Failed {
+pub(super) enum Failed {
     /// The orchestrator is away or answered 5xx: worth asking again.
     Transient(String),
     /// Anything else.
     Final(String),
 }
 
-async fn call(request: reqwest::RequestBuilder) -> Result<Value, Failed> {
+pub(super) async fn call(request: reqwest::RequestBuilder) -> Result<Value, Failed> {
     let response = request
         .send()
         .await
@@ -304,7 +322,16 @@ async fn ready(client: &reqwest::Client, http: &str, dir: &Path) -> Result<(), S
         let agents = call(client.get(format!("{http}/v1/agents"))).await;
         let workers = agents
             .ok()
-            .and_then(|a| a["agents"][0]["instances"].as_array().map(Vec::len))
+            .and_then(|a| {
+                let agents = a["agents"].as_array()?.clone();
+                Some(
+                    agents
+                        .iter()
+                        .filter_map(|a| a["instances"].as_array())
+                        .map(Vec::len)
+                        .sum(),
+                )
+            })
             .unwrap_or(0);
         if up && workers > 0 {
             return Ok(());
