@@ -87,8 +87,14 @@ fn an_a2a_bench_measures_the_gateway_beside_rest() {
     assert_eq!(count(&got, "/a2a/throughput/count"), 40);
     assert_eq!(count(&got, "/a2a/low_load/count"), 5);
     assert_eq!(count(&got, "/a2a/subscribers"), 50);
-    assert!(got["a2a"]["orchestrator_cpu_vs_rest"].as_f64() > Some(0.0), "{got:#}");
-    assert!(got["a2a"]["orchestrator_rss_mib_with_subscribers"].as_f64() > Some(0.0), "{got:#}");
+    assert!(
+        got["a2a"]["orchestrator_cpu_vs_rest"].as_f64() > Some(0.0),
+        "{got:#}"
+    );
+    assert!(
+        got["a2a"]["orchestrator_rss_mib_with_subscribers"].as_f64() > Some(0.0),
+        "{got:#}"
+    );
 }
 
 /// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill

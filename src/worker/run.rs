@@ -56,7 +56,9 @@ pub(super) async fn run_task(
     lock(&shared.running).insert(task_id, cancel.clone());
     let handling = trace.in_scope(|| spans::handle(&envelope));
     let (reporter, mut progress) = Reporter::channel();
+    // Started by the first progress report, if any.
     let mut publisher: Option<Publisher> = None;
+    let start_publisher = || Publisher::start(shared, &envelope, resumed, trace);
     let task = Task {
         envelope: envelope.without_token(),
         attempt,
@@ -77,9 +79,9 @@ pub(super) async fn run_task(
     let stopped = loop {
         tokio::select! {
             outcome = &mut run => break Stopped::Finished(outcome),
-            Some(update) = progress.recv() => publisher
-                .get_or_insert_with(|| Publisher::start(shared, &envelope, resumed, trace))
-                .send(update),
+            Some(update) = progress.recv() => {
+                publisher.get_or_insert_with(&start_publisher).send(update);
+            }
             () = &mut working_at, if working.is_none() => {
                 let bus = shared.bus.clone();
                 let mut event = report(&envelope, attempt, ReportedState::Working);
@@ -142,9 +144,7 @@ pub(super) async fn run_task(
     // What was reported goes out before the final report.
     progress.close();
     while let Ok(update) = progress.try_recv() {
-        publisher
-            .get_or_insert_with(|| Publisher::start(shared, &envelope, resumed, trace))
-            .send(update);
+        publisher.get_or_insert_with(&start_publisher).send(update);
     }
     if let Some(publisher) = publisher {
         publisher.finish().await;
