@@ -36,6 +36,12 @@ impl Handler for Scripted {
             if params.contains_key("progress") {
                 return progress(&task.progress);
             }
+            if params.contains_key("ask") {
+                return match &task.envelope.payload.input {
+                    None => Outcome::InputRequired("which account?".into()),
+                    Some(input) => Outcome::completed(json!({"answered": input})),
+                };
+            }
             if let Some(text) = params.get("text").and_then(Value::as_str) {
                 return Outcome::completed(json!(format!("echo: {text}")));
             }
@@ -1103,4 +1109,93 @@ async fn progress_reaches_streams_and_rest_in_order() {
     assert_eq!(reports[0]["seq"], 1);
     assert_eq!(reports[2]["artifact"]["append"], true);
     assert_eq!(reports[2]["seq"], 3);
+}
+
+/// A task that asks for input waits in `input-required`; a message naming
+/// it answers (its parts the input of the next attempt, audited with the
+/// caller); a subscription stays open across the wait and ends at the
+/// completion; a message to a task that no longer waits is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_answers_a_task_that_waits_for_input() {
+    let (sys, _gate) = system().await;
+    let asked = rpc(
+        &sys,
+        "SendMessage",
+        json!({"message": message("m-ask", json!([{"data": {"ask": true}}]), json!({"skillId": "helper/answer"}))}),
+    )
+    .await;
+    let task = &asked["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked:#}"
+    );
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "which account?"
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+    let context = task["contextId"].as_str().unwrap().to_string();
+
+    let mut sub = open_stream(&sys, "SubscribeToTask", json!({"id": id}), None).await;
+    let snapshot = read_events(&mut sub, 1).await;
+    assert_eq!(kind(&snapshot[0].1), "task");
+
+    let answer = json!({"message": {"messageId": "m-answer", "role": "ROLE_USER", "taskId": id,
+        "contextId": context, "parts": [{"data": {"account": "a-1"}}]}});
+    let answered = rpc(&sys, "SendMessage", answer.clone()).await;
+    let task = &answered["result"]["task"];
+    assert_eq!(task["id"], id.as_str(), "{answered:#}");
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answered:#}"
+    );
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["data"],
+        json!({"answered": {"account": "a-1"}})
+    );
+    assert_eq!(
+        task["metadata"]["attempt"], 2,
+        "the answer ran as the next attempt"
+    );
+    let history = task["history"].as_array().unwrap();
+    let turns: Vec<(&str, &Value)> = history
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), &m["parts"][0]))
+        .collect();
+    assert_eq!(
+        turns[1],
+        ("ROLE_AGENT", &json!({"text": "which account?"})),
+        "{turns:?}"
+    );
+    assert_eq!(
+        turns[2],
+        ("ROLE_USER", &json!({"data": {"account": "a-1"}})),
+        "{turns:?}"
+    );
+
+    // The subscription saw the answer's attempt through to the end.
+    let events = read_events(&mut sub, 50).await;
+    let kinds: Vec<String> = events.iter().map(|(_, e)| kind(e)).collect();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("completed"),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"submitted".to_string()), "{kinds:?}");
+
+    // The answer is in the task's history, with who gave it.
+    let (_, ours) = sys.get(&format!("/v1/tasks/{id}")).await;
+    let given = ours["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["event"] == "answer")
+        .unwrap_or_else(|| panic!("no answer in {ours:#}"));
+    assert_eq!(given["input"], json!({"account": "a-1"}));
+    assert_eq!(given["actor"], "test-admin");
+    assert_eq!(given["from"], "input_required");
+
+    // A task that no longer waits takes no message.
+    let again = rpc(&sys, "SendMessage", answer).await;
+    assert_eq!(error_code(&again), -32004, "{again:#}");
 }

@@ -10,7 +10,8 @@ development only.
 
 The agent directory holds `agent.json` (its card) and `handler.py`, which
 exposes `async def handle(action, params, ctx)`. `ctx` has task_id, attempt,
-resumed, idempotency_key and progress: `ctx["progress"](message=..., artifact=...)`
+resumed, idempotency_key, input (the answer to an earlier input_required,
+or None) and progress: `ctx["progress"](message=..., artifact=...)`
 reports progress (§6), any number of times, published in order before the
 result. An exception with a `code` and a `retryable`
 attribute (and optionally `retry_after_seconds`) is reported as that
@@ -443,6 +444,8 @@ class Worker:
             "resumed": resumed,
             "idempotency_key": control.get("idempotency_key", ""),
             "progress": Progress(self, env, trace, resumed),
+            # The answer to an earlier attempt's input_required, if any.
+            "input": payload.get("input"),
         }
         value = {"state": "running", "attempt": attempt, "stream_seq": stream_seq, "instance": self.instance}
         await self.run(env, msg, ctx, value, revision, trace)

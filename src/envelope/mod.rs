@@ -70,6 +70,10 @@ pub struct Payload {
     /// Trigger metadata the agent may use (system prompt for an LLM step).
     #[serde(default, deserialize_with = "codec::object")]
     pub meta: Meta,
+    /// The answer to the input the task asked for (its last
+    /// `input_required`), for the attempts after it: always a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Map<String, Value>>,
 }
 
 /// Metadata injected by the trigger that caused the task.
@@ -252,6 +256,7 @@ impl Envelope {
                 action,
                 params,
                 meta: Meta::default(),
+                input: None,
             },
             control: Control {
                 idempotency_key: task_id.into(),

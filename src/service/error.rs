@@ -30,6 +30,14 @@ pub enum ServiceError {
         /// Its terminal state.
         state: TaskState,
     },
+    /// An answer came for a task that does not wait for input.
+    #[error("task {task_id} is {state}: it is not waiting for input")]
+    NotWaiting {
+        /// The task.
+        task_id: TaskId,
+        /// Its state.
+        state: TaskState,
+    },
     /// No trigger has this id.
     #[error("no trigger `{0}` is known")]
     UnknownTrigger(String),
@@ -111,9 +119,9 @@ impl ServiceError {
             | ServiceError::NoDeadLetter(_) => ErrorKind::NotFound,
             ServiceError::UnknownAction { .. } | ServiceError::BadInput(_) => ErrorKind::Invalid,
             ServiceError::Forbidden { .. } => ErrorKind::Forbidden,
-            ServiceError::NotCancelable { .. } | ServiceError::ReplayRefused { .. } => {
-                ErrorKind::Conflict
-            }
+            ServiceError::NotCancelable { .. }
+            | ServiceError::NotWaiting { .. }
+            | ServiceError::ReplayRefused { .. } => ErrorKind::Conflict,
             ServiceError::TooLarge { .. } => ErrorKind::TooLarge,
             ServiceError::Bus(_) => ErrorKind::Unavailable,
             ServiceError::Keys(_) | ServiceError::InvalidCard(_) => ErrorKind::Internal,
@@ -136,6 +144,7 @@ impl ServiceError {
             ServiceError::UnknownAction { .. } => "unknown_action",
             ServiceError::Forbidden { .. } => "insufficient_scope",
             ServiceError::NotCancelable { .. } => "not_cancelable",
+            ServiceError::NotWaiting { .. } => "not_waiting_for_input",
             ServiceError::ReplayRefused { .. } => "replay_refused",
             ServiceError::UnknownTrigger(_) | ServiceError::NoDeadLetter(_) => "not_found",
             ServiceError::BadInput(e) => e.code(),

@@ -167,6 +167,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         artifacts: event.artifacts.clone(),
         progress: event.progress.clone(),
         reply: event.reply,
+        input: None,
     }
 }
 

@@ -10,6 +10,7 @@
 //! results published while the orchestrator is down are applied when it is
 //! back. The store alone owns the attempt number and decides retries.
 
+mod answer;
 mod caller;
 mod config;
 mod dlq;

@@ -265,7 +265,7 @@ impl Loop {
             return Ok(None);
         }
         let envelope = self.store.envelope(due.task_id)?;
-        Ok(envelope.map(|e| Known::of(e.for_attempt(status.attempt), &status)))
+        Ok(envelope.map(|e| Known::of(status.publishable(e), &status)))
     }
 
     /// Sends one attempt; returns it when it must be tried again (then it

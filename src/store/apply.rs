@@ -53,6 +53,8 @@ pub struct Change {
     pub progress: Option<Progress>,
     /// The reporter answered the request with `message` alone.
     pub reply: bool,
+    /// For an answer: the input given, which the next attempt runs with.
+    pub input: Option<serde_json::Map<String, Value>>,
 }
 
 impl Change {
@@ -72,6 +74,7 @@ impl Change {
             artifacts: Vec::new(),
             progress: None,
             reply: false,
+            input: None,
         }
     }
 }
@@ -341,9 +344,10 @@ fn apply_one(
     let from = record.state;
     let retried = attempt != record.attempt;
     if retried {
-        // A retry: the next attempt is published when due.
-        let delay = policy.delay(record.attempt, change.retry_after);
-        record.retry_at = Some(now.after(delay));
+        // A retry: the next attempt is published when due; an answer's at
+        // once.
+        record.retry_at = (change.event != TaskEvent::Answer)
+            .then(|| now.after(policy.delay(record.attempt, change.retry_after)));
         record.published_seq = None;
         record.progress = None;
     }
@@ -377,6 +381,10 @@ fn apply_one(
     }
     if change.reply {
         detail["reply"] = Value::Bool(true);
+    }
+    if let Some(input) = &change.input {
+        detail["input"] = Value::Object(input.clone());
+        record.input = Some(input.clone());
     }
     if !change.artifacts.is_empty() {
         detail["artifacts"] = json!(change.artifacts);

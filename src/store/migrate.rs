@@ -255,6 +255,7 @@ impl WholeRecord {
             published_seq: self.published_seq,
             retry_at: self.retry_at,
             progress: None,
+            input: None,
             created_at: self.created_at,
             updated_at: self.updated_at,
         };

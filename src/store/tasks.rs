@@ -77,6 +77,7 @@ impl Store {
             published_seq: None,
             retry_at: None,
             progress: None,
+            input: None,
             created_at: now,
             updated_at: now,
         };
@@ -93,6 +94,7 @@ impl Store {
                 artifacts: Vec::new(),
                 progress: None,
                 reply: false,
+                input: None,
             }],
             envelope,
             status,
@@ -440,6 +442,7 @@ fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
         artifacts: Vec::new(),
         progress: None,
         reply: detail["reply"].as_bool().unwrap_or(false),
+        input: detail["input"].as_object().cloned(),
     };
     match record.kind.as_str() {
         "task.submitted" => entry.reason = "submitted".to_string(),

@@ -28,11 +28,14 @@ pub enum TaskEvent {
     Cancel,
     /// The attempt failed in a way another attempt may fix.
     Retry,
+    /// The input the task waited for was given: the next attempt runs
+    /// with it.
+    Answer,
 }
 
 impl TaskEvent {
     /// Every event.
-    pub const ALL: [TaskEvent; 8] = [
+    pub const ALL: [TaskEvent; 9] = [
         TaskEvent::Start,
         TaskEvent::RequireInput,
         TaskEvent::RequireAuth,
@@ -41,6 +44,7 @@ impl TaskEvent {
         TaskEvent::Reject,
         TaskEvent::Cancel,
         TaskEvent::Retry,
+        TaskEvent::Answer,
     ];
 }
 
@@ -55,6 +59,7 @@ impl fmt::Display for TaskEvent {
             TaskEvent::Reject => "reject",
             TaskEvent::Cancel => "cancel",
             TaskEvent::Retry => "retry",
+            TaskEvent::Answer => "answer",
         };
         f.write_str(name)
     }
@@ -110,6 +115,8 @@ pub enum TransitionError {
 ///   attempts are spent;
 /// - `input_required | auth_required → working | canceled | failed`
 ///   (failed: the deadline passed while waiting);
+/// - `input_required → submitted` with `attempt + 1` on an answer (the
+///   next attempt runs with it; attempts spent do not stop it);
 /// - a repeated report (`working` while working, ...) changes nothing;
 /// - terminal states (completed, failed, canceled, rejected) are final.
 pub fn decide(
@@ -142,10 +149,18 @@ pub fn decide(
 
         (S::InputRequired, E::RequireInput) | (S::AuthRequired, E::RequireAuth) => Ok(Next::Stay),
         (S::InputRequired | S::AuthRequired, E::Start) => to(S::Working),
+        // The answer starts the next attempt, whatever the attempts spent.
+        (S::InputRequired, E::Answer) => Ok(Next::Move {
+            state: S::Submitted,
+            attempt: attempt + 1,
+        }),
         (
             S::InputRequired | S::AuthRequired,
             E::RequireInput | E::RequireAuth | E::Complete | E::Reject | E::Retry,
-        ) => Err(TransitionError::NotAllowed { state, event }),
+        )
+        | (S::Submitted | S::Working | S::AuthRequired, E::Answer) => {
+            Err(TransitionError::NotAllowed { state, event })
+        }
 
         (_, E::Fail) => to(S::Failed),
         (_, E::Cancel) => to(S::Canceled),
@@ -163,13 +178,13 @@ mod tests {
     /// the same state as the current one = stay.
     #[rustfmt::skip]
     fn expected(state: S, event: E) -> Option<S> {
-        let row: [Option<S>; 8] = match state {
-            //                  Start               RequireInput           RequireAuth           Complete            Fail             Reject             Cancel             Retry
-            S::Submitted => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted)],
-            S::Working => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted)],
-            S::InputRequired => [Some(S::Working), Some(S::InputRequired), None, None, Some(S::Failed), None, Some(S::Canceled), None],
-            S::AuthRequired => [Some(S::Working), None, Some(S::AuthRequired), None, Some(S::Failed), None, Some(S::Canceled), None],
-            S::Completed | S::Failed | S::Canceled | S::Rejected => [None; 8],
+        let row: [Option<S>; 9] = match state {
+            //                  Start               RequireInput           RequireAuth           Complete            Fail             Reject             Cancel             Retry               Answer
+            S::Submitted => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted), None],
+            S::Working => [Some(S::Working), Some(S::InputRequired), Some(S::AuthRequired), Some(S::Completed), Some(S::Failed), Some(S::Rejected), Some(S::Canceled), Some(S::Submitted), None],
+            S::InputRequired => [Some(S::Working), Some(S::InputRequired), None, None, Some(S::Failed), None, Some(S::Canceled), None, Some(S::Submitted)],
+            S::AuthRequired => [Some(S::Working), None, Some(S::AuthRequired), None, Some(S::Failed), None, Some(S::Canceled), None, None],
+            S::Completed | S::Failed | S::Canceled | S::Rejected => [None; 9],
         };
         let column = E::ALL.iter().position(|e| *e == event).unwrap();
         row[column]
@@ -183,11 +198,18 @@ mod tests {
                 match (expected(state, event), got) {
                     (Some(want), Ok(Next::Stay)) => {
                         assert_eq!(want, state, "{state} + {event}");
-                        assert_ne!(event, E::Retry, "a retry always moves");
+                        assert!(
+                            !matches!(event, E::Retry | E::Answer),
+                            "a retry or an answer always moves"
+                        );
                     }
                     (Some(want), Ok(Next::Move { state: s, attempt })) => {
                         assert_eq!(s, want, "{state} + {event}");
-                        let want_attempt = if event == E::Retry { 2 } else { 1 };
+                        let want_attempt = if matches!(event, E::Retry | E::Answer) {
+                            2
+                        } else {
+                            1
+                        };
                         assert_eq!(attempt, want_attempt, "{state} + {event}");
                         assert!(
                             s != state || attempt != 1,

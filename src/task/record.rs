@@ -54,6 +54,9 @@ pub struct HistoryEntry {
     /// The reporter answered the request with `message` alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reply: bool,
+    /// For an answer: the input given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Map<String, Value>>,
 }
 
 impl HistoryEntry {
@@ -92,7 +95,7 @@ impl TaskRecord {
 
     /// The envelope to publish for the current attempt (token still absent).
     pub fn envelope_for_attempt(&self) -> Envelope {
-        self.envelope.clone().for_attempt(self.status.attempt)
+        self.status.publishable(self.envelope.clone())
     }
 }
 
@@ -138,6 +141,10 @@ pub struct TaskStatus {
     /// When the current attempt may be published: set by a scheduled retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Timestamp>,
+    /// The last answer to the task's request for input: the attempts after
+    /// it run with it (`payload.input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Map<String, Value>>,
     /// The last progress report of the current attempt that was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMark>,
@@ -157,6 +164,16 @@ pub struct ProgressMark {
     pub instance: Option<String>,
     /// Its `seq`.
     pub seq: u32,
+}
+
+impl TaskStatus {
+    /// The task's stored `envelope` as published for its current attempt:
+    /// that attempt's number, and the answer it runs with, if any.
+    pub fn publishable(&self, envelope: Envelope) -> Envelope {
+        let mut envelope = envelope.for_attempt(self.attempt);
+        envelope.payload.input.clone_from(&self.input);
+        envelope
+    }
 }
 
 /// What a submission did: created a task, or found the one the same

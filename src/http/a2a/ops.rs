@@ -38,14 +38,17 @@ async fn visible(o: &Orchestrator, id: &str, caller: &Caller) -> Result<TaskReco
 }
 
 /// A message that names a task (`taskId`): the task must be the caller's
-/// to see, in the context the message names, and not ended.
+/// to see, in the context the message names, and wait for input; the
+/// message (its parts as params, against the task's skill) is the answer,
+/// and the task as it then is comes back. `None`: the message names no
+/// task.
 async fn continued(
     o: &Orchestrator,
     send: &SendMessageRequest,
     caller: &Caller,
-) -> Result<(), A2aError> {
+) -> Result<Option<TaskRecord>, A2aError> {
     let Some(id) = send.message.task_id.as_deref() else {
-        return Ok(());
+        return Ok(None);
     };
     let record = visible(o, id, caller).await?;
     if let Some(c) = send.message.context_id.as_deref()
@@ -63,11 +66,28 @@ async fn continued(
         ))
         .with("taskId", id));
     }
-    Err(A2aError::unsupported(format!(
-        "task {id} is {}: continuing a task with a message is not built yet",
-        record.status.state
-    ))
-    .with("taskId", id))
+    let waiting = |state| {
+        A2aError::unsupported(format!(
+            "task {id} is {state}: it takes a message only while it waits for input (input-required)"
+        ))
+        .with("taskId", id)
+    };
+    if record.status.state != crate::task::TaskState::InputRequired {
+        return Err(waiting(record.status.state));
+    }
+    let skill = o
+        .cards()
+        .get(record.agent())
+        .and_then(|c| c.skill(record.action().as_str()));
+    let input = send::params(&send.message, skill.as_ref())?;
+    let record = o
+        .answer_task(record.task_id(), input, caller)
+        .await
+        .map_err(|e| match e {
+            ServiceError::NotWaiting { state, .. } => waiting(state),
+            e => A2aError::from(e),
+        })?;
+    Ok(Some(record))
 }
 
 /// Stores the task a message asks for (or finds the one the same message
@@ -78,7 +98,9 @@ pub(super) async fn submit(
     header_key: Option<&str>,
     caller: &Caller,
 ) -> Result<TaskRecord, A2aError> {
-    continued(o, send, caller).await?;
+    if let Some(record) = continued(o, send, caller).await? {
+        return Ok(record);
+    }
     let request = send::request(o, send, header_key)?;
     let submitted = o.submit(request, caller).await.map_err(|e| {
         let conflict = e.kind() == crate::service::ErrorKind::Conflict;

@@ -22,7 +22,7 @@ use axum::http::HeaderMap;
 use super::error::A2aError;
 use super::wire;
 use crate::service::{Caller, Follow, Orchestrator};
-use crate::task::TaskRecord;
+use crate::task::{TaskRecord, TaskState};
 
 /// What every stream shares: a bound on how many are open, the signal
 /// that the server is closing, the keep-alive interval.
@@ -76,6 +76,8 @@ struct State {
     pending: VecDeque<(u64, Value, bool)>,
     /// The stream ends once `pending` is sent.
     ending: bool,
+    /// The states a stream ends at.
+    ends: fn(TaskState) -> bool,
     frame: Frame,
     closing: CancellationToken,
     _permit: OwnedSemaphorePermit,
@@ -90,9 +92,10 @@ impl State {
     fn queue(&mut self, record: &TaskRecord) {
         for e in wire::events(record) {
             if e.id > self.last {
+                let closes = e.state.is_some_and(self.ends);
                 self.last = e.id;
-                self.ending |= e.closes;
-                self.pending.push_back((e.id, body(&e.body), e.closes));
+                self.ending |= closes;
+                self.pending.push_back((e.id, body(&e.body), closes));
             }
         }
     }
@@ -116,7 +119,10 @@ pub(super) async fn send(
         .follow(record.task_id(), caller)
         .await?
         .ok_or_else(|| A2aError::task_not_found(&record.task_id().to_string()))?;
-    Ok(respond(streams, permit, &first, follow, resume, frame))
+    let ends = wire::closes;
+    Ok(respond(
+        streams, permit, &first, follow, resume, frame, ends,
+    ))
 }
 
 /// `SubscribeToTask`: a task that has ended takes no subscription
@@ -142,7 +148,12 @@ pub(super) async fn subscribe(
         ))
         .with("taskId", id));
     }
-    Ok(respond(streams, permit, &first, follow, resume, frame))
+    // A subscription ends at a terminal state only (spec 3.1.6): a task
+    // that waits for input goes on once answered.
+    let ends = TaskState::is_terminal;
+    Ok(respond(
+        streams, permit, &first, follow, resume, frame, ends,
+    ))
 }
 
 /// The stream of `first` (the task as read when `follow` began): from its
@@ -154,12 +165,14 @@ fn respond(
     follow: Follow,
     resume: Option<u64>,
     frame: Frame,
+    ends: fn(TaskState) -> bool,
 ) -> Response {
     let mut state = State {
         follow,
         last: 0,
         pending: VecDeque::new(),
         ending: false,
+        ends,
         frame,
         closing: streams.closing.clone(),
         _permit: permit,
@@ -167,7 +180,7 @@ fn respond(
     match resume {
         None => {
             let generation = wire::generation(first);
-            let closes = wire::closes(first.status.state);
+            let closes = ends(first.status.state);
             let snapshot = a2a::StreamResponse::Task(wire::task(first, None, true));
             state.last = generation;
             state.ending = closes;
@@ -179,7 +192,7 @@ fn respond(
             state.last = after;
             state.queue(first);
             // Resumed after the end: nothing more will come.
-            state.ending |= wire::closes(first.status.state);
+            state.ending |= ends(first.status.state);
         }
     }
     let events = futures::stream::unfold(state, |mut s| async move {

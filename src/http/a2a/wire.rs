@@ -126,6 +126,22 @@ pub(super) fn reply(record: &TaskRecord) -> Option<Message> {
     agent_message(record, last, record.history.len())
 }
 
+/// The client's answer in the `n`th history entry, if it is one: a user
+/// message with the input as a data part.
+fn answer_message(record: &TaskRecord, h: &HistoryEntry, n: usize) -> Option<Message> {
+    let input = h.input.as_ref()?;
+    Some(Message {
+        message_id: format!("{}-{n}", record.task_id()),
+        context_id: Some(record.correlation_id().to_string()),
+        task_id: Some(record.task_id().to_string()),
+        role: Role::User,
+        parts: vec![Part::data(Value::Object(input.clone()))],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    })
+}
+
 /// The status a history entry stands for (the `n`th entry).
 fn status_of(record: &TaskRecord, h: &HistoryEntry, n: usize) -> a2a::TaskStatus {
     a2a::TaskStatus {
@@ -222,13 +238,9 @@ pub(super) fn task(record: &TaskRecord, history_length: Option<usize>, artifacts
         },
     };
     let mut history = vec![request_message(record)];
-    history.extend(
-        record
-            .history
-            .iter()
-            .enumerate()
-            .filter_map(|(i, h)| agent_message(record, h, i + 1)),
-    );
+    history.extend(record.history.iter().enumerate().filter_map(|(i, h)| {
+        answer_message(record, h, i + 1).or_else(|| agent_message(record, h, i + 1))
+    }));
     if let Some(n) = history_length {
         let skip = history.len().saturating_sub(n);
         history.drain(..skip);
@@ -267,8 +279,8 @@ fn all_artifacts(record: &TaskRecord) -> Vec<Artifact> {
 pub(super) struct Event {
     pub(super) id: u64,
     pub(super) body: StreamResponse,
-    /// Whether a stream ends after it.
-    pub(super) closes: bool,
+    /// For a status update: the state it is in (a stream may end there).
+    pub(super) state: Option<TaskState>,
 }
 
 /// Every event of a task, oldest first: a status update per transition
@@ -325,12 +337,14 @@ pub(super) fn events(record: &TaskRecord) -> Vec<Event> {
     out.into_iter()
         .enumerate()
         .map(|(i, body)| {
-            let closes = matches!(&body, StreamResponse::StatusUpdate(s)
-                if our_state(&s.status.state).is_some_and(closes));
+            let state = match &body {
+                StreamResponse::StatusUpdate(s) => our_state(&s.status.state),
+                _ => None,
+            };
             Event {
                 id: i as u64 + 1,
                 body,
-                closes,
+                state,
             }
         })
         .collect()
