@@ -95,6 +95,7 @@ impl Store {
                 progress: None,
                 reply: false,
                 input: None,
+                answer_key: None,
             }],
             envelope,
             status,
@@ -213,8 +214,13 @@ impl Store {
     /// is not set aside yet is [`StoreError::Decode`], and noted for the
     /// quarantine ([`Store::take_unreadable`]).
     pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        // The history first: a status read after it is at least as new, so
+        // a transition the history shows (a completion) finds in the status
+        // what it recorded there (the result). Read the other way round, a
+        // change between the reads showed a completion without its result.
+        let history = self.history(id);
         let read = match self.status(id) {
-            Ok(Some(status)) => self.assemble(status).map(Some),
+            Ok(Some(status)) => history.and_then(|h| self.assemble_with(status, h)).map(Some),
             other => other.map(|_| None),
         };
         match read {
@@ -263,6 +269,16 @@ impl Store {
 
     /// The whole task of a status: its envelope and history added.
     fn assemble(&self, status: TaskStatus) -> Result<TaskRecord, StoreError> {
+        let history = self.history(status.task_id)?;
+        self.assemble_with(status, history)
+    }
+
+    /// The whole task of a status and its history: its envelope added.
+    fn assemble_with(
+        &self,
+        status: TaskStatus,
+        history: Vec<HistoryEntry>,
+    ) -> Result<TaskRecord, StoreError> {
         let Some(envelope) = self.envelope(status.task_id)? else {
             let key = keys::task(status.task_id);
             return Err(StoreError::Decode {
@@ -271,7 +287,6 @@ impl Store {
                 message: format!("task {} has no envelope", status.task_id),
             });
         };
-        let history = self.history(status.task_id)?;
         Ok(TaskRecord {
             envelope,
             status,
@@ -443,6 +458,7 @@ fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
         progress: None,
         reply: detail["reply"].as_bool().unwrap_or(false),
         input: detail["input"].as_object().cloned(),
+        answer_key: text(&detail["answer_key"]),
     };
     match record.kind.as_str() {
         "task.submitted" => entry.reason = "submitted".to_string(),
