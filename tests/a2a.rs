@@ -1114,7 +1114,8 @@ async fn progress_reaches_streams_and_rest_in_order() {
 /// A task that asks for input waits in `input-required`; a message naming
 /// it answers (its parts the input of the next attempt, audited with the
 /// caller); a subscription stays open across the wait and ends at the
-/// completion; a message to a task that no longer waits is refused.
+/// completion; the same answer again is the same task; another message to
+/// a task that no longer waits is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_answers_a_task_that_waits_for_input() {
     let (sys, _gate) = system().await;
@@ -1195,7 +1196,40 @@ async fn a_message_answers_a_task_that_waits_for_input() {
     assert_eq!(given["actor"], "test-admin");
     assert_eq!(given["from"], "input_required");
 
-    // A task that no longer waits takes no message.
+    // The same answer again is the same task, answered once; another
+    // message to a task that no longer waits is refused.
     let again = rpc(&sys, "SendMessage", answer).await;
-    assert_eq!(error_code(&again), -32004, "{again:#}");
+    assert_eq!(again["result"]["task"]["id"], id.as_str(), "{again:#}");
+    assert_eq!(
+        again["result"]["task"]["metadata"]["attempt"], 2,
+        "{again:#}"
+    );
+    let other = json!({"message": {"messageId": "m-answer-2", "role": "ROLE_USER", "taskId": id,
+        "parts": [{"data": {"account": "a-2"}}]}});
+    let refused = rpc(&sys, "SendMessage", other).await;
+    assert_eq!(error_code(&refused), -32004, "{refused:#}");
+}
+
+/// An idle stream carries an SSE comment every `a2a.keepalive`, so
+/// proxies and clients keep it open while the task waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_carries_keep_alive_comments() {
+    let (sys, gate) = system_with(|c| c.a2a.keepalive = Duration::from_millis(200)).await;
+    let params = json!({"message": message("m-idle",
+        json!([{"data": {"hold": true}}]), json!({"skillId": "helper/answer"}))});
+    let mut resp = open_stream(&sys, "SendStreamingMessage", params, None).await;
+    let mut raw = String::new();
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(until, resp.chunk()).await {
+        raw.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let comments = raw
+        .split("\n\n")
+        .filter(|block| block.lines().all(|l| l.starts_with(':')) && !block.is_empty())
+        .count();
+    assert!(
+        comments >= 3,
+        "keep-alive comments in 1.5 s at 200 ms: {comments}\n{raw}"
+    );
+    gate.send(true).unwrap();
 }

@@ -14,11 +14,14 @@ impl Orchestrator {
     /// `submitted` at its next attempt, which runs with `input`. The caller
     /// must be the task's requester (or hold `orch:tasks:cancel_all`); a
     /// task that does not wait for input is refused
-    /// ([`ServiceError::NotWaiting`]).
+    /// ([`ServiceError::NotWaiting`]), unless `key` names an answer this
+    /// caller gave it before: then the task as it is now (the same answer
+    /// sent again).
     pub async fn answer_task(
         &self,
         task_id: TaskId,
         input: Map<String, Value>,
+        key: Option<&str>,
         caller: &Caller,
     ) -> Result<TaskRecord, ServiceError> {
         // Stored with the task and read back: no deeper than params.
@@ -26,10 +29,7 @@ impl Orchestrator {
         match self.inner.store.status(task_id)? {
             Some(status) if caller.may_cancel(&status) => {
                 if status.state != TaskState::InputRequired {
-                    return Err(ServiceError::NotWaiting {
-                        task_id,
-                        state: status.state,
-                    });
+                    return self.answered_before(task_id, key, caller, status.state);
                 }
             }
             Some(status) if caller.may_see(&status) => {
@@ -42,6 +42,7 @@ impl Orchestrator {
         }
         let change = Change {
             input: Some(input),
+            answer_key: key.map(str::to_string),
             ..Change::new(TaskEvent::Answer, caller.principal.as_str(), "input given")
         };
         let status = match self.inner.store.apply(task_id, change).await {
@@ -59,7 +60,7 @@ impl Orchestrator {
                     .store
                     .status(task_id)?
                     .map_or(TaskState::Failed, |s| s.state);
-                return Err(ServiceError::NotWaiting { task_id, state });
+                return self.answered_before(task_id, key, caller, state);
             }
             Err(e) => return Err(e.into()),
         };
@@ -71,5 +72,27 @@ impl Orchestrator {
             .store
             .get(task_id)?
             .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
+    }
+
+    /// The task, if `caller` gave it the answer keyed `key` before; else
+    /// the refusal of an answer to a task in `state`.
+    fn answered_before(
+        &self,
+        task_id: TaskId,
+        key: Option<&str>,
+        caller: &Caller,
+        state: TaskState,
+    ) -> Result<TaskRecord, ServiceError> {
+        if let Some(key) = key
+            && let Some(record) = self.inner.store.get(task_id)?
+            && record.history.iter().any(|h| {
+                h.event == Some(TaskEvent::Answer)
+                    && h.answer_key.as_deref() == Some(key)
+                    && h.actor == caller.principal
+            })
+        {
+            return Ok(record);
+        }
+        Err(ServiceError::NotWaiting { task_id, state })
     }
 }

@@ -168,6 +168,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         progress: event.progress.clone(),
         reply: event.reply,
         input: None,
+        answer_key: None,
     }
 }
 

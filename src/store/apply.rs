@@ -55,6 +55,9 @@ pub struct Change {
     pub reply: bool,
     /// For an answer: the input given, which the next attempt runs with.
     pub input: Option<serde_json::Map<String, Value>>,
+    /// For an answer: its idempotency key, if its sender gave one (the
+    /// same answer sent again is then known).
+    pub answer_key: Option<String>,
 }
 
 impl Change {
@@ -75,6 +78,7 @@ impl Change {
             progress: None,
             reply: false,
             input: None,
+            answer_key: None,
         }
     }
 }
@@ -385,6 +389,9 @@ fn apply_one(
     if let Some(input) = &change.input {
         detail["input"] = Value::Object(input.clone());
         record.input = Some(input.clone());
+    }
+    if let Some(key) = &change.answer_key {
+        detail["answer_key"] = Value::from(key.as_str());
     }
     if !change.artifacts.is_empty() {
         detail["artifacts"] = json!(change.artifacts);

@@ -57,6 +57,9 @@ pub struct HistoryEntry {
     /// For an answer: the input given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<serde_json::Map<String, Value>>,
+    /// For an answer: its idempotency key, when its sender gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_key: Option<String>,
 }
 
 impl HistoryEntry {

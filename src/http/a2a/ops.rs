@@ -45,6 +45,7 @@ async fn visible(o: &Orchestrator, id: &str, caller: &Caller) -> Result<TaskReco
 async fn continued(
     o: &Orchestrator,
     send: &SendMessageRequest,
+    header_key: Option<&str>,
     caller: &Caller,
 ) -> Result<Option<TaskRecord>, A2aError> {
     let Some(id) = send.message.task_id.as_deref() else {
@@ -59,29 +60,30 @@ async fn continued(
             format!("task {id} is in another context"),
         ));
     }
-    if record.status.state.is_terminal() {
-        return Err(A2aError::unsupported(format!(
-            "task {id} has ended ({}): it takes no more messages",
-            record.status.state
-        ))
-        .with("taskId", id));
-    }
-    let waiting = |state| {
-        A2aError::unsupported(format!(
-            "task {id} is {state}: it takes a message only while it waits for input (input-required)"
-        ))
-        .with("taskId", id)
+    let waiting = |state: crate::task::TaskState| {
+        let why = if state.is_terminal() {
+            format!("task {id} has ended ({state}): it takes no more messages")
+        } else {
+            format!(
+                "task {id} is {state}: it takes a message only while it waits for input (input-required)"
+            )
+        };
+        A2aError::unsupported(why).with("taskId", id)
     };
-    if record.status.state != crate::task::TaskState::InputRequired {
-        return Err(waiting(record.status.state));
-    }
+    // (One that no longer waits may have taken this very answer before:
+    // the service knows.)
     let skill = o
         .cards()
         .get(record.agent())
         .and_then(|c| c.skill(record.action().as_str()));
     let input = send::params(&send.message, skill.as_ref())?;
     let record = o
-        .answer_task(record.task_id(), input, caller)
+        .answer_task(
+            record.task_id(),
+            input,
+            send::answer_key(o, send, header_key).as_deref(),
+            caller,
+        )
         .await
         .map_err(|e| match e {
             ServiceError::NotWaiting { state, .. } => waiting(state),
@@ -98,7 +100,7 @@ pub(super) async fn submit(
     header_key: Option<&str>,
     caller: &Caller,
 ) -> Result<TaskRecord, A2aError> {
-    if let Some(record) = continued(o, send, caller).await? {
+    if let Some(record) = continued(o, send, header_key, caller).await? {
         return Ok(record);
     }
     let request = send::request(o, send, header_key)?;

@@ -234,6 +234,23 @@ pub(super) fn params(
     Ok(params)
 }
 
+/// The idempotency key of an answer to a task that waits for input: the
+/// `Idempotency-Key` header, else the message's id when message ids are
+/// keys (`a2a.message_ids`).
+pub(super) fn answer_key(
+    o: &Orchestrator,
+    send: &SendMessageRequest,
+    header_key: Option<&str>,
+) -> Option<String> {
+    match (header_key, o.config().a2a.message_ids) {
+        (Some(k), _) => Some(k.to_string()),
+        (None, MessageIds::Keys) => {
+            Some(format!("{MESSAGE_KEY_PREFIX}{}", send.message.message_id))
+        }
+        (None, MessageIds::Ignored) => None,
+    }
+}
+
 /// The task a message asks for, sent by whoever calls: keyed by the
 /// message's id (or the `Idempotency-Key` header) so a resend is the same
 /// task; in the message's context when it names one.
