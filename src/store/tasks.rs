@@ -220,7 +220,9 @@ impl Store {
         // change between the reads showed a completion without its result.
         let history = self.history(id);
         let read = match self.status(id) {
-            Ok(Some(status)) => history.and_then(|h| self.assemble_with(status, h)).map(Some),
+            Ok(Some(status)) => history
+                .and_then(|h| self.assemble_with(status, h))
+                .map(Some),
             other => other.map(|_| None),
         };
         match read {
