@@ -1,9 +1,12 @@
 //! A command's progress channel: file descriptor 3 of the process
 //! ([`PROGRESS_FD`], also in `ORCH_PROGRESS_FD`), a pipe on which it writes
 //! one JSON object per line: `{"message": "..."}`, `{"artifact": {...}}`
-//! or both (`docs/agents.md`, "Progress from a command"). Each line is one
-//! progress report of the task. A line that is not such an object is
-//! skipped with a warning in the worker's log; the task goes on.
+//! or both (`docs/operations.md`, "Progress from a command"). Each line is
+//! one progress report of the task. A line `{"input_required": "..."}` or
+//! `{"reply": "..."}` says how the run ends instead of its stdout, once
+//! the command exits 0: waiting for input, or answering with that message
+//! alone. A line that is none of these is skipped with a warning in the
+//! worker's log; the task goes on.
 
 use std::os::fd::OwnedFd;
 
@@ -30,14 +33,35 @@ struct Line {
     message: Option<String>,
     #[serde(default, deserialize_with = "crate::codec::optional_object")]
     artifact: Option<Artifact>,
+    #[serde(default)]
+    input_required: Option<String>,
+    #[serde(default)]
+    reply: Option<String>,
+}
+
+/// How a command's run ends, when a line said so (instead of its stdout).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Ending {
+    /// It waits for input; what it needs.
+    InputRequired(String),
+    /// It answers with this message alone.
+    Reply(String),
 }
 
 impl Validate for Line {
     fn validate(&self) -> Result<(), DecodeError> {
-        if self.message.is_none() && self.artifact.is_none() {
+        let ending = self.input_required.is_some() || self.reply.is_some();
+        let report = self.message.is_some() || self.artifact.is_some();
+        if ending && (report || (self.input_required.is_some() && self.reply.is_some())) {
+            return Err(DecodeError::invalid(
+                "input_required",
+                "a line with `input_required` or `reply` has nothing else",
+            ));
+        }
+        if !ending && !report {
             return Err(DecodeError::invalid(
                 "message",
-                "a line has a `message`, an `artifact` or both",
+                "a line has a `message`, an `artifact` or both (or `input_required`, or `reply`)",
             ));
         }
         match &self.artifact {
@@ -55,12 +79,14 @@ pub(super) fn pipe() -> std::io::Result<(OwnedFd, tokio::net::unix::pipe::Receiv
     Ok((OwnedFd::from(writer), reader))
 }
 
-/// Reads the channel to its end, each line reported as it comes.
+/// Reads the channel to its end, each line reported as it comes; the last
+/// ending a line gave, if any.
 pub(super) async fn forward(
     pipe: tokio::net::unix::pipe::Receiver,
     progress: &Reporter,
     task_id: TaskId,
-) {
+) -> Option<Ending> {
+    let mut ending = None;
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -72,14 +98,14 @@ pub(super) async fn forward(
             .read_until(b'\n', &mut line)
             .await;
         match read {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return ending,
             Ok(_) => {}
         }
         number += 1;
         if line.len() > MAX_LINE_BYTES && line.last() != Some(&b'\n') {
             warn!(%task_id, line = number, "progress line longer than {MAX_LINE_BYTES} bytes: skipped");
             if !skip_line(&mut reader).await {
-                return;
+                return ending;
             }
             continue;
         }
@@ -88,7 +114,14 @@ pub(super) async fn forward(
             continue;
         }
         match crate::codec::decode::<Line>(text, Strictness::Strict, MAX_LINE_BYTES) {
-            Ok(Line { message, artifact }) => {
+            Ok(Line {
+                input_required: Some(m),
+                ..
+            }) => ending = Some(Ending::InputRequired(m)),
+            Ok(Line { reply: Some(m), .. }) => ending = Some(Ending::Reply(m)),
+            Ok(Line {
+                message, artifact, ..
+            }) => {
                 progress.report(Update { message, artifact });
             }
             Err(e) => {

@@ -23,7 +23,7 @@ use tokio::process::Command;
 
 use command_fds::{CommandFdExt, FdMapping};
 
-use super::channel::PROGRESS_FD;
+use super::channel::{Ending, PROGRESS_FD};
 use super::{Handler, Outcome, Task};
 
 /// Exit code for "try again later".
@@ -188,20 +188,19 @@ async fn run(
         };
         let tail = async move { Ok(read_tail(stderr, STDERR_TAIL_BYTES).await) };
         let progress = async {
-            super::channel::forward(progress_pipe, &task.progress, env.header.task_id).await;
-            Ok(())
+            Ok(super::channel::forward(progress_pipe, &task.progress, env.header.task_id).await)
         };
         // The first error (stdout too large) ends the others at once; the
         // child is then killed on drop.
-        let (_, out, err, ()) = tokio::try_join!(
+        let (_, out, err, ending) = tokio::try_join!(
             write,
             read_limited(stdout, MAX_STDOUT_BYTES),
             tail,
             progress
         )?;
-        Ok((child.wait().await, out, err))
+        Ok((child.wait().await, out, err, ending))
     };
-    let (status, out, err) = tokio::select! {
+    let (status, out, err, ending) = tokio::select! {
         done = io => match done {
             Ok(done) => done,
             Err(TooLarge) => return Outcome::permanent(
@@ -224,17 +223,19 @@ async fn run(
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .to_string();
-    match status.code() {
-        Some(0) => match serde_json::from_slice(&out) {
+    match (status.code(), ending) {
+        (Some(0), Some(Ending::InputRequired(m))) => Outcome::InputRequired(m),
+        (Some(0), Some(Ending::Reply(m))) => Outcome::Replied(m),
+        (Some(0), None) => match serde_json::from_slice(&out) {
             Ok(result) => Outcome::completed(result),
             Err(e) => Outcome::permanent("bad_output", format!("stdout is not JSON: {e}")),
         },
-        Some(EXIT_RETRY) => Outcome::retryable("agent_retry", or_default(last_err, "exit 75")),
-        Some(code) => Outcome::permanent(
+        (Some(EXIT_RETRY), _) => Outcome::retryable("agent_retry", or_default(last_err, "exit 75")),
+        (Some(code), _) => Outcome::permanent(
             "agent_failed",
             or_default(last_err, &format!("exit {code}")),
         ),
-        None => Outcome::retryable("killed", or_default(last_err, "killed by a signal")),
+        (None, _) => Outcome::retryable("killed", or_default(last_err, "killed by a signal")),
     }
 }
 
@@ -368,6 +369,37 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// A line `{"input_required": ...}` or `{"reply": ...}` on fd 3 says how
+    /// a run that exits 0 ends, instead of its stdout; a failing exit
+    /// still fails; a line mixing an ending with a report is skipped.
+    #[tokio::test]
+    async fn a_command_can_ask_for_input_or_reply_on_fd_3() {
+        let asks = run_sh(
+            r#"echo '{"input_required": "which account?"}' >&3"#,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(asks, Outcome::InputRequired("which account?".into()));
+        let replies = run_sh(
+            r#"echo '{"reply": "yes"}' >&3; echo '{"ignored": true}'"#,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(replies, Outcome::Replied("yes".into()));
+        let fails = run_sh(
+            r#"echo '{"reply": "yes"}' >&3; echo boom >&2; exit 3"#,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(fails, Outcome::permanent("agent_failed", "boom"));
+        let mixed = run_sh(
+            r#"echo '{"reply": "yes", "message": "m"}' >&3; echo '{"done": 1}'"#,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(mixed, Outcome::completed(serde_json::json!({"done": 1})));
     }
 
     /// Whether process `pid` still runs (a zombie counts as gone).
