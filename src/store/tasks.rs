@@ -82,21 +82,7 @@ impl Store {
             updated_at: now,
         };
         let record = TaskRecord {
-            history: vec![HistoryEntry {
-                at: now,
-                from: None,
-                to: TaskState::Submitted,
-                event: None,
-                attempt,
-                actor: new.actor.clone(),
-                reason: "submitted".into(),
-                message: None,
-                artifacts: Vec::new(),
-                progress: None,
-                reply: false,
-                input: None,
-                answer_key: None,
-            }],
+            history: vec![HistoryEntry::created(now, attempt, &new.actor)],
             envelope,
             status,
         };
@@ -448,22 +434,14 @@ fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
         .and_then(|a| u32::try_from(a).ok())?;
     let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
     let mut entry = HistoryEntry {
-        at: record.at,
-        from: None,
-        to: TaskState::Submitted,
-        event: None,
-        attempt,
-        actor: record.actor.clone(),
-        reason: String::new(),
         message: text(&detail["message"]),
-        artifacts: Vec::new(),
-        progress: None,
         reply: detail["reply"].as_bool().unwrap_or(false),
         input: detail["input"].as_object().cloned(),
         answer_key: text(&detail["answer_key"]),
+        ..HistoryEntry::created(record.at, attempt, &record.actor)
     };
     match record.kind.as_str() {
-        "task.submitted" => entry.reason = "submitted".to_string(),
+        "task.submitted" => {}
         "task.transition" => {
             entry.from = Some(serde_json::from_value(detail["from"].clone()).ok()?);
             entry.to = serde_json::from_value(detail["to"].clone()).ok()?;

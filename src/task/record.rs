@@ -63,6 +63,25 @@ pub struct HistoryEntry {
 }
 
 impl HistoryEntry {
+    /// A task's creation: submitted, at `attempt`, by `actor`.
+    pub fn created(at: Timestamp, attempt: u32, actor: &str) -> Self {
+        HistoryEntry {
+            at,
+            from: None,
+            to: TaskState::Submitted,
+            event: None,
+            attempt,
+            actor: actor.to_string(),
+            reason: "submitted".into(),
+            message: None,
+            artifacts: Vec::new(),
+            progress: None,
+            reply: false,
+            input: None,
+            answer_key: None,
+        }
+    }
+
     /// Every artifact chunk of these entries, in order: progress chunks
     /// and completions' artifacts.
     pub fn artifact_chunks(entries: &[HistoryEntry]) -> impl Iterator<Item = &Artifact> {

@@ -43,9 +43,7 @@ pub(super) async fn send(client: &reqwest::Client, http: &str, i: usize) -> Resu
             .json(&request),
     )
     .await
-    .map_err(|e| match e {
-        Failed::Transient(e) | Failed::Final(e) => e,
-    })?;
+    .map_err(Failed::into_message)?;
     let state = answer["result"]["task"]["status"]["state"]
         .as_str()
         .ok_or_else(|| format!("SendMessage answered no task: {answer}"))?;
@@ -98,9 +96,6 @@ pub(super) async fn measure(
 /// Opens `n` `SubscribeToTask` streams on one waiting task, each read up to
 /// its snapshot; the orchestrator's RSS before and with them open.
 async fn subscribe(deployed: &Deployed, n: usize) -> Result<(Option<f64>, Option<f64>), String> {
-    let failed = |e: Failed| match e {
-        Failed::Transient(e) | Failed::Final(e) => e,
-    };
     let task = call(
         deployed
             .client
@@ -108,7 +103,7 @@ async fn subscribe(deployed: &Deployed, n: usize) -> Result<(Option<f64>, Option
             .json(&json!({"to": "idle", "action": "wait", "params": {}})),
     )
     .await
-    .map_err(failed)?;
+    .map_err(Failed::into_message)?;
     let id = task["task_id"].as_str().unwrap_or_default().to_string();
     let pid = deployed.orchestrator_pid();
     // Settle after the throughput runs before the first reading.

@@ -297,6 +297,15 @@ pub(super) enum Failed {
     Final(String),
 }
 
+impl Failed {
+    /// What went wrong, whichever kind.
+    pub(super) fn into_message(self) -> String {
+        match self {
+            Failed::Transient(e) | Failed::Final(e) => e,
+        }
+    }
+}
+
 pub(super) async fn call(request: reqwest::RequestBuilder) -> Result<Value, Failed> {
     let response = request
         .send()

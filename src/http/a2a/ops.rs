@@ -81,7 +81,7 @@ async fn continued(
         .answer_task(
             record.task_id(),
             input,
-            send::answer_key(o, send, header_key).as_deref(),
+            send::message_key(o, send, header_key).as_deref(),
             caller,
         )
         .await

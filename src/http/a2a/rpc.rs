@@ -26,8 +26,17 @@ fn answer(id: &Value, outcome: Result<Value, A2aError>) -> Response {
     axum::Json(body).into_response()
 }
 
-/// `params` decoded as `T`, or -32602 naming the field at fault.
-pub(super) fn decode<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+/// `params` decoded as `T`, or -32602 naming the field at fault. Field
+/// names may be the proto's own (`history_length`) as well as their
+/// lowerCamelCase JSON names (`historyLength`): the ProtoJSON mapping asks
+/// parsers to take both.
+pub(super) fn decode<T: DeserializeOwned>(mut params: Value) -> Result<T, A2aError> {
+    camel_case_fields(&mut params);
+    for inner in ["configuration", "message"] {
+        if let Some(v) = params.get_mut(inner) {
+            camel_case_fields(v);
+        }
+    }
     serde_path_to_error::deserialize(params).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." {
@@ -37,6 +46,35 @@ pub(super) fn decode<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> 
         };
         A2aError::invalid_params(field, e.into_inner().to_string())
     })
+}
+
+/// Renames an object's `snake_case` field names to lowerCamelCase, unless
+/// that name is given too; its values are left as they are (a message's
+/// `metadata`, a data part, are the client's own).
+fn camel_case_fields(v: &mut Value) {
+    let Value::Object(fields) = v else {
+        return;
+    };
+    let snake: Vec<String> = fields.keys().filter(|k| k.contains('_')).cloned().collect();
+    for name in snake {
+        let mut camel = String::with_capacity(name.len());
+        let mut upper = false;
+        for c in name.chars() {
+            match c {
+                '_' => upper = true,
+                c if upper => {
+                    camel.extend(c.to_uppercase());
+                    upper = false;
+                }
+                c => camel.push(c),
+            }
+        }
+        if !fields.contains_key(&camel)
+            && let Some(value) = fields.remove(&name)
+        {
+            fields.insert(camel, value);
+        }
+    }
 }
 
 /// The request's Content-Type when it is given and is not JSON

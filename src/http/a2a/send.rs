@@ -234,10 +234,10 @@ pub(super) fn params(
     Ok(params)
 }
 
-/// The idempotency key of an answer to a task that waits for input: the
-/// `Idempotency-Key` header, else the message's id when message ids are
-/// keys (`a2a.message_ids`).
-pub(super) fn answer_key(
+/// The idempotency key a message gives: the `Idempotency-Key` header,
+/// else its id when message ids are keys (`a2a.message_ids`); none when
+/// they are not. Keys a new task, and an answer to a task that waits.
+pub(super) fn message_key(
     o: &Orchestrator,
     send: &SendMessageRequest,
     header_key: Option<&str>,
@@ -304,14 +304,11 @@ pub(super) fn request(
         max_attempts: None,
         correlation_id,
     };
-    let key = match (header_key, o.config().a2a.message_ids) {
-        (Some(k), _) => k.to_string(),
-        (None, MessageIds::Keys) => format!("{MESSAGE_KEY_PREFIX}{}", message.message_id),
-        (None, MessageIds::Ignored) => {
-            let nonce = fastrand::u64(..);
-            format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
-        }
-    };
+    // Unkeyed, a task still gets a key of its own that names the message.
+    let key = message_key(o, send, header_key).unwrap_or_else(|| {
+        let nonce = fastrand::u64(..);
+        format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
+    });
     let idempotency_key: IdempotencyKey = key.parse().map_err(|e: String| {
         let field = if header_key.is_some() {
             "Idempotency-Key"
