@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::a2a::{error_code, kind, message, open_stream, read_events, reason, rpc, rpc_as, says};
 use common::system::{System, card, client_with, fast_bus, key_for};
 use futures::future::BoxFuture;
 use orchestrator::agent::AgentCard;
@@ -95,54 +96,6 @@ async fn system_with(
     sys.worker(scripted_card(), Arc::new(Scripted { gate }))
         .await;
     (sys, open)
-}
-
-fn message(id: &str, parts: Value, metadata: Value) -> Value {
-    json!({"messageId": id, "role": "ROLE_USER", "parts": parts, "metadata": metadata})
-}
-
-/// A JSON-RPC call as `client`, in `version` (`None`: no header, 0.3).
-async fn rpc_as(
-    sys: &System,
-    client: &reqwest::Client,
-    version: Option<&str>,
-    method: &str,
-    params: Value,
-) -> Value {
-    let mut req = client
-        .post(format!("{}/a2a", sys.http))
-        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
-    if let Some(v) = version {
-        req = req.header("A2A-Version", v);
-    }
-    let resp = req.send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["id"], 7, "{body:#}");
-    body
-}
-
-async fn rpc(sys: &System, method: &str, params: Value) -> Value {
-    rpc_as(sys, &sys.client, Some("1.0"), method, params).await
-}
-
-fn error_code(body: &Value) -> i64 {
-    body["error"]["code"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no error: {body:#}"))
-}
-
-/// Whether an error's message says `text`.
-fn says(body: &Value, text: &str) -> bool {
-    body["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains(text))
-}
-
-fn reason(body: &Value) -> &str {
-    body["error"]["data"][0]["reason"]
-        .as_str()
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -700,82 +653,6 @@ async fn version_0_3_and_the_rest_binding_serve_the_same_tasks() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
-}
-
-/// Reads SSE events from `resp` until `n` have come or the stream ends:
-/// their ids and data.
-async fn read_events(resp: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while out.len() < n {
-        let chunk = tokio::time::timeout_at(deadline, resp.chunk()).await;
-        let Some(chunk) = chunk
-            .unwrap_or_else(|_| panic!("events in time; got {out:?}"))
-            .unwrap()
-        else {
-            break;
-        };
-        buf.push_str(std::str::from_utf8(&chunk).unwrap());
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let mut id = None;
-            let mut data = None;
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = Some(v.trim().parse::<u64>().unwrap());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data = Some(serde_json::from_str::<Value>(v.trim()).unwrap());
-                }
-            }
-            if let (Some(id), Some(data)) = (id, data) {
-                out.push((id, data));
-            }
-        }
-    }
-    out
-}
-
-async fn open_stream(
-    sys: &System,
-    method: &str,
-    params: Value,
-    last: Option<u64>,
-) -> reqwest::Response {
-    let mut req = sys
-        .client
-        .post(format!("{}/a2a", sys.http))
-        .header("A2A-Version", "1.0")
-        .json(&json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params}));
-    if let Some(l) = last {
-        req = req.header("Last-Event-ID", l.to_string());
-    }
-    let resp = req.send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream"),
-        "{:?}",
-        resp.headers()
-    );
-    resp
-}
-
-fn kind(event: &Value) -> String {
-    let r = &event["result"];
-    if let Some(s) = r.get("statusUpdate") {
-        let state = s["status"]["state"].as_str().unwrap();
-        return state.trim_start_matches("TASK_STATE_").to_lowercase();
-    }
-    if r.get("artifactUpdate").is_some() {
-        return "artifact".into();
-    }
-    if r.get("task").is_some() {
-        return "task".into();
-    }
-    format!("{r}")
 }
 
 /// Checks that the events a stream sent before it was cut (`seen`, from

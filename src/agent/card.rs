@@ -76,6 +76,9 @@ pub struct Skill {
     /// Phrases that route to this skill.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub triggers: Vec<String>,
+    /// Example requests (A2A's `examples`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
     /// Accepted input media types.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_modes: Vec<String>,
@@ -327,6 +330,7 @@ impl AgentCard {
             description: c.description.clone(),
             tags: Vec::new(),
             triggers: Vec::new(),
+            examples: Vec::new(),
             input_modes: Vec::new(),
             output_modes: Vec::new(),
             input_schema: c.input_schema.clone(),

@@ -131,7 +131,9 @@ async fn answer(
 ) -> Result<Json<RunView>, ApiError> {
     let id = parse_id(&id)?;
     let b = act_body(&o, &caller, id, RunAct::Answer, &headers, body).await?;
-    let view = o.answer(id, answer, b.reason, b.input, &caller).await?;
+    let view = o
+        .answer(id, answer, b.reason, b.input, None, &caller)
+        .await?;
     Ok(Json(view))
 }
 

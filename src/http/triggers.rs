@@ -13,7 +13,7 @@ use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::IdempotencyKey;
 use crate::service::{Orchestrator, RunView};
-use crate::workflow::{Origin, RunStarted};
+use crate::workflow::RunStarted;
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
@@ -64,7 +64,7 @@ async fn start_run(
             &id,
             request.input,
             request.idempotency_key.map(String::from),
-            Origin::Request,
+            None,
             &caller,
         )
         .await?;

@@ -156,6 +156,14 @@ impl ServiceError {
         }
     }
 
+    /// Why a change to a run was refused, when that is the trouble.
+    pub fn run_refused(&self) -> Option<&crate::workflow::RunRefused> {
+        match self {
+            ServiceError::Store(crate::store::StoreError::RunRefused(r)) => Some(r),
+            _ => None,
+        }
+    }
+
     /// The request's field to blame, when one is.
     pub fn field(&self) -> Option<&str> {
         match self {

@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::runs::RunStart;
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
 use crate::bus::{PullSettings, Puller, Settlement, settle};
@@ -173,7 +174,17 @@ async fn start(o: &Orchestrator, trigger: &Trigger, caller: &Caller, msg: &Messa
     };
     let key = Some((caller.principal.clone(), id.clone()));
     match o
-        .begin_run(&trigger.id, input, key, origin, caller, None)
+        .begin_run(
+            &trigger.id,
+            input,
+            key,
+            RunStart {
+                origin,
+                slot: None,
+                context: None,
+            },
+            caller,
+        )
         .await
     {
         Ok(RunStarted::Created(r)) => {

@@ -28,6 +28,7 @@ mod registry;
 mod reload;
 mod request;
 mod run;
+mod run_follow;
 mod run_view;
 mod runs;
 mod schedules;
@@ -42,6 +43,7 @@ pub use follow::Follow;
 pub use registry::{AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
+pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct};
 

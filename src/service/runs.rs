@@ -19,7 +19,7 @@ use super::run_view::{RunView, step_tasks};
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::grants;
 use crate::codec::DecodeError;
-use crate::envelope::Timestamp;
+use crate::envelope::{CorrelationId, Timestamp};
 use crate::store::{Fingerprint, NewRun, ScheduleCursor, StoreError};
 use crate::telemetry::context::StoredTrace;
 use crate::telemetry::spans::{self, RunMark};
@@ -28,6 +28,17 @@ use crate::workflow::{
     CancelRequest, Decision, Origin, RunChange, RunId, RunRecord, RunRefused, RunStarted, RunState,
     StepState, plan,
 };
+
+/// How a run starts, beside its trigger, input and key.
+pub(crate) struct RunStart {
+    /// What started it.
+    pub(crate) origin: Origin,
+    /// A scheduled run also moves its schedule's cursor to this time (in
+    /// the same transaction).
+    pub(crate) slot: Option<Timestamp>,
+    /// The context it joins: its correlation id (none: its own).
+    pub(crate) context: Option<CorrelationId>,
+}
 
 /// A person's answer at a gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,32 +74,42 @@ impl Answer {
 
 impl Orchestrator {
     /// Starts a run of trigger `id` with `input` (checked against its
-    /// schema) for `caller`, who must hold the trigger's scopes. The same
-    /// idempotency key with the same input returns the run it started.
+    /// schema) for `caller`, who must hold the trigger's scopes; in
+    /// `context` (its correlation id, shared by its tasks) when given, else
+    /// in a context of its own. The same idempotency key with the same
+    /// input and context returns the run it started.
     pub async fn start_run(
         &self,
         id: &str,
         input: Value,
         idempotency_key: Option<String>,
-        origin: Origin,
+        context: Option<CorrelationId>,
         caller: &Caller,
     ) -> Result<RunStarted, ServiceError> {
         let key = idempotency_key.map(|k| (caller.principal.clone(), k));
-        self.begin_run(id, input, key, origin, caller, None).await
+        let start = RunStart {
+            origin: Origin::Request,
+            slot: None,
+            context,
+        };
+        self.begin_run(id, input, key, start, caller).await
     }
 
     /// Starts a run of trigger `id`, with its idempotency key's scope and
-    /// key; a scheduled run also moves its schedule's cursor to `slot` (in
-    /// the same transaction).
+    /// key, as `start` says.
     pub(crate) async fn begin_run(
         &self,
         id: &str,
         input: Value,
         key: Option<(String, String)>,
-        origin: Origin,
+        start: RunStart,
         caller: &Caller,
-        slot: Option<Timestamp>,
     ) -> Result<RunStarted, ServiceError> {
+        let RunStart {
+            origin,
+            slot,
+            context,
+        } = start;
         let trigger = self.startable(id, caller)?;
         crate::codec::check_depth("input", [&input], 0).map_err(ServiceError::BadInput)?;
         trigger.check_input(&input).map_err(|e| {
@@ -107,13 +128,22 @@ impl Orchestrator {
             caller.grants.clone(),
         );
         record.trace = Some(StoredTrace::of(&span));
+        // A run in a context of its own has the same fingerprint as before
+        // contexts could be given.
+        let fingerprint = match &context {
+            None => Fingerprint::of(&(id, &input)),
+            Some(c) => Fingerprint::of(&(id, &input, c)),
+        };
+        if let Some(c) = context {
+            record.correlation_id = c;
+        }
         let started = self
             .inner
             .store
             .start_run(NewRun {
                 record,
                 key,
-                fingerprint: Fingerprint::of(&(id, &input)),
+                fingerprint,
                 schedule: slot.map(|slot| ScheduleCursor {
                     slot,
                     run: Some(run_id),
@@ -250,16 +280,29 @@ impl Orchestrator {
 
     /// Answers the gate run `id` waits at, as `caller`, with `reason` (and
     /// `input` for [`Answer::Input`], checked against the gate's schema).
+    /// With an idempotency `key`, the same key from the same caller once
+    /// the gate is answered is the run as it is now, answered once.
     pub async fn answer(
         &self,
         id: RunId,
         answer: Answer,
         reason: String,
         input: Option<Value>,
+        key: Option<String>,
         caller: &Caller,
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
         let run = self.run_to(id, RunAct::Answer, caller)?;
+        let answered = run
+            .decisions
+            .values()
+            .any(|d| key.is_some() && d.key == key && d.by == caller.principal);
+        if answered {
+            return self
+                .run(id, caller)
+                .await?
+                .ok_or(ServiceError::Store(StoreError::RunNotFound(id)));
+        }
         let not_waiting = || {
             StoreError::RunRefused(RunRefused::NotWaiting {
                 run: id,
@@ -300,6 +343,7 @@ impl Orchestrator {
             by: caller.principal.clone(),
             reason,
             input,
+            key,
             at: Timestamp::now(),
         };
         let change = RunChange::Decide {

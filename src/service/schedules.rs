@@ -14,6 +14,7 @@ use crate::telemetry::quiet::warn_quietly;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::runs::RunStart;
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
 use crate::envelope::Timestamp;
@@ -175,9 +176,12 @@ async fn start(
             &trigger.id,
             schedule.run_input(),
             None,
-            Origin::Schedule { at },
+            RunStart {
+                origin: Origin::Schedule { at },
+                slot: Some(handled),
+                context: None,
+            },
             caller,
-            Some(handled),
         )
         .await?;
     info!(trigger_id = %trigger.id, run_id = %started.record().run_id, %at, "schedule: run started");

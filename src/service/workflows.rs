@@ -205,7 +205,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
         Ok(t) => t,
         Err(message) => {
             let error = ErrorInfo::new("definition_unreadable", message, false);
-            settle(o, &run, RunState::Failed, None, Some(error)).await?;
+            settle(o, &run, RunState::Failed, None, Some(error), None).await?;
             return Ok(());
         }
     };
@@ -282,7 +282,15 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
     if decided.state != run.state {
         let gate =
             waiting_gate(&trigger, decided.state, &decided.steps).map(|(step, _)| step.to_string());
-        let moved = settle(o, &run, decided.state, decided.result, decided.error).await?;
+        let moved = settle(
+            o,
+            &run,
+            decided.state,
+            decided.result,
+            decided.error,
+            gate.clone(),
+        )
+        .await?;
         // `gate` is found only for a run that now waits.
         if moved && let Some(step) = gate {
             mark(&run, RunMark::Wait(&step))
@@ -313,6 +321,7 @@ async fn settle(
     state: RunState,
     result: Option<serde_json::Value>,
     error: Option<ErrorInfo>,
+    gate: Option<String>,
 ) -> Result<bool, ServiceError> {
     // The code, not the message: a message may quote what a handler saw.
     let why = error
@@ -323,6 +332,7 @@ async fn settle(
         state,
         result,
         error,
+        gate,
     };
     if !change(o, run.run_id, c).await? {
         return Ok(false);

@@ -194,6 +194,7 @@ mod tests {
             state,
             result: None,
             error: None,
+            gate: None,
         };
         store.change_run(id, change, "test").await.unwrap();
     }

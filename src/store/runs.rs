@@ -46,6 +46,11 @@ fn live_key(id: RunId) -> [u8; 17] {
     prefixed(LIVE, id)
 }
 
+/// A run's id where the watchers take a task's.
+fn as_task_id(id: RunId) -> TaskId {
+    TaskId::from_bytes(*id.as_bytes())
+}
+
 fn prefixed(prefix: u8, id: RunId) -> [u8; 17] {
     let mut key = [0u8; 17];
     key[0] = prefix;
@@ -315,7 +320,16 @@ impl Store {
             }))
             .await?;
         self.inner.commit.durable().await?;
+        self.inner
+            .watchers
+            .wake(as_task_id(id), record.state.is_terminal());
         Ok(record)
+    }
+
+    /// A wait for run `id`'s changes, registered now (woken as a task's
+    /// wait is; a run and a task never share an id).
+    pub fn watch_run(&self, id: RunId) -> super::watch::Watch {
+        self.inner.watchers.watch(as_task_id(id))
     }
 
     /// Trigger `trigger`'s schedule cursor, if its schedule has run.

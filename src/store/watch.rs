@@ -1,5 +1,5 @@
-//! Waiting for a task to change: a list of waiters per task, woken each
-//! time a change of it is applied (and flushed). A waiter reads the task
+//! Waiting for a task (or a run) to change: a list of waiters per task,
+//! woken each time a change of it is applied (and flushed). A waiter reads the task
 //! afterwards and waits for the flush before showing it, like every reader.
 //!
 //! A wake that comes while a waiter is between reads is kept for it (a

@@ -47,6 +47,9 @@ pub struct Trigger {
     /// What it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Example requests, for the A2A card's skill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
     /// The system prompt put in each task's `payload.meta`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_system_prompt: Option<String>,

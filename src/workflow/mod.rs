@@ -10,5 +10,5 @@ pub mod route;
 pub use plan::{Act, Plan, StepEnd, StepState, StepTask, plan};
 pub use record::{
     CancelRequest, Decision, Origin, RouteChoice, RunChange, RunId, RunRecord, RunRefused,
-    RunStarted, RunState,
+    RunStarted, RunState, Wait,
 };

@@ -648,6 +648,7 @@ steps:
                 by: "bob".into(),
                 reason: "ok".into(),
                 input: None,
+                key: None,
                 at: Timestamp::now(),
             },
         );

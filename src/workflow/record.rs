@@ -160,8 +160,21 @@ pub struct Decision {
     /// Input supplied with the answer (`runs input`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The answer's idempotency key (an A2A message's), so the same
+    /// answer sent again is known as answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// When.
     pub at: Timestamp,
+}
+
+/// A time the run began to wait at a gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wait {
+    /// The approval step.
+    pub step: String,
+    /// Since when.
+    pub since: Timestamp,
 }
 
 /// A router's choice, with why it was made.
@@ -224,6 +237,10 @@ pub struct RunRecord {
     /// Answers at its approval gates, by step id.
     #[serde(default)]
     pub decisions: BTreeMap<String, Decision>,
+    /// Each wait at a gate, in order (append-only): with `decisions`, the
+    /// run's history of states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<Wait>,
     /// Its routers' choices, by step id.
     #[serde(default)]
     pub routes: BTreeMap<String, RouteChoice>,
@@ -260,6 +277,8 @@ pub enum RunChange {
         result: Option<Value>,
         /// The error (failed).
         error: Option<ErrorInfo>,
+        /// The gate it waits at, when `state` is `input_required`.
+        gate: Option<String>,
     },
     /// A person answers the gate `step`, which must be the one waiting.
     Decide {
@@ -342,6 +361,7 @@ impl RunRecord {
             result: None,
             error: None,
             decisions: BTreeMap::new(),
+            waits: Vec::new(),
             routes: BTreeMap::new(),
             step_errors: BTreeMap::new(),
             cancel: None,
@@ -380,9 +400,22 @@ impl RunRecord {
                 state,
                 result,
                 error,
+                gate,
             } => {
                 if self.state != *from || self.cancel.is_some() && *state != RunState::Canceled {
                     return Err(RunRefused::Stale { run: self.run_id });
+                }
+                if let (RunState::InputRequired, Some(step)) = (state, gate) {
+                    let again = self
+                        .waits
+                        .last()
+                        .is_some_and(|w| &w.step == step && !self.decisions.contains_key(step));
+                    if !again {
+                        self.waits.push(Wait {
+                            step: step.clone(),
+                            since: now,
+                        });
+                    }
                 }
                 self.state = *state;
                 if result.is_some() {

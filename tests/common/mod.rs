@@ -169,6 +169,7 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
     db.flush().unwrap();
 }
 
+pub mod a2a;
 pub mod cluster;
 pub mod nats;
 pub mod process;

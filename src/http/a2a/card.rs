@@ -39,17 +39,26 @@ pub(super) fn base_url(o: &Orchestrator, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
-/// The card as 1.0 types: every skill of every agent, or (for `caller`)
-/// those whose scopes it holds.
+/// The card as 1.0 types: every trigger (as `trigger:<id>`) and every
+/// skill of every agent, or (for `caller`) those whose scopes it holds.
 fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> AgentCard {
-    let mut skills = Vec::new();
+    let lacks = |scopes: &[crate::envelope::Scope]| {
+        caller.is_some_and(|c| {
+            !c.grants
+                .missing(scopes.iter().map(|s| s.as_str()))
+                .is_empty()
+        })
+    };
+    let triggers = o.triggers();
+    let mut skills: Vec<AgentSkill> = triggers
+        .loaded
+        .values()
+        .filter(|t| !lacks(&t.required_scopes))
+        .map(|t| super::runs::skill(t))
+        .collect();
     for agent in o.cards().values() {
         for skill in agent.skills() {
-            if caller.is_some_and(|c| {
-                !c.grants
-                    .missing(skill.scopes.iter().map(|s| s.as_str()))
-                    .is_empty()
-            }) {
+            if lacks(&skill.scopes) {
                 continue;
             }
             let tags = if skill.tags.is_empty() {
@@ -66,7 +75,7 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
                     skill.description.clone()
                 },
                 tags,
-                examples: None,
+                examples: (!skill.examples.is_empty()).then(|| skill.examples.clone()),
                 input_modes: (!skill.input_modes.is_empty()).then(|| skill.input_modes.clone()),
                 output_modes: (!skill.output_modes.is_empty()).then(|| skill.output_modes.clone()),
                 security_requirements: None,
@@ -78,7 +87,7 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
     old.protocol_version = "0.3".into();
     AgentCard {
         name: o.config().a2a.name.clone(),
-        description: "An orchestrator of AI agents: each message becomes a durable task for one of its agents' skills, run by a worker, with its state, history and audit kept.".into(),
+        description: "An orchestrator of AI agents: each message becomes a durable task for one of its agents' skills, or a run of one of its workflows (skills `trigger:<id>`), with its state, history and audit kept.".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         supported_interfaces: vec![
             AgentInterface::new(rpc, a2a::TRANSPORT_PROTOCOL_JSONRPC),

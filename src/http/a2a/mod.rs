@@ -10,8 +10,10 @@ mod error;
 mod ops;
 mod rest;
 mod rpc;
+mod runs;
 mod send;
 mod stream;
+mod subject;
 mod v03;
 mod wire;
 

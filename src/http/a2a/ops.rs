@@ -9,16 +9,11 @@ use a2a::{
 };
 
 use super::error::A2aError;
-use super::{send, wire};
-use crate::envelope::TaskId;
+use super::subject::{self, Subject};
+use super::{runs, send, wire};
 use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::task::{Submitted, TaskRecord};
-
-/// A task id from a request: one that does not parse is a task that is
-/// not there.
-pub(super) fn task_id(id: &str) -> Result<TaskId, A2aError> {
-    id.parse().map_err(|_| A2aError::task_not_found(id))
-}
+use crate::workflow::{RunRecord, RunRefused};
 
 /// A `historyLength`: absent = all; negative is refused.
 pub(super) fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize>, A2aError> {
@@ -30,37 +25,29 @@ pub(super) fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize
     }
 }
 
-/// The task a caller names, if it may see it.
-async fn visible(o: &Orchestrator, id: &str, caller: &Caller) -> Result<TaskRecord, A2aError> {
-    o.task(task_id(id)?, caller)
-        .await?
-        .ok_or_else(|| A2aError::task_not_found(id))
-}
-
-/// A message that names a task (`taskId`): the task must be the caller's
-/// to see, in the context the message names, and wait for input; the
-/// message (its parts as params, against the task's skill) is the answer,
-/// and the task as it then is comes back. `None`: the message names no
-/// task.
+/// A message that names a task (`taskId`): the task (or run) must be the
+/// caller's to see, in the context the message names, and wait for input;
+/// the message is the answer, and the task as it then is comes back.
+/// `None`: the message names no task.
 async fn continued(
     o: &Orchestrator,
     send: &SendMessageRequest,
     header_key: Option<&str>,
     caller: &Caller,
-) -> Result<Option<TaskRecord>, A2aError> {
+) -> Result<Option<Subject>, A2aError> {
     let Some(id) = send.message.task_id.as_deref() else {
         return Ok(None);
     };
-    let record = visible(o, id, caller).await?;
+    let found = subject::find(o, id, caller).await?;
     if let Some(c) = send.message.context_id.as_deref()
-        && c != record.correlation_id().as_str()
+        && c != found.context()
     {
         return Err(A2aError::invalid_params(
             "message.contextId",
             format!("task {id} is in another context"),
         ));
     }
-    let waiting = |state: crate::task::TaskState| {
+    let refused = |state: crate::task::TaskState| {
         let why = if state.is_terminal() {
             format!("task {id} has ended ({state}): it takes no more messages")
         } else {
@@ -70,41 +57,56 @@ async fn continued(
         };
         A2aError::unsupported(why).with("taskId", id)
     };
-    // (One that no longer waits may have taken this very answer before:
-    // the service knows.)
-    let skill = o
-        .cards()
-        .get(record.agent())
-        .and_then(|c| c.skill(record.action().as_str()));
-    let input = send::params(&send.message, skill.as_ref())?;
-    let record = o
-        .answer_task(
-            record.task_id(),
-            input,
-            send::message_key(o, send, header_key).as_deref(),
-            caller,
-        )
-        .await
-        .map_err(|e| match e {
-            ServiceError::NotWaiting { state, .. } => waiting(state),
-            e => A2aError::from(e),
-        })?;
+    let key = send::message_key(o, send, header_key);
+    let record = match found {
+        Subject::Task(record) => {
+            // (One that no longer waits may have taken this very answer
+            // before: the service knows.)
+            let skill = o
+                .cards()
+                .get(record.agent())
+                .and_then(|c| c.skill(record.action().as_str()));
+            let input = send::params(&send.message, send::Takes::skill(skill.as_ref()))?;
+            let record = o
+                .answer_task(record.task_id(), input, key.as_deref(), caller)
+                .await
+                .map_err(|e| match e {
+                    ServiceError::NotWaiting { state, .. } => refused(state),
+                    e => A2aError::from(e),
+                })?;
+            Subject::Task(Box::new(record))
+        }
+        Subject::Run(run) => {
+            let (answer, reason, input) = runs::gate_answer(send)?;
+            let state = runs::state(run.state);
+            o.answer(run.run_id, answer, reason, input, key, caller)
+                .await
+                .map_err(|e| match e.run_refused() {
+                    Some(RunRefused::NotWaiting { .. } | RunRefused::Ended { .. }) => {
+                        refused(state)
+                    }
+                    _ => A2aError::from(e),
+                })?;
+            Subject::Run(Box::new(run_now(o, &run, caller).await?))
+        }
+    };
     Ok(Some(record))
 }
 
-/// Stores the task a message asks for (or finds the one the same message
-/// made before); the record as stored.
-pub(super) async fn submit(
+/// Run `run` as it is now.
+async fn run_now(
     o: &Orchestrator,
-    send: &SendMessageRequest,
-    header_key: Option<&str>,
+    run: &RunRecord,
     caller: &Caller,
-) -> Result<TaskRecord, A2aError> {
-    if let Some(record) = continued(o, send, header_key, caller).await? {
-        return Ok(record);
-    }
-    let request = send::request(o, send, header_key)?;
-    let submitted = o.submit(request, caller).await.map_err(|e| {
+) -> Result<RunRecord, A2aError> {
+    o.run_record(run.run_id, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&run.run_id.to_string()))
+}
+
+/// A refusal of a key reused with other content names the message.
+fn conflict_names_message(send: &SendMessageRequest) -> impl Fn(ServiceError) -> A2aError {
+    move |e| {
         let conflict = e.kind() == crate::service::ErrorKind::Conflict;
         let e = A2aError::from(e);
         if conflict {
@@ -112,9 +114,37 @@ pub(super) async fn submit(
         } else {
             e
         }
-    })?;
+    }
+}
+
+/// Stores the task a message asks for, or starts the run (or finds the
+/// one the same message made before); as stored.
+pub(super) async fn submit(
+    o: &Orchestrator,
+    send: &SendMessageRequest,
+    header_key: Option<&str>,
+    caller: &Caller,
+) -> Result<Subject, A2aError> {
+    if let Some(found) = continued(o, send, header_key, caller).await? {
+        return Ok(found);
+    }
+    send::check(&send.message)?;
+    if let Some(trigger) = send::trigger(o, send)? {
+        let (input, context) = send::run_input(send, &trigger)?;
+        let key = send::message_key(o, send, header_key);
+        let started = o
+            .start_run(&trigger.id, input, key, context, caller)
+            .await
+            .map_err(conflict_names_message(send))?;
+        return Ok(Subject::Run(Box::new(started.record().clone())));
+    }
+    let request = send::request(o, send, header_key)?;
+    let submitted = o
+        .submit(request, caller)
+        .await
+        .map_err(conflict_names_message(send))?;
     Ok(match submitted {
-        Submitted::Created(r) | Submitted::Existing(r) => r,
+        Submitted::Created(r) | Submitted::Existing(r) => Subject::Task(Box::new(r)),
     })
 }
 
@@ -125,8 +155,33 @@ fn longest(o: &Orchestrator) -> Duration {
         .saturating_sub(Duration::from_secs(1))
 }
 
-/// `SendMessage`: the task, once it has ended or waits for the client
-/// (unless `returnImmediately`), or as it is when the wait is up.
+/// Whether a stream or a blocking send of a task in state `s` is done.
+fn closes(s: crate::task::TaskState) -> bool {
+    wire::closes(s)
+}
+
+/// `subject` once it has ended or waits for the client, or as it is when
+/// the wait is up.
+async fn settled(o: &Orchestrator, subject: Subject, caller: &Caller) -> Result<Subject, A2aError> {
+    if closes(subject.state()) {
+        return Ok(subject);
+    }
+    Ok(match subject {
+        Subject::Task(t) => {
+            let done = o.task_when(t.task_id(), longest(o), caller, closes).await?;
+            Subject::Task(done.map(Box::new).unwrap_or(t))
+        }
+        Subject::Run(r) => {
+            let done = o
+                .run_record_when(r.run_id, longest(o), caller, |s| closes(runs::state(s)))
+                .await?;
+            Subject::Run(done.map(Box::new).unwrap_or(r))
+        }
+    })
+}
+
+/// `SendMessage`: the task (or run), once it has ended or waits for the
+/// client (unless `returnImmediately`), or as it is when the wait is up.
 pub(super) async fn send_message(
     o: &Orchestrator,
     send: SendMessageRequest,
@@ -139,20 +194,18 @@ pub(super) async fn send_message(
         "configuration.historyLength",
     )?;
     let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
-    let record = submit(o, &send, header_key, caller).await?;
-    let record = if immediately || wire::closes(record.status.state) {
-        record
+    let subject = submit(o, &send, header_key, caller).await?;
+    let subject = if immediately {
+        subject
     } else {
-        o.task_when(record.task_id(), longest(o), caller, wire::closes)
-            .await?
-            .unwrap_or(record)
+        settled(o, subject, caller).await?
     };
-    if let Some(reply) = wire::reply(&record) {
+    if let Subject::Task(record) = &subject
+        && let Some(reply) = wire::reply(record)
+    {
         return Ok(SendMessageResponse::Message(reply));
     }
-    Ok(SendMessageResponse::Task(wire::task(
-        &record, history, true,
-    )))
+    Ok(SendMessageResponse::Task(subject.task(history, true)))
 }
 
 /// `GetTask`.
@@ -162,35 +215,49 @@ pub(super) async fn get_task(
     caller: &Caller,
 ) -> Result<a2a::Task, A2aError> {
     let history = history_length(get.history_length, "historyLength")?;
-    let record = visible(o, &get.id, caller).await?;
-    Ok(wire::task(&record, history, true))
+    let found = subject::find(o, &get.id, caller).await?;
+    Ok(found.task(history, true))
 }
 
-/// `CancelTask`: an ended task is not cancelable (-32002), canceled
-/// included.
+/// `CancelTask`: an ended task (or run) is not cancelable (-32002),
+/// canceled included.
 pub(super) async fn cancel_task(
     o: &Orchestrator,
     cancel: CancelTaskRequest,
     caller: &Caller,
 ) -> Result<a2a::Task, A2aError> {
-    let record = visible(o, &cancel.id, caller).await?;
-    if record.status.state.is_terminal() {
-        return Err(A2aError::not_cancelable(
+    let found = subject::find(o, &cancel.id, caller).await?;
+    let ended = |state| {
+        A2aError::not_cancelable(
             &cancel.id,
-            format!("task {} has ended ({})", cancel.id, record.status.state),
-        ));
+            format!("task {} has ended ({state})", cancel.id),
+        )
+    };
+    if found.state().is_terminal() {
+        return Err(ended(found.state()));
     }
-    let record = o
-        .cancel(record.task_id(), caller)
-        .await
-        .map_err(|e| match e {
-            ServiceError::NotCancelable { state, .. } => A2aError::not_cancelable(
-                &cancel.id,
-                format!("task {} has ended ({state})", cancel.id),
-            ),
-            e => A2aError::from(e),
-        })?;
-    Ok(wire::task(&record, None, true))
+    let canceled = match found {
+        Subject::Task(record) => {
+            let record = o
+                .cancel(record.task_id(), caller)
+                .await
+                .map_err(|e| match e {
+                    ServiceError::NotCancelable { state, .. } => ended(state),
+                    e => A2aError::from(e),
+                })?;
+            Subject::Task(Box::new(record))
+        }
+        Subject::Run(run) => {
+            o.cancel_run(run.run_id, String::new(), caller)
+                .await
+                .map_err(|e| match e.run_refused() {
+                    Some(RunRefused::Ended { state, .. }) => ended(runs::state(*state)),
+                    _ => A2aError::from(e),
+                })?;
+            Subject::Run(Box::new(run_now(o, &run, caller).await?))
+        }
+    };
+    Ok(canceled.task(None, true))
 }
 
 /// The largest and default page of `ListTasks`.
@@ -198,14 +265,14 @@ const MAX_PAGE: i32 = 100;
 const DEFAULT_PAGE: i32 = 50;
 
 /// Where a page of `ListTasks` starts: after this task in the order
-/// (newest status first, then task id).
-fn page_token(t: &TaskRecord) -> String {
-    format!("{}.{}", t.status.updated_at.unix_nanos(), t.task_id())
+/// (newest status first, then id).
+fn page_token(s: &Subject) -> String {
+    format!("{}.{}", s.updated_nanos(), s.id())
 }
 
-/// `ListTasks`: the caller's tasks (every one with `orch:tasks:read_all`),
-/// filtered by context, state and status time, newest status first, a
-/// page at a time.
+/// `ListTasks`: the caller's tasks and runs (every one with
+/// `orch:tasks:read_all`), filtered by context, state and status time,
+/// newest status first, a page at a time.
 pub(super) async fn list_tasks(
     o: &Orchestrator,
     list: ListTasksRequest,
@@ -240,14 +307,19 @@ pub(super) async fn list_tasks(
         .filter(|t| !t.is_empty())
         .map(|t| {
             t.split_once('.')
-                .and_then(|(n, id)| Some((n.parse::<i128>().ok()?, id.parse::<TaskId>().ok()?)))
+                .and_then(|(n, id)| {
+                    Some((
+                        n.parse::<i128>().ok()?,
+                        id.parse::<crate::envelope::TaskId>().ok()?,
+                    ))
+                })
                 .ok_or_else(|| {
                     A2aError::invalid_params("pageToken", "not a page token this server gave")
                 })
         })
         .transpose()?;
-    // Every matching task the caller may see, ordered; a page is cut from
-    // it after the token's place.
+    // Every matching task and run the caller may see, ordered; a page is
+    // cut from it after the token's place.
     let mut all = Vec::new();
     let mut cursor = None;
     loop {
@@ -256,34 +328,36 @@ pub(super) async fn list_tasks(
             .await?;
         let done = batch.len() < 1000;
         cursor = batch.last().map(TaskRecord::task_id);
-        all.extend(
-            batch
-                .into_iter()
-                .filter(|r| after.is_none_or(|a| r.status.updated_at.unix_nanos() > a)),
-        );
+        all.extend(batch.into_iter().map(|t| Subject::Task(Box::new(t))));
         if done {
             break;
         }
     }
-    let key = |r: &TaskRecord| (r.status.updated_at.unix_nanos(), r.task_id());
-    all.sort_by_key(|r| std::cmp::Reverse(key(r)));
+    // A run is never `submitted` nor `auth-required`.
+    let run_state = state.map(runs::run_state);
+    if run_state != Some(None) {
+        let found = o
+            .run_records(context.as_ref(), run_state.flatten(), caller)
+            .await?;
+        all.extend(found.into_iter().map(|r| Subject::Run(Box::new(r))));
+    }
+    all.retain(|s| after.is_none_or(|a| s.updated_nanos() > a));
+    let key = |s: &Subject| (s.updated_nanos(), s.id());
+    all.sort_by_key(|s| std::cmp::Reverse(key(s)));
     let total = all.len();
     let start = match token {
         None => 0,
-        Some(t) => all.iter().position(|r| key(r) < t).unwrap_or(total),
+        Some(t) => all.iter().position(|s| key(s) < t).unwrap_or(total),
     };
-    let page: Vec<&TaskRecord> = all.iter().skip(start).take(size as usize).collect();
+    let page: Vec<&Subject> = all.iter().skip(start).take(size as usize).collect();
     let next = if start + page.len() < total {
-        page.last().map(|r| page_token(r)).unwrap_or_default()
+        page.last().map(|s| page_token(s)).unwrap_or_default()
     } else {
         String::new()
     };
     let artifacts = list.include_artifacts.unwrap_or(false);
     Ok(ListTasksResponse {
-        tasks: page
-            .iter()
-            .map(|r| wire::task(r, history, artifacts))
-            .collect(),
+        tasks: page.iter().map(|s| s.task(history, artifacts)).collect(),
         next_page_token: next,
         page_size: size,
         total_size: i32::try_from(total).unwrap_or(i32::MAX),

@@ -5,12 +5,16 @@
 use a2a::{Message, Part, PartContent, SendMessageRequest};
 use serde_json::{Map, Value, json};
 
+use std::sync::Arc;
+
 use super::error::A2aError;
+use super::runs;
 use super::wire::{MESSAGE_KEY_PREFIX, UNKEYED_PREFIX};
 use crate::agent::Skill;
 use crate::envelope::{AgentName, CorrelationId, IdempotencyKey};
 use crate::service::MessageIds;
 use crate::service::{Orchestrator, TaskRequest};
+use crate::trigger::Trigger;
 
 /// The skill a message goes to.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +27,7 @@ pub(super) struct Target {
 const SKILL_KEY: &str = "skillId";
 const TRIGGER_KEY: &str = "trigger";
 
-fn metadata_str<'a>(request: &'a SendMessageRequest, key: &str) -> Option<&'a str> {
+pub(super) fn metadata_str<'a>(request: &'a SendMessageRequest, key: &str) -> Option<&'a str> {
     let from = |m: &'a Option<std::collections::HashMap<String, Value>>| {
         m.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str)
     };
@@ -31,7 +35,7 @@ fn metadata_str<'a>(request: &'a SendMessageRequest, key: &str) -> Option<&'a st
 }
 
 /// The text of a message's text parts, one per line.
-fn text_of(message: &Message) -> String {
+pub(super) fn text_of(message: &Message) -> String {
     message
         .parts
         .iter()
@@ -89,11 +93,6 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     if let Some(id) = metadata_str(request, SKILL_KEY) {
         return resolve(o, id, "message.metadata.skillId");
     }
-    if let Some(trigger) = metadata_str(request, TRIGGER_KEY) {
-        return Err(A2aError::unsupported(format!(
-            "trigger `{trigger}`: starting a workflow run through A2A is not built yet; use POST /v1/triggers/{trigger}/runs"
-        )));
-    }
     let text = text_of(&request.message);
     if !text.trim().is_empty()
         && let Some(choice) = crate::workflow::route::choose(&text, o.cards(), &[])
@@ -119,6 +118,93 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     ))
 }
 
+/// The trigger a message starts a run of: `metadata.trigger`, or a
+/// `metadata.skillId` of `trigger:<id>`; `None` when it names none.
+pub(super) fn trigger(
+    o: &Orchestrator,
+    request: &SendMessageRequest,
+) -> Result<Option<Arc<Trigger>>, A2aError> {
+    let (id, field) = match (
+        metadata_str(request, TRIGGER_KEY),
+        metadata_str(request, SKILL_KEY).and_then(|s| s.strip_prefix(runs::SKILL_PREFIX)),
+    ) {
+        (Some(id), _) => (id, "message.metadata.trigger"),
+        (None, Some(id)) => (id, "message.metadata.skillId"),
+        (None, None) => return Ok(None),
+    };
+    o.trigger(id).map(Some).ok_or_else(|| {
+        A2aError::invalid_params(
+            field,
+            format!(
+                "no trigger `{id}`: the agent card lists the triggers as skills `trigger:<id>`"
+            ),
+        )
+    })
+}
+
+/// A message's context, when it names one.
+fn context(message: &Message) -> Result<Option<CorrelationId>, A2aError> {
+    message
+        .context_id
+        .as_deref()
+        .map(|c| {
+            c.parse::<CorrelationId>().map_err(|e: String| {
+                A2aError::invalid_params("message.contextId", format!("not a context id: {e}"))
+            })
+        })
+        .transpose()
+}
+
+/// The input and context of the run a message starts: its parts made
+/// into an object as a skill's params are, against the trigger's input
+/// schema.
+pub(super) fn run_input(
+    send: &SendMessageRequest,
+    trigger: &Trigger,
+) -> Result<(Value, Option<CorrelationId>), A2aError> {
+    let takes = Takes {
+        modes: &[],
+        schema: trigger.input_schema.as_ref(),
+    };
+    let input = params(&send.message, takes)?;
+    Ok((Value::Object(input), context(&send.message)?))
+}
+
+/// A message's own checks: it has an id and a part.
+pub(super) fn check(message: &Message) -> Result<(), A2aError> {
+    if message.message_id.is_empty() {
+        return Err(A2aError::invalid_params(
+            "message.messageId",
+            "a message needs its id",
+        ));
+    }
+    if message.parts.is_empty() {
+        return Err(A2aError::invalid_params(
+            "message.parts",
+            "a message needs at least one part",
+        ));
+    }
+    Ok(())
+}
+
+/// What a message's parts go to: the media types taken (none: any) and
+/// the JSON Schema of the object they make.
+#[derive(Clone, Copy)]
+pub(super) struct Takes<'a> {
+    modes: &'a [String],
+    schema: Option<&'a Value>,
+}
+
+impl<'a> Takes<'a> {
+    /// What `skill` takes (an unknown skill: anything).
+    pub(super) fn skill(skill: Option<&'a Skill>) -> Self {
+        Takes {
+            modes: skill.map(|s| s.input_modes.as_slice()).unwrap_or_default(),
+            schema: skill.and_then(|s| s.input_schema.as_ref()),
+        }
+    }
+}
+
 /// A part's media type: its own, else its kind's.
 fn media_type(part: &Part) -> &str {
     if let Some(m) = part.media_type.as_deref().filter(|m| !m.is_empty()) {
@@ -133,8 +219,8 @@ fn media_type(part: &Part) -> &str {
 
 /// The property a text fills: `text` when the schema has one, else its
 /// single string property; `None` when it has neither.
-fn text_property(skill: Option<&Skill>) -> Option<String> {
-    let Some(schema) = skill.and_then(|s| s.input_schema.as_ref()) else {
+fn text_property(schema: Option<&Value>) -> Option<String> {
+    let Some(schema) = schema else {
         return Some("text".into());
     };
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
@@ -154,16 +240,13 @@ fn text_property(skill: Option<&Skill>) -> Option<String> {
     }
 }
 
-/// The params of a message for `skill`: a data part is the params object;
-/// text parts fill `text` or the skill's single string input; file and URL
-/// parts are passed as references under `files`. A part whose media type
-/// the skill does not take is refused (-32005).
-pub(super) fn params(
-    message: &Message,
-    skill: Option<&Skill>,
-) -> Result<Map<String, Value>, A2aError> {
-    let modes = skill.map(|s| s.input_modes.as_slice()).unwrap_or_default();
-    let text_into = text_property(skill);
+/// The params of a message for what `takes` them: a data part is the
+/// params object; text parts fill `text` or the single string input;
+/// file and URL parts are passed as references under `files`. A part
+/// whose media type is not taken is refused (-32005).
+pub(super) fn params(message: &Message, takes: Takes<'_>) -> Result<Map<String, Value>, A2aError> {
+    let modes = takes.modes;
+    let text_into = text_property(takes.schema);
     let takes = |part: &Part| {
         let mt = media_type(part);
         modes.is_empty()
@@ -260,33 +343,13 @@ pub(super) fn request(
     header_key: Option<&str>,
 ) -> Result<TaskRequest, A2aError> {
     let message = &send.message;
-    if message.message_id.is_empty() {
-        return Err(A2aError::invalid_params(
-            "message.messageId",
-            "a message needs its id",
-        ));
-    }
-    if message.parts.is_empty() {
-        return Err(A2aError::invalid_params(
-            "message.parts",
-            "a message needs at least one part",
-        ));
-    }
     let target = target(o, send)?;
     let skill = o
         .cards()
         .get(&target.agent)
         .and_then(|c| c.skill(&target.skill));
-    let params = params(message, skill.as_ref())?;
-    let correlation_id = message
-        .context_id
-        .as_deref()
-        .map(|c| {
-            c.parse::<CorrelationId>().map_err(|e: String| {
-                A2aError::invalid_params("message.contextId", format!("not a context id: {e}"))
-            })
-        })
-        .transpose()?;
+    let params = params(message, Takes::skill(skill.as_ref()))?;
+    let correlation_id = context(message)?;
     let action = target
         .skill
         .parse()

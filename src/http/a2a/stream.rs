@@ -20,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use axum::http::HeaderMap;
 
 use super::error::A2aError;
+use super::subject::{self, Following, Subject};
 use super::wire;
-use crate::service::{Caller, Follow, Orchestrator};
-use crate::task::{TaskRecord, TaskState};
+use crate::service::{Caller, Orchestrator};
+use crate::task::TaskState;
 
 /// What every stream shares: a bound on how many are open, the signal
 /// that the server is closing, the keep-alive interval.
@@ -69,7 +70,7 @@ fn last_event_id(headers: &axum::http::HeaderMap) -> Result<Option<u64>, A2aErro
 }
 
 struct State {
-    follow: Follow,
+    follow: Following,
     /// The generation last sent (or resumed after).
     last: u64,
     /// Events read, not yet sent: (id, body, ends the stream).
@@ -88,9 +89,9 @@ fn body(event: &a2a::StreamResponse) -> Value {
 }
 
 impl State {
-    /// Queues `record`'s events after the last one sent.
-    fn queue(&mut self, record: &TaskRecord) {
-        for e in wire::events(record) {
+    /// Queues `subject`'s events after the last one sent.
+    fn queue(&mut self, subject: &Subject) {
+        for e in subject.events() {
             if e.id > self.last {
                 let closes = e.state.is_some_and(self.ends);
                 self.last = e.id;
@@ -114,11 +115,8 @@ pub(super) async fn send(
 ) -> Result<Response, A2aError> {
     let permit = streams.enter()?;
     let resume = last_event_id(headers)?;
-    let record = super::ops::submit(o, send, key, caller).await?;
-    let (first, follow) = o
-        .follow(record.task_id(), caller)
-        .await?
-        .ok_or_else(|| A2aError::task_not_found(&record.task_id().to_string()))?;
+    let sent = super::ops::submit(o, send, key, caller).await?;
+    let (first, follow) = subject::follow(o, &sent.id().to_string(), caller).await?;
     let ends = wire::closes;
     Ok(respond(
         streams, permit, &first, follow, resume, frame, ends,
@@ -137,14 +135,11 @@ pub(super) async fn subscribe(
 ) -> Result<Response, A2aError> {
     let permit = streams.enter()?;
     let resume = last_event_id(headers)?;
-    let (first, follow) = o
-        .follow(super::ops::task_id(id)?, caller)
-        .await?
-        .ok_or_else(|| A2aError::task_not_found(id))?;
-    if resume.is_none() && first.status.state.is_terminal() {
+    let (first, follow) = subject::follow(o, id, caller).await?;
+    if resume.is_none() && first.state().is_terminal() {
         return Err(A2aError::unsupported(format!(
             "task {id} has ended ({}): there is nothing to subscribe to",
-            first.status.state
+            first.state()
         ))
         .with("taskId", id));
     }
@@ -161,8 +156,8 @@ pub(super) async fn subscribe(
 fn respond(
     streams: &Streams,
     permit: OwnedSemaphorePermit,
-    first: &TaskRecord,
-    follow: Follow,
+    first: &Subject,
+    follow: Following,
     resume: Option<u64>,
     frame: Frame,
     ends: fn(TaskState) -> bool,
@@ -179,9 +174,9 @@ fn respond(
     };
     match resume {
         None => {
-            let generation = wire::generation(first);
-            let closes = ends(first.status.state);
-            let snapshot = a2a::StreamResponse::Task(wire::task(first, None, true));
+            let generation = first.generation();
+            let closes = ends(first.state());
+            let snapshot = a2a::StreamResponse::Task(first.task(None, true));
             state.last = generation;
             state.ending = closes;
             state
@@ -192,7 +187,7 @@ fn respond(
             state.last = after;
             state.queue(first);
             // Resumed after the end: nothing more will come.
-            state.ending |= ends(first.status.state);
+            state.ending |= ends(first.state());
         }
     }
     let events = futures::stream::unfold(state, |mut s| async move {

@@ -78,7 +78,7 @@ pub(super) fn closes(s: TaskState) -> bool {
     s.is_terminal() || matches!(s, TaskState::InputRequired | TaskState::AuthRequired)
 }
 
-fn time(t: &Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
+pub(super) fn time(t: &Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
     let t = t.as_offset_date_time();
     chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond())
 }
@@ -199,7 +199,7 @@ fn request_message(record: &TaskRecord) -> Message {
 
 /// The artifact a result becomes: a string as a text part, anything else
 /// as a data part.
-fn result_artifact(result: &Value) -> Artifact {
+pub(super) fn result_artifact(result: &Value) -> Artifact {
     let part = match result {
         Value::String(s) => Part::text(s.clone()),
         other => Part::data(other.clone()),
