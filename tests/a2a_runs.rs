@@ -417,3 +417,13 @@ async fn a_run_streams_resumes_and_cancels() {
         "the wait stays, the end follows: {tail:#?}"
     );
 }
+
+/// The official `a2a-sdk` client (1.x, from PyPI) finds the trigger on the
+/// card, streams a run to its gate, answers it and reads the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_client_runs_a_workflow_through_its_gate() {
+    let (sys, _) = system().await;
+    let key = sys.admin_key.clone().unwrap();
+    let names = common::a2a::sdk_checks("sdk_runs.py", &sys, &key).await;
+    assert_eq!(names.len(), 5, "{names:?}");
+}

@@ -131,3 +131,44 @@ pub fn kind(event: &Value) -> String {
     }
     format!("{r}")
 }
+
+/// The Python that has the official client: `A2A_SDK_PYTHON`, as
+/// `scripts/test` sets it (from `scripts/ensure-a2a-sdk`).
+fn sdk_python() -> String {
+    std::env::var("A2A_SDK_PYTHON").unwrap_or_else(|_| {
+        panic!("A2A_SDK_PYTHON is not set: run the tests with scripts/test, or set it to the output of scripts/ensure-a2a-sdk")
+    })
+}
+
+/// Runs `tests/a2a/<script>` with the official client against `sys` as
+/// the holder of `key`; each line it prints is a check
+/// (`{"check", "ok", "detail"}`). Fails on a failed check or a failed
+/// script; the names of the checks made.
+pub async fn sdk_checks(script: &str, sys: &System, key: &str) -> Vec<String> {
+    let script = format!("{}/tests/a2a/{script}", env!("CARGO_MANIFEST_DIR"));
+    let child = tokio::process::Command::new(sdk_python())
+        .args([&script, &sys.http, key])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the client script finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let checks: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        out.status.success() && failed.is_empty(),
+        "failed: {failed:#?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    checks
+        .iter()
+        .map(|c| c["check"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
