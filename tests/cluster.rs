@@ -268,7 +268,8 @@ async fn wait_ready(url: &str) {
 
 /// Checks what point 3 of the cluster issue asks, for `ids`: every task
 /// completed, nothing dead-lettered, each ran at least once, and a task
-/// that ran more than once was told it resumed on every later run. Returns
+/// that ran more than once was told it resumed on every run but its
+/// first claim's. Returns
 /// how many ran more than once.
 async fn check_nothing_failed(d: &Deployment, ids: &[String], what: &str) -> usize {
     let states = d.wait_all(ids, Duration::from_secs(180)).await;
@@ -290,8 +291,12 @@ async fn check_nothing_failed(d: &Deployment, ids: &[String], what: &str) -> usi
         );
         if task_runs.len() > 1 {
             repeated += 1;
+            // Only the first claim runs fresh. (The log's order is not
+            // the claims': two workers' scripts append in whatever order
+            // they get there.)
+            let fresh = task_runs.iter().filter(|(resumed, _)| !*resumed).count();
             assert!(
-                task_runs[1..].iter().all(|(resumed, _)| *resumed),
+                fresh <= 1,
                 "{what}: task {id} ran again without being told it resumed: {task_runs:?}"
             );
         }

@@ -621,3 +621,57 @@ async fn progress_reports_are_kept_once_each_in_order() {
             .all(|h| h.progress.as_ref().and_then(|p| p.message.as_deref()) != Some("late"))
     );
 }
+
+/// A task read while it changes is read as of one moment: its history
+/// ends with the report its status shows, never behind it nor ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_read_while_it_changes_is_read_as_of_one_moment() {
+    let (_dir, store) = temp_store();
+    let env = envelope("echo", "echo", json!({}), "k");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for seq in 1..=300u32 {
+                let report = Change {
+                    attempt: Some(1),
+                    run: Some(json!({"instance": "w-1", "resumed": false})),
+                    progress: Some(orchestrator::event::Progress {
+                        seq: std::num::NonZeroU32::new(seq).unwrap(),
+                        message: Some(format!("report {seq}")),
+                        artifact: None,
+                    }),
+                    ..change(TaskEvent::Start)
+                };
+                store.apply(id, report).await.unwrap();
+            }
+            let mut done = change(TaskEvent::Complete);
+            done.attempt = Some(1);
+            store.apply(id, done).await.unwrap();
+        })
+    };
+    let mut reads = 0;
+    loop {
+        let record = store.get(id).unwrap().unwrap();
+        let listed = store.list(None, 10).unwrap().remove(0);
+        reads += 1;
+        for r in [&record, &listed] {
+            let last = r.history.last().unwrap();
+            match r.status.state {
+                TaskState::Working => assert_eq!(
+                    last.progress.as_ref().map(|p| p.seq.get()),
+                    r.status.progress.as_ref().map(|p| p.seq),
+                    "the history ends at the report the status shows (read {reads})"
+                ),
+                state => assert_eq!(last.to, state, "read {reads}"),
+            }
+        }
+        if record.status.state == TaskState::Completed {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    writer.await.unwrap();
+    assert!(reads > 10, "the reads overlapped the writes: {reads}");
+}

@@ -62,7 +62,10 @@ async fn a_v1_store_is_migrated_on_open() {
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
     for record in &before {
         let after = store.get(record.task_id()).unwrap().unwrap();
-        assert_eq!(&after, record);
+        // A v1 status never named its audit record.
+        let mut expected = record.clone();
+        expected.status.audit_seq = None;
+        assert_eq!(after, expected);
     }
     let filter = orchestrator::audit::AuditFilter {
         task_id: Some(ids[1]),

@@ -405,6 +405,7 @@ fn apply_one(
         detail,
     };
     let head = audit::append(tx, head, &entry, now)?;
+    record.audit_seq = Some(head.seq);
     match &change.progress {
         // The attempt's first report may carry progress: the start, then it.
         Some(progress) if state == TaskState::Working => {
@@ -459,5 +460,6 @@ fn note_progress(
         }),
     };
     let head = audit::append(tx, head, &entry, now)?;
+    record.audit_seq = Some(head.seq);
     Ok((head, ApplyOutcome::Noted(record)))
 }

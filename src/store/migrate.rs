@@ -256,6 +256,7 @@ impl WholeRecord {
             retry_at: self.retry_at,
             progress: None,
             input: None,
+            audit_seq: None,
             created_at: self.created_at,
             updated_at: self.updated_at,
         };

@@ -47,7 +47,8 @@ pub(super) fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> 
 
 /// How a submit transaction ended.
 enum SubmitOutcome {
-    Created,
+    /// Created; its creation is this audit record.
+    Created(u64),
     Existing(TaskId),
 }
 
@@ -78,6 +79,7 @@ impl Store {
             retry_at: None,
             progress: None,
             input: None,
+            audit_seq: None,
             created_at: now,
             updated_at: now,
         };
@@ -99,7 +101,7 @@ impl Store {
                 bytes,
             )
         });
-        let status_bytes = keys::encode(&record.status);
+        let status = record.status.clone();
         let envelope_bytes = keys::encode(&record.envelope);
         // A task whose correlation id is its own id is found by that id
         // alone: it needs no index entry (one key less per lone task).
@@ -147,8 +149,13 @@ impl Store {
                 if tx.tasks.get(keys::task(task_id))?.is_some() {
                     return Err(abort(StoreError::DuplicateTask(task_id)));
                 }
+                // The creation is the history's first record.
+                let stored = TaskStatus {
+                    audit_seq: Some(head.seq + 1),
+                    ..status.clone()
+                };
                 tx.tasks
-                    .insert(&keys::task(task_id), status_bytes.as_slice())?;
+                    .insert(&keys::task(task_id), keys::encode(&stored))?;
                 tx.envelopes
                     .insert(&keys::task(task_id), envelope_bytes.as_slice())?;
                 if let Some((idem_key, _, bytes)) = &claim {
@@ -165,12 +172,14 @@ impl Store {
                     super::runs::link(tx, link, task_id)?;
                 }
                 let head = audit::append(tx, head, &entry, now)?;
-                Ok((head, SubmitOutcome::Created))
+                Ok((head, SubmitOutcome::Created(head.seq)))
             }))
             .await?;
         self.inner.commit.durable().await?;
         match outcome {
-            SubmitOutcome::Created => {
+            SubmitOutcome::Created(seq) => {
+                let mut record = record;
+                record.status.audit_seq = Some(seq);
                 crate::telemetry::metrics::task_entered(
                     record.agent().as_str(),
                     TaskState::Submitted.as_str(),
@@ -200,17 +209,10 @@ impl Store {
     /// is not set aside yet is [`StoreError::Decode`], and noted for the
     /// quarantine ([`Store::take_unreadable`]).
     pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        // The history first: a status read after it is at least as new, so
-        // a transition the history shows (a completion) finds in the status
-        // what it recorded there (the result). Read the other way round, a
-        // change between the reads showed a completion without its result.
-        let history = self.history(id);
-        let read = match self.status(id) {
-            Ok(Some(status)) => history
-                .and_then(|h| self.assemble_with(status, h))
-                .map(Some),
-            other => other.map(|_| None),
-        };
+        let read = self.consistent(id).and_then(|read| match read {
+            Some((status, history)) => self.assemble_with(status, history).map(Some),
+            None => Ok(None),
+        });
         match read {
             Ok(None) => match self.quarantined(id)? {
                 Some(q) => Err(StoreError::Quarantined {
@@ -225,6 +227,27 @@ impl Store {
             }
             other => other,
         }
+    }
+
+    /// A task's status and history as of one moment: the status, then
+    /// the history up to the audit record the status names (every record
+    /// up to it committed with or before the status). A status written
+    /// before it named one is read after the history: then at least as
+    /// new, so a transition the history shows (a completion) finds in the
+    /// status what it recorded there (the result).
+    fn consistent(
+        &self,
+        id: TaskId,
+    ) -> Result<Option<(TaskStatus, Vec<HistoryEntry>)>, StoreError> {
+        let Some(status) = self.status(id)? else {
+            return Ok(None);
+        };
+        if let Some(upto) = status.audit_seq {
+            let history = self.history_upto(id, upto)?;
+            return Ok(Some((status, history)));
+        }
+        let history = self.history_upto(id, u64::MAX)?;
+        Ok(self.status(id)?.map(|status| (status, history)))
     }
 
     /// [`Store::get`] for listings: a task whose records cannot be read
@@ -256,8 +279,10 @@ impl Store {
     }
 
     /// The whole task of a status: its envelope and history added.
+    /// (The history up to the status's audit record, when it names one.)
     fn assemble(&self, status: TaskStatus) -> Result<TaskRecord, StoreError> {
-        let history = self.history(status.task_id)?;
+        let upto = status.audit_seq.unwrap_or(u64::MAX);
+        let history = self.history_upto(status.task_id, upto)?;
         self.assemble_with(status, history)
     }
 
@@ -282,14 +307,19 @@ impl Store {
         })
     }
 
-    /// A task's transitions, oldest first, from its audit records.
-    fn history(&self, id: TaskId) -> Result<Vec<HistoryEntry>, StoreError> {
+    /// Task `id`'s transitions and reports, oldest first, from its audit
+    /// records up to record `upto`.
+    fn history_upto(&self, id: TaskId, upto: u64) -> Result<Vec<HistoryEntry>, StoreError> {
         let filter = super::AuditFilter {
             task_id: Some(id),
             correlation_id: None,
         };
         let records = self.audit_list(&filter, 0, usize::MAX)?;
-        Ok(records.iter().filter_map(history_entry).collect())
+        Ok(records
+            .iter()
+            .filter(|r| r.seq <= upto)
+            .filter_map(history_entry)
+            .collect())
     }
 
     /// Up to `limit` tasks after task `after` (exclusive), oldest first.

@@ -170,6 +170,11 @@ pub struct TaskStatus {
     /// The last progress report of the current attempt that was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMark>,
+    /// The audit record of the last change the history shows (written
+    /// with it): a read of the status, then of the history up to it, is
+    /// of one moment. `None` in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_seq: Option<u64>,
     /// When the task was created.
     pub created_at: Timestamp,
     /// When the task last changed.
