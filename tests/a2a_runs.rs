@@ -427,3 +427,46 @@ async fn the_official_python_client_runs_a_workflow_through_its_gate() {
     let names = common::a2a::sdk_checks("sdk_runs.py", &sys, &key).await;
     assert_eq!(names.len(), 5, "{names:?}");
 }
+
+/// A trigger added to the watched directory shows on the card, with a new
+/// `ETag` and `Last-Modified`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_trigger_changes_the_card() {
+    let (sys, _) = system().await;
+    let url = format!("{}/.well-known/agent-card.json", sys.http);
+    let read = || async {
+        let resp = sys.client.get(&url).send().await.unwrap();
+        let header = |name: &str| resp.headers()[name].to_str().unwrap().to_string();
+        let (etag, modified) = (header("etag"), header("last-modified"));
+        let card: Value = resp.json().await.unwrap();
+        (card, etag, modified)
+    };
+    let (_, etag, modified) = read().await;
+    // HTTP dates count seconds.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let added = SIMPLE.replace("id: simple", "id: added");
+    std::fs::write(sys.data.path().join("triggers/added.yaml"), added).unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (card, new_etag, new_modified) = read().await;
+        let listed = card["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == "trigger:added");
+        if listed {
+            assert_ne!(new_etag, etag);
+            let parse = |d: &str| chrono::DateTime::parse_from_rfc2822(d).unwrap();
+            assert!(
+                parse(&new_modified) > parse(&modified),
+                "{modified} → {new_modified}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card never listed it: {card:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

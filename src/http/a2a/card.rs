@@ -164,7 +164,12 @@ pub(super) fn extended(
 }
 
 /// `GET /.well-known/agent-card.json`: cacheable, with a validator.
-pub(super) fn serve(o: &Orchestrator, headers: &HeaderMap, auth: bool, started: &str) -> Response {
+pub(super) fn serve(
+    o: &Orchestrator,
+    headers: &HeaderMap,
+    auth: bool,
+    started: std::time::SystemTime,
+) -> Response {
     let body = card_json(o, &base_url(o, headers), auth, None).to_string();
     let etag = format!(
         "\"{}\"",
@@ -194,7 +199,14 @@ pub(super) fn serve(o: &Orchestrator, headers: &HeaderMap, auth: bool, started: 
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }
-    if let Ok(v) = HeaderValue::from_str(started) {
+    // The card changes when the triggers are read again (on a change of
+    // their directory); agents change only on restart.
+    let read = o
+        .triggers()
+        .loaded_at
+        .map(|t| std::time::SystemTime::from(t.as_offset_date_time()));
+    let modified = read.map_or(started, |r| r.max(started));
+    if let Ok(v) = HeaderValue::from_str(&super::httpdate(modified)) {
         h.insert(header::LAST_MODIFIED, v);
     }
     response

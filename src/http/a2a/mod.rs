@@ -65,8 +65,9 @@ pub(crate) struct Face {
     streams: Streams,
     /// Whether callers authenticate (the card says how).
     auth: bool,
-    /// When the card last changed (`Last-Modified`): the start.
-    started: String,
+    /// When the face started: the card's `Last-Modified`, unless the
+    /// triggers were read since.
+    started: std::time::SystemTime,
 }
 
 impl Face {
@@ -81,13 +82,13 @@ impl Face {
         Arc::new(Face {
             streams: Streams::new(c.max_streams, c.keepalive, closing),
             auth,
-            started: httpdate(std::time::SystemTime::now()),
+            started: std::time::SystemTime::now(),
         })
     }
 }
 
 /// An HTTP date (`Tue, 24 Nov 2026 10:00:00 GMT`).
-fn httpdate(t: std::time::SystemTime) -> String {
+pub(super) fn httpdate(t: std::time::SystemTime) -> String {
     let t = time::OffsetDateTime::from(t);
     let format = time::macros::format_description!(
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
@@ -118,7 +119,7 @@ pub(super) fn card_router() -> Router<Orchestrator> {
             |axum::extract::State(o): axum::extract::State<Orchestrator>,
              axum::Extension(face): axum::Extension<Arc<Face>>,
              headers: HeaderMap| async move {
-                card::serve(&o, &headers, face.auth, &face.started)
+                card::serve(&o, &headers, face.auth, face.started)
             },
         ),
     )
