@@ -68,8 +68,14 @@ async fn system() -> (System, String) {
     (sys, limited)
 }
 
-fn send(msg: Value) -> Value {
-    json!({ "message": msg })
+/// `SendMessage` with `msg`: the JSON-RPC response.
+async fn say(sys: &System, msg: Value) -> Value {
+    rpc(sys, "SendMessage", json!({ "message": msg })).await
+}
+
+/// A message that answers task (or run) `task`.
+fn answer(id: &str, task: &str, parts: Value) -> Value {
+    json!({"messageId": id, "role": "ROLE_USER", "taskId": task, "parts": parts})
 }
 
 fn state(task: &Value) -> &str {
@@ -85,14 +91,9 @@ fn status_text(task: &Value) -> &str {
 
 /// Starts a run of `gated` and waits until it asks; its task.
 async fn gated_waiting(sys: &System, id: &str) -> Value {
-    let r = rpc(
+    let r = say(
         sys,
-        "SendMessage",
-        send(message(
-            id,
-            json!([{"text": "hello"}]),
-            json!({"trigger": "gated"}),
-        )),
+        message(id, json!([{"text": "hello"}]), json!({"trigger": "gated"})),
     )
     .await;
     let task = r["result"]["task"].clone();
@@ -123,14 +124,13 @@ async fn a_trigger_is_a_skill_and_its_run_is_a_task() {
     assert_eq!(skill["examples"], json!(["say hello"]));
 
     // By its skill id, a text filling its one string input.
-    let r = rpc(
+    let r = say(
         &sys,
-        "SendMessage",
-        send(message(
+        message(
             "m-simple",
             json!([{"text": "hi there"}]),
             json!({"skillId": "trigger:simple"}),
-        )),
+        ),
     )
     .await;
     let task = &r["result"]["task"];
@@ -178,40 +178,31 @@ async fn a_trigger_is_a_skill_and_its_run_is_a_task() {
     );
 
     // The same message again is the same run.
-    let again = rpc(
+    let again = say(
         &sys,
-        "SendMessage",
-        send(message(
+        message(
             "m-simple",
             json!([{"text": "hi there"}]),
             json!({"skillId": "trigger:simple"}),
-        )),
+        ),
     )
     .await;
     assert_eq!(again["result"]["task"]["id"], id, "{again:#}");
 
     // A message joins the context it names.
-    let joined = rpc(
+    let joined = say(
         &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "m-join", "role": "ROLE_USER", "contextId": context,
+        json!({"messageId": "m-join", "role": "ROLE_USER", "contextId": context,
                     "parts": [{"data": {"text": "again"}}], "metadata": {"trigger": "simple"}}),
-        ),
     )
     .await;
     assert_eq!(joined["result"]["task"]["contextId"], context, "{joined:#}");
     assert_ne!(joined["result"]["task"]["id"], id);
 
     // What is refused.
-    let unknown = rpc(
+    let unknown = say(
         &sys,
-        "SendMessage",
-        send(message(
-            "m-u",
-            json!([{"text": "x"}]),
-            json!({"trigger": "nope"}),
-        )),
+        message("m-u", json!([{"text": "x"}]), json!({"trigger": "nope"})),
     )
     .await;
     assert_eq!(error_code(&unknown), -32602, "{unknown:#}");
@@ -221,26 +212,17 @@ async fn a_trigger_is_a_skill_and_its_run_is_a_task() {
             .unwrap()
             .contains("nope")
     );
-    let bad = rpc(
+    let bad = say(
         &sys,
-        "SendMessage",
-        send(message(
+        message(
             "m-b",
             json!([{"data": {"text": 5}}]),
             json!({"trigger": "simple"}),
-        )),
-    )
-    .await;
-    assert_eq!(error_code(&bad), -32602, "the input schema holds: {bad:#}");
-    let ended = rpc(
-        &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "m-late", "role": "ROLE_USER", "taskId": id,
-                    "parts": [{"text": "approve"}]}),
         ),
     )
     .await;
+    assert_eq!(error_code(&bad), -32602, "the input schema holds: {bad:#}");
+    let ended = say(&sys, answer("m-late", id, json!([{"text": "approve"}]))).await;
     assert_eq!(
         error_code(&ended),
         -32004,
@@ -258,31 +240,18 @@ async fn an_approval_gate_is_input_required_and_a_message_answers_it() {
     assert_eq!(status_text(&task), "Send it?", "{task:#}");
 
     // An answer without a decision or input says what it takes.
-    let vague = rpc(
-        &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "a-0", "role": "ROLE_USER", "taskId": id,
-                    "parts": [{"text": "hmm"}]}),
-        ),
-    )
-    .await;
+    let vague = say(&sys, answer("a-0", id, json!([{"text": "hmm"}]))).await;
     assert_eq!(error_code(&vague), -32602, "{vague:#}");
     // Input against the gate's schema.
-    let wrong = rpc(
-        &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "a-1", "role": "ROLE_USER", "taskId": id,
-                    "parts": [{"data": {"other": 1}}]}),
-        ),
-    )
-    .await;
+    let wrong = say(&sys, answer("a-1", id, json!([{"data": {"other": 1}}]))).await;
     assert_eq!(error_code(&wrong), -32602, "{wrong:#}");
 
-    let answer = json!({"messageId": "a-2", "role": "ROLE_USER", "taskId": id,
-                        "parts": [{"text": "ship it"}, {"data": {"note": "fine"}}]});
-    let r = rpc(&sys, "SendMessage", send(answer.clone())).await;
+    let reply = answer(
+        "a-2",
+        id,
+        json!([{"text": "ship it"}, {"data": {"note": "fine"}}]),
+    );
+    let r = say(&sys, reply.clone()).await;
     let done = &r["result"]["task"];
     assert_eq!(state(done), "TASK_STATE_COMPLETED", "{r:#}");
     assert_eq!(
@@ -310,20 +279,16 @@ async fn an_approval_gate_is_input_required_and_a_message_answers_it() {
     );
 
     // The same answer again is answered once.
-    let again = rpc(&sys, "SendMessage", send(answer)).await;
+    let again = say(&sys, reply).await;
     assert_eq!(again["result"]["task"]["id"], id, "{again:#}");
     assert_eq!(state(&again["result"]["task"]), "TASK_STATE_COMPLETED");
 
     // A rejection ends it, with the words given.
     let task = gated_waiting(&sys, "g-2").await;
     let id = task["id"].as_str().unwrap();
-    let r = rpc(
+    let r = say(
         &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "a-3", "role": "ROLE_USER", "taskId": id,
-                    "parts": [{"text": "reject: not now"}]}),
-        ),
+        answer("a-3", id, json!([{"text": "reject: not now"}])),
     )
     .await;
     let rejected = &r["result"]["task"];
@@ -337,11 +302,11 @@ async fn an_approval_gate_is_input_required_and_a_message_answers_it() {
         &limited,
         Some("1.0"),
         "SendMessage",
-        send(message(
+        json!({"message": message(
             "g-3",
             json!([{"text": "x"}]),
             json!({"trigger": "gated"}),
-        )),
+        )}),
     )
     .await;
     assert_eq!(error_code(&refused), -32000, "{refused:#}");
@@ -354,11 +319,11 @@ async fn a_run_streams_resumes_and_cancels() {
     let mut resp = open_stream(
         &sys,
         "SendStreamingMessage",
-        send(message(
+        json!({"message": message(
             "s-1",
             json!([{"text": "hello"}]),
             json!({"trigger": "gated"}),
-        )),
+        )}),
         None,
     )
     .await;
@@ -375,13 +340,10 @@ async fn a_run_streams_resumes_and_cancels() {
     // A subscriber that saw the wait resumes after it; the answer comes
     // through, then the end, each event once.
     let mut sub = open_stream(&sys, "SubscribeToTask", json!({"id": id}), Some(waiting_at)).await;
-    let r = rpc(
+    let r = say(
         &sys,
-        "SendMessage",
-        send(
-            json!({"messageId": "s-a", "role": "ROLE_USER", "taskId": id,
+        json!({"messageId": "s-a", "role": "ROLE_USER", "taskId": id,
                     "parts": [{"text": "approve"}], "metadata": {"decision": "approve"}}),
-        ),
     )
     .await;
     assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r:#}");
