@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::a2a::{error_code, kind, message, open_stream, read_events, rpc};
+use common::a2a::{error_code, kind, message, open_stream, read_events, rpc, rpc_as};
 use common::system::{System, card, client_with, fast_bus, key_for};
 use futures::future::BoxFuture;
 use orchestrator::trigger::Triggers;
@@ -295,9 +295,37 @@ async fn an_approval_gate_is_input_required_and_a_message_answers_it() {
     assert_eq!(state(rejected), "TASK_STATE_REJECTED", "{r:#}");
     assert_eq!(status_text(rejected), "reject: not now");
 
+    // Over 0.3, in its spellings: the gate is `input-required`, and an
+    // answer in 0.3's parts runs it to the end.
+    let old = rpc_as(
+        &sys,
+        &sys.client,
+        None,
+        "message/send",
+        json!({"message": {"kind": "message", "messageId": "g-old", "role": "user",
+            "parts": [{"kind": "text", "text": "hello"}], "metadata": {"trigger": "gated"}}}),
+    )
+    .await;
+    assert_eq!(old["result"]["kind"], "task", "{old:#}");
+    assert_eq!(
+        old["result"]["status"]["state"], "input-required",
+        "{old:#}"
+    );
+    let id = old["result"]["id"].as_str().unwrap();
+    let done = rpc_as(
+        &sys,
+        &sys.client,
+        None,
+        "message/send",
+        json!({"message": {"kind": "message", "messageId": "g-old-a", "role": "user", "taskId": id,
+            "parts": [{"kind": "text", "text": "approve"}, {"kind": "data", "data": {"note": "old"}}]}}),
+    )
+    .await;
+    assert_eq!(done["result"]["status"]["state"], "completed", "{done:#}");
+
     // A caller without the trigger's scopes may not start it.
     let limited = client_with(Some(&limited));
-    let refused = common::a2a::rpc_as(
+    let refused = rpc_as(
         &sys,
         &limited,
         Some("1.0"),
