@@ -155,25 +155,24 @@ fn longest(o: &Orchestrator) -> Duration {
         .saturating_sub(Duration::from_secs(1))
 }
 
-/// Whether a stream or a blocking send of a task in state `s` is done.
-fn closes(s: crate::task::TaskState) -> bool {
-    wire::closes(s)
-}
-
 /// `subject` once it has ended or waits for the client, or as it is when
 /// the wait is up.
 async fn settled(o: &Orchestrator, subject: Subject, caller: &Caller) -> Result<Subject, A2aError> {
-    if closes(subject.state()) {
+    if wire::closes(subject.state()) {
         return Ok(subject);
     }
     Ok(match subject {
         Subject::Task(t) => {
-            let done = o.task_when(t.task_id(), longest(o), caller, closes).await?;
+            let done = o
+                .task_when(t.task_id(), longest(o), caller, wire::closes)
+                .await?;
             Subject::Task(done.map(Box::new).unwrap_or(t))
         }
         Subject::Run(r) => {
             let done = o
-                .run_record_when(r.run_id, longest(o), caller, |s| closes(runs::state(s)))
+                .run_record_when(r.run_id, longest(o), caller, |s| {
+                    wire::closes(runs::state(s))
+                })
                 .await?;
             Subject::Run(done.map(Box::new).unwrap_or(r))
         }

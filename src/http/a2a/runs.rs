@@ -130,8 +130,8 @@ fn status(state: RunState, said: Option<Message>, at: &Timestamp) -> a2a::TaskSt
     }
 }
 
-/// The statuses of the run, oldest first, each with whether the result
-/// comes just before it (the completion).
+/// The statuses of the run, oldest first: its start, each wait at a gate
+/// and each approval, its end.
 fn statuses(run: &RunRecord) -> Vec<a2a::TaskStatus> {
     let trigger = run.trigger().ok();
     let mut out = vec![status(RunState::Working, None, &run.created_at)];
@@ -265,11 +265,11 @@ pub(super) fn task(run: &RunRecord, history_length: Option<usize>, artifacts: bo
             history.push(answer_message(run, i, d));
         }
     }
-    let status = all
+    let now = all
         .last()
         .cloned()
         .unwrap_or_else(|| status(run.state, None, &run.updated_at));
-    if let Some(m) = &status.message
+    if let Some(m) = &now.message
         && !history.iter().any(|h| h.message_id == m.message_id)
     {
         history.push(m.clone());
@@ -287,7 +287,7 @@ pub(super) fn task(run: &RunRecord, history_length: Option<usize>, artifacts: bo
     a2a::Task {
         id: run.run_id.to_string(),
         context_id: run.correlation_id.to_string(),
-        status,
+        status: now,
         artifacts,
         history: (!history.is_empty()).then_some(history),
         metadata: Some(HashMap::from([(
