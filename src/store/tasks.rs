@@ -209,10 +209,10 @@ impl Store {
     /// is not set aside yet is [`StoreError::Decode`], and noted for the
     /// quarantine ([`Store::take_unreadable`]).
     pub fn get(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        let read = self.consistent(id).and_then(|read| match read {
-            Some((status, history)) => self.assemble_with(status, history).map(Some),
-            None => Ok(None),
-        });
+        let read = match self.status(id) {
+            Ok(Some(status)) => self.assemble(status).map(Some),
+            other => other.map(|_| None),
+        };
         match read {
             Ok(None) => match self.quarantined(id)? {
                 Some(q) => Err(StoreError::Quarantined {
@@ -227,27 +227,6 @@ impl Store {
             }
             other => other,
         }
-    }
-
-    /// A task's status and history as of one moment: the status, then
-    /// the history up to the audit record the status names (every record
-    /// up to it committed with or before the status). A status written
-    /// before it named one is read after the history: then at least as
-    /// new, so a transition the history shows (a completion) finds in the
-    /// status what it recorded there (the result).
-    fn consistent(
-        &self,
-        id: TaskId,
-    ) -> Result<Option<(TaskStatus, Vec<HistoryEntry>)>, StoreError> {
-        let Some(status) = self.status(id)? else {
-            return Ok(None);
-        };
-        if let Some(upto) = status.audit_seq {
-            let history = self.history_upto(id, upto)?;
-            return Ok(Some((status, history)));
-        }
-        let history = self.history_upto(id, u64::MAX)?;
-        Ok(self.status(id)?.map(|status| (status, history)))
     }
 
     /// [`Store::get`] for listings: a task whose records cannot be read
@@ -278,20 +257,21 @@ impl Store {
         }
     }
 
-    /// The whole task of a status: its envelope and history added.
-    /// (The history up to the status's audit record, when it names one.)
+    /// The whole task of a status: its envelope, and its history as of
+    /// the same moment: up to the audit record the status names (every
+    /// record up to it committed with or before the status). A status
+    /// written before statuses named one is read again after the history:
+    /// then at least as new, so a transition the history shows (a
+    /// completion) finds in the status what it recorded there (the result).
     fn assemble(&self, status: TaskStatus) -> Result<TaskRecord, StoreError> {
-        let upto = status.audit_seq.unwrap_or(u64::MAX);
-        let history = self.history_upto(status.task_id, upto)?;
-        self.assemble_with(status, history)
-    }
-
-    /// The whole task of a status and its history: its envelope added.
-    fn assemble_with(
-        &self,
-        status: TaskStatus,
-        history: Vec<HistoryEntry>,
-    ) -> Result<TaskRecord, StoreError> {
+        let id = status.task_id;
+        let (status, history) = match status.audit_seq {
+            Some(upto) => (status, self.history_upto(id, upto)?),
+            None => {
+                let history = self.history_upto(id, u64::MAX)?;
+                (self.status(id)?.unwrap_or(status), history)
+            }
+        };
         let Some(envelope) = self.envelope(status.task_id)? else {
             let key = keys::task(status.task_id);
             return Err(StoreError::Decode {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use a2a::{Message, Part, Role, StreamResponse, TaskStatusUpdateEvent};
+use a2a::{Message, Part, Role};
 use serde_json::Value;
 
 use super::error::A2aError;
@@ -130,6 +130,17 @@ fn status(state: RunState, said: Option<Message>, at: &Timestamp) -> a2a::TaskSt
     }
 }
 
+/// What the run asks at its `i`th wait, at gate `step`: the gate's prompt.
+fn asked(run: &RunRecord, trigger: Option<&Trigger>, i: usize, step: &str) -> Message {
+    let id = format!("{}-w{i}", run.run_id);
+    message(
+        run,
+        id,
+        Role::Agent,
+        vec![Part::text(prompt(trigger, step))],
+    )
+}
+
 /// The statuses of the run, oldest first: its start, each wait at a gate
 /// and each approval, its end.
 fn statuses(run: &RunRecord) -> Vec<a2a::TaskStatus> {
@@ -137,13 +148,8 @@ fn statuses(run: &RunRecord) -> Vec<a2a::TaskStatus> {
     let mut out = vec![status(RunState::Working, None, &run.created_at)];
     let waits = waits(run);
     for (i, w) in waits.iter().enumerate() {
-        let asked = message(
-            run,
-            format!("{}-w{i}", run.run_id),
-            Role::Agent,
-            vec![Part::text(prompt(trigger.as_ref(), &w.step))],
-        );
-        out.push(status(RunState::InputRequired, Some(asked), &w.since));
+        let said = asked(run, trigger.as_ref(), i, &w.step);
+        out.push(status(RunState::InputRequired, Some(said), &w.since));
         if let Some(d) = run.decisions.get(&w.step).filter(|d| d.approved) {
             out.push(status(RunState::Working, None, &d.at));
         }
@@ -151,17 +157,14 @@ fn statuses(run: &RunRecord) -> Vec<a2a::TaskStatus> {
     let unrecorded = waits.iter().all(|w| run.decisions.contains_key(&w.step));
     if run.state == RunState::InputRequired && unrecorded {
         // Stored before waits were kept: waiting, at an unrecorded gate.
-        let asked = message(
+        let id = format!("{}-w{}", run.run_id, waits.len());
+        let said = message(
             run,
-            format!("{}-w{}", run.run_id, waits.len()),
+            id,
             Role::Agent,
             vec![Part::text("waiting for approval")],
         );
-        out.push(status(
-            RunState::InputRequired,
-            Some(asked),
-            &run.updated_at,
-        ));
+        out.push(status(RunState::InputRequired, Some(said), &run.updated_at));
     }
     if run.state.is_terminal() {
         let said = end_words(run).map(|w| {
@@ -176,45 +179,17 @@ fn statuses(run: &RunRecord) -> Vec<a2a::TaskStatus> {
 /// Every event of a run, oldest first, numbered from 1: a status update
 /// per status, and before the completion its result as an artifact.
 pub(super) fn events(run: &RunRecord) -> Vec<Event> {
-    let task_id = run.run_id.to_string();
-    let context_id = run.correlation_id.to_string();
-    let mut bodies = Vec::new();
+    let update = wire::Updates::of(run.run_id.to_string(), run.correlation_id.to_string());
+    let mut out = Vec::new();
     for s in statuses(run) {
         if s.state == a2a::TaskState::Completed
             && let Some(result) = &run.result
         {
-            bodies.push((
-                StreamResponse::ArtifactUpdate(a2a::TaskArtifactUpdateEvent {
-                    task_id: task_id.clone(),
-                    context_id: context_id.clone(),
-                    artifact: wire::result_artifact(result),
-                    append: None,
-                    last_chunk: Some(true),
-                    metadata: None,
-                }),
-                None,
-            ));
+            out.push(update.artifact(wire::result_artifact(result), false, true));
         }
-        let state = wire::our_state(&s.state);
-        bodies.push((
-            StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: task_id.clone(),
-                context_id: context_id.clone(),
-                status: s,
-                metadata: None,
-            }),
-            state,
-        ));
+        out.push(update.status(s));
     }
-    bodies
-        .into_iter()
-        .enumerate()
-        .map(|(i, (body, state))| Event {
-            id: i as u64 + 1,
-            body,
-            state,
-        })
-        .collect()
+    wire::numbered(out)
 }
 
 /// The user's answer at a gate, as a message.
@@ -244,30 +219,21 @@ fn answer_message(run: &RunRecord, i: usize, d: &crate::workflow::Decision) -> M
 /// `history_length` messages when given, its result as an artifact when
 /// `artifacts`.
 pub(super) fn task(run: &RunRecord, history_length: Option<usize>, artifacts: bool) -> a2a::Task {
-    let all = statuses(run);
     let mut history = vec![message(
         run,
         run.run_id.to_string(),
         Role::User,
         vec![Part::data(run.input.clone())],
     )];
-    let waits = waits(run);
-    for (i, w) in waits.iter().enumerate() {
-        // The question is the status message of the wait.
-        if let Some(asked) = all
-            .iter()
-            .filter_map(|s| s.message.as_ref())
-            .find(|m| m.message_id == format!("{}-w{i}", run.run_id))
-        {
-            history.push(asked.clone());
-        }
+    let trigger = run.trigger().ok();
+    for (i, w) in waits(run).iter().enumerate() {
+        history.push(asked(run, trigger.as_ref(), i, &w.step));
         if let Some(d) = run.decisions.get(&w.step) {
             history.push(answer_message(run, i, d));
         }
     }
-    let now = all
-        .last()
-        .cloned()
+    let now = statuses(run)
+        .pop()
         .unwrap_or_else(|| status(run.state, None, &run.updated_at));
     if let Some(m) = &now.message
         && !history.iter().any(|h| h.message_id == m.message_id)

@@ -289,52 +289,76 @@ pub(super) struct Event {
 /// completion, its artifacts and the result as artifact updates just
 /// before its status.
 pub(super) fn events(record: &TaskRecord) -> Vec<Event> {
-    let task_id = record.task_id().to_string();
-    let context_id = record.correlation_id().to_string();
-    let artifact_update = |a: Artifact, append: bool, last_chunk: bool| {
-        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-            task_id: task_id.clone(),
-            context_id: context_id.clone(),
-            artifact: a,
-            append: append.then_some(true),
-            last_chunk: Some(last_chunk),
-            metadata: None,
-        })
-    };
-    let status_update = |h: &HistoryEntry, n: usize| {
-        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-            task_id: task_id.clone(),
-            context_id: context_id.clone(),
-            status: status_of(record, h, n),
-            metadata: None,
-        })
-    };
+    let update = Updates::of(
+        record.task_id().to_string(),
+        record.correlation_id().to_string(),
+    );
     let mut out = Vec::with_capacity(record.history.len() + 1);
     for (i, h) in record.history.iter().enumerate() {
         if let Some(progress) = &h.progress {
             if progress.message.is_some() {
-                out.push(status_update(h, i + 1));
+                out.push(update.status(status_of(record, h, i + 1)));
             }
             if let Some(chunk) = &progress.artifact {
-                out.push(artifact_update(
-                    artifact(chunk),
-                    chunk.append,
-                    chunk.last_chunk,
-                ));
+                out.push(update.artifact(artifact(chunk), chunk.append, chunk.last_chunk));
             }
             continue;
         }
         if h.to == TaskState::Completed {
             for a in &h.artifacts {
-                out.push(artifact_update(artifact(a), false, true));
+                out.push(update.artifact(artifact(a), false, true));
             }
             if let Some(result) = &record.status.result {
-                out.push(artifact_update(result_artifact(result), false, true));
+                out.push(update.artifact(result_artifact(result), false, true));
             }
         }
-        out.push(status_update(h, i + 1));
+        out.push(update.status(status_of(record, h, i + 1)));
     }
-    out.into_iter()
+    numbered(out)
+}
+
+/// The updates of one task (or run), for its stream.
+pub(super) struct Updates {
+    task_id: String,
+    context_id: String,
+}
+
+impl Updates {
+    /// The updates of task `task_id` in context `context_id`.
+    pub(super) fn of(task_id: String, context_id: String) -> Self {
+        Updates {
+            task_id,
+            context_id,
+        }
+    }
+
+    /// A status update.
+    pub(super) fn status(&self, status: a2a::TaskStatus) -> StreamResponse {
+        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status,
+            metadata: None,
+        })
+    }
+
+    /// An artifact update (or chunk).
+    pub(super) fn artifact(&self, a: Artifact, append: bool, last_chunk: bool) -> StreamResponse {
+        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            artifact: a,
+            append: append.then_some(true),
+            last_chunk: Some(last_chunk),
+            metadata: None,
+        })
+    }
+}
+
+/// Updates as events: numbered from 1, each status update with its state.
+pub(super) fn numbered(updates: Vec<StreamResponse>) -> Vec<Event> {
+    updates
+        .into_iter()
         .enumerate()
         .map(|(i, body)| {
             let state = match &body {
