@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::{Caller, Orchestrator, ServiceError};
 use crate::envelope::TaskId;
 use crate::store::{Applied, Change, StoreError};
-use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::task::{Said, TaskEvent, TaskRecord, TaskState};
 
 impl Orchestrator {
     /// Gives the input task `task_id` waits for: the task goes back to
@@ -41,8 +41,11 @@ impl Orchestrator {
             _ => return Err(ServiceError::Store(StoreError::NotFound(task_id))),
         }
         let change = Change {
-            input: Some(input),
-            answer_key: key.map(str::to_string),
+            said: Said {
+                input: Some(input),
+                answer_key: key.map(str::to_string),
+                ..Said::default()
+            },
             ..Change::new(TaskEvent::Answer, caller.principal.as_str(), "input given")
         };
         let status = match self.inner.store.apply(task_id, change).await {
@@ -87,7 +90,7 @@ impl Orchestrator {
             && let Some(record) = self.inner.store.get(task_id)?
             && record.history.iter().any(|h| {
                 h.event == Some(TaskEvent::Answer)
-                    && h.answer_key.as_deref() == Some(key)
+                    && h.said.answer_key.as_deref() == Some(key)
                     && h.actor == caller.principal
             })
         {

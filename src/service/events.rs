@@ -21,7 +21,7 @@ use crate::bus::{
 use crate::envelope::AgentName;
 use crate::event::{ErrorInfo, ReportedState, RunAbandoned, WorkerEvent};
 use crate::store::{Applied, Change, Store, StoreError};
-use crate::task::{TaskEvent, TaskState};
+use crate::task::{Said, TaskEvent, TaskState};
 use crate::telemetry::{context, metrics, spans};
 
 /// An event's message and the span of its application (a child of the
@@ -163,12 +163,14 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         retry_after: event.retry_after_seconds.map(Duration::from_secs),
         reporter,
         run: run_of(event),
-        message: event.message.clone(),
-        artifacts: event.artifacts.clone(),
+        said: Said {
+            message: event.message.clone(),
+            artifacts: event.artifacts.clone(),
+            reply: event.reply,
+            input: None,
+            answer_key: None,
+        },
         progress: event.progress.clone(),
-        reply: event.reply,
-        input: None,
-        answer_key: None,
     }
 }
 

@@ -11,10 +11,11 @@ use sled::transaction::ConflictableTransactionError;
 
 use super::tasks::{abort, read_status};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
-use crate::artifact::Artifact;
 use crate::envelope::{AgentName, TaskId, Timestamp};
 use crate::event::{ErrorInfo, Progress};
-use crate::task::{Next, RetryPolicy, TaskEvent, TaskState, TaskStatus, TransitionError, decide};
+use crate::task::{
+    Next, RetryPolicy, Said, TaskEvent, TaskState, TaskStatus, TransitionError, decide,
+};
 
 /// A change asked of a task.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,22 +43,12 @@ pub struct Change {
     /// For a worker's report: who ran the attempt (`instance`) and whether
     /// it was told it resumed (`resumed`), kept in the audit record.
     pub run: Option<Value>,
-    /// The reporter's words for the new state (what input it needs, a
-    /// closing message), kept in the audit record.
-    pub message: Option<String>,
-    /// Artifacts that come with the change (a completion's), kept in the
-    /// audit record.
-    pub artifacts: Vec<Artifact>,
+    /// What it says beside its states (words, artifacts, a reply, an
+    /// answer's input and key), kept in the audit record.
+    pub said: Said,
     /// A progress report of a running attempt: kept as a `task.progress`
     /// audit record (the task's history), once per `seq`.
     pub progress: Option<Progress>,
-    /// The reporter answered the request with `message` alone.
-    pub reply: bool,
-    /// For an answer: the input given, which the next attempt runs with.
-    pub input: Option<serde_json::Map<String, Value>>,
-    /// For an answer: its idempotency key, if its sender gave one (the
-    /// same answer sent again is then known).
-    pub answer_key: Option<String>,
 }
 
 impl Change {
@@ -73,12 +64,8 @@ impl Change {
             retry_after: None,
             reporter: None,
             run: None,
-            message: None,
-            artifacts: Vec::new(),
+            said: Said::default(),
             progress: None,
-            reply: false,
-            input: None,
-            answer_key: None,
         }
     }
 }
@@ -380,21 +367,11 @@ fn apply_one(
     if let Some(run) = &change.run {
         detail["run"] = run.clone();
     }
-    if let Some(message) = &change.message {
-        detail["message"] = Value::from(message.as_str());
+    if let (Some(detail), Value::Object(said)) = (detail.as_object_mut(), json!(change.said)) {
+        detail.extend(said);
     }
-    if change.reply {
-        detail["reply"] = Value::Bool(true);
-    }
-    if let Some(input) = &change.input {
-        detail["input"] = Value::Object(input.clone());
+    if let Some(input) = &change.said.input {
         record.input = Some(input.clone());
-    }
-    if let Some(key) = &change.answer_key {
-        detail["answer_key"] = Value::from(key.as_str());
-    }
-    if !change.artifacts.is_empty() {
-        detail["artifacts"] = json!(change.artifacts);
     }
     let entry = AuditEntry {
         actor: change.actor.clone(),

@@ -3,6 +3,7 @@
 
 use std::ops::Bound;
 
+use serde::Deserialize;
 use serde_json::json;
 use sled::transaction::ConflictableTransactionError;
 use tracing::warn;
@@ -10,7 +11,7 @@ use tracing::warn;
 use super::idempotency::{Claim, Fingerprint};
 use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
 use crate::envelope::{CorrelationId, Envelope, TaskId, Timestamp, check_label};
-use crate::task::{HistoryEntry, Submitted, TaskRecord, TaskState, TaskStatus};
+use crate::task::{HistoryEntry, Said, Submitted, TaskRecord, TaskState, TaskStatus};
 
 /// A task to create.
 #[derive(Debug, Clone)]
@@ -443,13 +444,7 @@ fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
         .as_u64()
         .and_then(|a| u32::try_from(a).ok())?;
     let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-    let mut entry = HistoryEntry {
-        message: text(&detail["message"]),
-        reply: detail["reply"].as_bool().unwrap_or(false),
-        input: detail["input"].as_object().cloned(),
-        answer_key: text(&detail["answer_key"]),
-        ..HistoryEntry::created(record.at, attempt, &record.actor)
-    };
+    let mut entry = HistoryEntry::created(record.at, attempt, &record.actor);
     match record.kind.as_str() {
         "task.submitted" => {}
         "task.transition" => {
@@ -457,15 +452,13 @@ fn history_entry(record: &super::AuditRecord) -> Option<HistoryEntry> {
             entry.to = serde_json::from_value(detail["to"].clone()).ok()?;
             entry.event = Some(serde_json::from_value(detail["event"].clone()).ok()?);
             entry.reason = text(&detail["reason"]).unwrap_or_default();
-            entry.artifacts =
-                serde_json::from_value(detail["artifacts"].clone()).unwrap_or_default();
+            entry.said = Said::deserialize(detail).unwrap_or_default();
         }
         "task.progress" => {
             let state: TaskState = serde_json::from_value(detail["state"].clone()).ok()?;
             entry.from = Some(state);
             entry.to = state;
             entry.reason = "progress".to_string();
-            entry.message = None;
             entry.progress = Some(crate::event::Progress {
                 seq: serde_json::from_value(detail["seq"].clone()).ok()?,
                 message: text(&detail["message"]),

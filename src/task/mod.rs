@@ -7,6 +7,6 @@ mod retry;
 mod state;
 
 pub use machine::{Next, TaskEvent, TransitionError, decide};
-pub use record::{HistoryEntry, ProgressMark, Submitted, TaskRecord, TaskStatus};
+pub use record::{HistoryEntry, ProgressMark, Said, Submitted, TaskRecord, TaskStatus};
 pub use retry::RetryPolicy;
 pub use state::TaskState;

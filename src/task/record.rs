@@ -41,23 +41,34 @@ pub struct HistoryEntry {
     pub actor: String,
     /// Why, in words.
     pub reason: String,
+    /// What the change said beside its states.
+    #[serde(flatten)]
+    pub said: Said,
+    /// A progress report of the running attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+}
+
+/// What a change of a task says beside its states, kept in its audit
+/// record (under these names) and shown in the task's history. A progress
+/// report, kept as a record of its own, is apart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Said {
     /// The reporter's words for the new state (what input it needs, a
     /// closing message).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Artifacts that came with the transition (a completion's).
+    /// Artifacts that came with it (a completion's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Artifact>,
-    /// A progress report of the running attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<Progress>,
     /// The reporter answered the request with `message` alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reply: bool,
-    /// For an answer: the input given.
+    /// For an answer: the input given, which the next attempt runs with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<serde_json::Map<String, Value>>,
-    /// For an answer: its idempotency key, when its sender gave one.
+    /// For an answer: its idempotency key, when its sender gave one (the
+    /// same answer sent again is then known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_key: Option<String>,
 }
@@ -73,12 +84,8 @@ impl HistoryEntry {
             attempt,
             actor: actor.to_string(),
             reason: "submitted".into(),
-            message: None,
-            artifacts: Vec::new(),
+            said: Said::default(),
             progress: None,
-            reply: false,
-            input: None,
-            answer_key: None,
         }
     }
 
@@ -89,7 +96,7 @@ impl HistoryEntry {
             h.progress
                 .iter()
                 .filter_map(|p| p.artifact.as_ref())
-                .chain(h.artifacts.iter())
+                .chain(h.said.artifacts.iter())
         })
     }
 }

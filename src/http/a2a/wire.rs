@@ -90,7 +90,7 @@ fn words(h: &HistoryEntry) -> Option<&str> {
     if let Some(progress) = &h.progress {
         return progress.message.as_deref();
     }
-    if let Some(message) = &h.message {
+    if let Some(message) = &h.said.message {
         return Some(message);
     }
     let says = matches!(
@@ -122,14 +122,14 @@ fn agent_message(record: &TaskRecord, h: &HistoryEntry, n: usize) -> Option<Mess
 /// The message a completed task answered its request with, when its
 /// worker replied with a message alone.
 pub(super) fn reply(record: &TaskRecord) -> Option<Message> {
-    let last = record.history.last().filter(|h| h.reply)?;
+    let last = record.history.last().filter(|h| h.said.reply)?;
     agent_message(record, last, record.history.len())
 }
 
 /// The client's answer in the `n`th history entry, if it is one: a user
 /// message with the input as a data part.
 fn answer_message(record: &TaskRecord, h: &HistoryEntry, n: usize) -> Option<Message> {
-    let input = h.input.as_ref()?;
+    let input = h.said.input.as_ref()?;
     Some(Message {
         message_id: format!("{}-{n}", record.task_id()),
         context_id: Some(record.correlation_id().to_string()),
@@ -305,7 +305,7 @@ pub(super) fn events(record: &TaskRecord) -> Vec<Event> {
             continue;
         }
         if h.to == TaskState::Completed {
-            for a in &h.artifacts {
+            for a in &h.said.artifacts {
                 out.push(update.artifact(artifact(a), false, true));
             }
             if let Some(result) = &record.status.result {
