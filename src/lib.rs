@@ -18,7 +18,7 @@
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
-//!    `codec`, `redact`, `retry`.
+//!    `codec`, `redact`, `retry`, `target`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
@@ -35,6 +35,8 @@
 //! - [`redact`]: keeping sensitive param values out of error messages,
 //!   logs and the audit trail.
 //! - [`retry`]: backoff with jitter between tries of what keeps failing.
+//! - [`target`]: which addresses a push notification or callback may go
+//!   to.
 //! - [`store`]: the durable sled store: task statuses, envelopes,
 //!   idempotency, indexes, the audit log and its by-task index, runs,
 //!   waits for a task's end, quarantine of unreadable records, format
@@ -77,6 +79,7 @@ pub mod retry;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod target;
 pub mod task;
 pub mod telemetry;
 pub mod trigger;

@@ -25,6 +25,7 @@ pub async fn serve(
 ) -> Result<(), ServiceError> {
     let stop = CancellationToken::new();
     let background = orchestrator.start(stop.clone()).await?;
+    let outbox = crate::http::push::start(orchestrator.clone(), stop.clone());
     let config = orchestrator.config();
     let bounds = crate::http::listen::Bounds {
         header_timeout: config.http_header_timeout,
@@ -39,5 +40,6 @@ pub async fn serve(
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
     crate::http::listen::serve(listener, app, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();
+    let _ = outbox.await;
     background.join().await
 }

@@ -553,7 +553,7 @@ async fn bad_requests_get_the_specs_codes_and_nothing_is_stored() {
         json!({"taskId": "x", "url": "https://x"}),
     )
     .await;
-    assert_eq!(error_code(&push), -32003);
+    assert_eq!(error_code(&push), -32001, "a task that is not there");
     let (_, listed) = sys.get("/v1/tasks").await;
     assert_eq!(
         listed["tasks"],

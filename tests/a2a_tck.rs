@@ -200,6 +200,8 @@ async fn the_a2a_tck_passes_every_must() {
             c.a2a.message_ids = orchestrator::service::MessageIds::Ignored;
             // Its card schema refuses fields 1.0 does not name.
             c.a2a.card_v0_3_fields = false;
+            // Its webhook receiver listens on this machine (`localhost`).
+            c.deliveries.allow_addresses = vec![orchestrator::target::Reach::Loopback];
         },
     )
     .await;
@@ -247,6 +249,22 @@ async fn the_a2a_tck_passes_every_must() {
         })
         .unwrap_or(0);
     assert!(passed >= 100, "too few TCK tests ran: {summary}\n{stdout}");
+    // Push notifications are tested only when the card claims them: each
+    // of their requirements must have run, and passed.
+    let report: Value = serde_json::from_slice(
+        &std::fs::read(work.path().join("reports/compatibility.json")).unwrap(),
+    )
+    .unwrap();
+    let push: Vec<(&String, &Value)> = report["per_requirement"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(id, _)| id.starts_with("PUSH-"))
+        .collect();
+    assert!(push.len() >= 10, "the push requirements: {push:#?}");
+    for (id, r) in push {
+        assert_eq!(r["status"], "PASS", "{id}: {r:#}");
+    }
 }
 
 /// The TCK's MUST tests that contradict the spec (`docs/a2a.md`, "The TCK"):

@@ -14,7 +14,9 @@ const LAYERS: [&[&str]; 7] = [
     &["store", "bus", "broker"],
     &["workflow", "trigger", "access", "agent", "task", "audit"],
     &["claim", "auth", "telemetry"],
-    &["event", "artifact", "envelope", "codec", "redact", "retry"],
+    &[
+        "event", "artifact", "envelope", "codec", "redact", "retry", "target",
+    ],
 ];
 
 /// Below its layer, but never to be used by it: the HTTP API reaches the

@@ -5,17 +5,20 @@ mod a2a;
 mod agents;
 mod audit;
 mod auth;
+mod deliveries;
 mod dlq;
 mod error;
 mod health;
 mod limits;
 pub mod listen;
+pub(crate) mod push;
 mod runs;
 mod tasks;
 mod trace;
 mod triggers;
 
 pub use auth::AUTH_HEADER;
+pub use deliveries::DeliveryView;
 pub use error::ApiError;
 pub use runs::RunPage;
 pub use tasks::{TaskPage, TaskView};
@@ -116,6 +119,7 @@ pub fn router(
         .merge(audit::router())
         .merge(agents::router())
         .merge(dlq::router())
+        .merge(deliveries::router())
         .merge(a2a::router())
         .layer(axum::Extension(Arc::clone(&face)))
         .layer(axum::middleware::from_fn_with_state(
@@ -126,6 +130,7 @@ pub fn router(
         .with_state(orchestrator.clone());
     let probes = health::router()
         .merge(a2a::card_router())
+        .merge(deliveries::jwks_router())
         .layer(axum::Extension(face))
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);

@@ -39,6 +39,9 @@ struct RunRequest {
     input: Value,
     #[serde(default)]
     idempotency_key: Option<IdempotencyKey>,
+    /// Where the run's view is POSTed when it waits and when it ends.
+    #[serde(default)]
+    callback_url: Option<String>,
 }
 
 impl Validate for RunRequest {
@@ -64,7 +67,10 @@ async fn start_run(
             &id,
             request.input,
             request.idempotency_key.map(String::from),
-            None,
+            crate::service::RunOptions {
+                context: None,
+                callback_url: request.callback_url,
+            },
             &caller,
         )
         .await?;

@@ -81,6 +81,49 @@ pub struct ServiceConfig {
     pub telemetry: crate::telemetry::TelemetrySettings,
     /// The A2A face (docs/a2a.md).
     pub a2a: A2aSettings,
+    /// Push notifications and callbacks (docs/a2a.md, "Push
+    /// notifications").
+    pub deliveries: DeliverySettings,
+}
+
+/// How push notifications and callbacks are sent (`deliveries` in the
+/// file; every field optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliverySettings {
+    /// The kinds of address a target may be besides public ones:
+    /// `loopback`, `private`, `link_local` (default none).
+    pub allow_addresses: Vec<crate::target::Reach>,
+    /// How long one attempt may take, response included.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Attempts at one event before it is given up on.
+    pub max_attempts: u32,
+    /// The delay after the first failure; it doubles per failure.
+    #[serde(with = "humantime_serde")]
+    pub backoff_first: Duration,
+    /// The longest delay between attempts.
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
+    /// Requests in flight at once, over every target.
+    pub max_in_flight: usize,
+    /// The Ed25519 key deliveries are signed with (PKCS#8 PEM); default
+    /// `<data_dir>/keys/delivery-signing.pem`, made when missing.
+    pub signing_key: Option<PathBuf>,
+}
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        DeliverySettings {
+            allow_addresses: Vec::new(),
+            timeout: Duration::from_secs(10),
+            max_attempts: 20,
+            backoff_first: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(600),
+            max_in_flight: 64,
+            signing_key: None,
+        }
+    }
 }
 
 /// The A2A face's settings (`a2a` in the file; every field optional).
@@ -168,6 +211,7 @@ impl Default for ServiceConfig {
             api_auth: crate::access::ApiAuthSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
             a2a: A2aSettings::default(),
+            deliveries: DeliverySettings::default(),
         }
     }
 }
@@ -184,6 +228,11 @@ impl crate::codec::Validate for ServiceConfig {
             ),
             ("http_max_connections", self.http_max_connections),
             ("a2a.max_streams", self.a2a.max_streams),
+            ("deliveries.max_in_flight", self.deliveries.max_in_flight),
+            (
+                "deliveries.max_attempts",
+                self.deliveries.max_attempts as usize,
+            ),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(crate::codec::DecodeError::invalid(
@@ -197,6 +246,8 @@ impl crate::codec::Validate for ServiceConfig {
             ("http_body_timeout", self.http_body_timeout),
             ("http_header_timeout", self.http_header_timeout),
             ("a2a.keepalive", self.a2a.keepalive),
+            ("deliveries.timeout", self.deliveries.timeout),
+            ("deliveries.backoff_first", self.deliveries.backoff_first),
         ];
         if let Some((field, _)) = timeouts.iter().find(|(_, t)| t.is_zero()) {
             return Err(crate::codec::DecodeError::invalid(

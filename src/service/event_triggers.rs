@@ -182,6 +182,7 @@ async fn start(o: &Orchestrator, trigger: &Trigger, caller: &Caller, msg: &Messa
                 origin,
                 slot: None,
                 context: None,
+                callback_url: None,
             },
             caller,
         )

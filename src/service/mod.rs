@@ -13,6 +13,7 @@
 mod answer;
 mod caller;
 mod config;
+mod deliveries;
 mod dlq;
 mod error;
 mod event_triggers;
@@ -36,7 +37,10 @@ mod schemas;
 mod workflows;
 
 pub use caller::Caller;
-pub use config::{A2aSettings, DEFAULT_NATS_URL, MessageIds, ServiceConfig};
+pub use config::{A2aSettings, DEFAULT_NATS_URL, DeliverySettings, MessageIds, ServiceConfig};
+pub use deliveries::{
+    CALLBACK, Delivery, DeliveryName, GaveUp, PushAuth, PushTarget, Target as DeliveryTarget,
+};
 pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
@@ -45,7 +49,7 @@ pub use request::TaskRequest;
 pub use run::Background;
 pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
-pub use runs::{Answer, RunAct};
+pub use runs::{Answer, RunAct, RunOptions};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -108,6 +112,8 @@ struct Inner {
     jaeger_url: String,
     /// The background checks' last verdict on the bus.
     ready: crate::telemetry::readiness::Readiness,
+    /// Push notifications' and callbacks' key and queue.
+    outbox: deliveries::Outbox,
 }
 
 impl Orchestrator {
@@ -146,6 +152,12 @@ impl Orchestrator {
         let (deadlines, deadline_queue) = reaper::channel();
         let (engine, engine_queue) = workflows::channel();
         let jaeger_url = config.telemetry.jaeger_url(|k| std::env::var(k).ok());
+        let delivery_key = match &config.deliveries.signing_key {
+            Some(path) => path.clone(),
+            None => crate::auth::settings::key_dir(&config.data_dir)
+                .join(crate::auth::delivery_key::DELIVERY_SIGNING_FILE),
+        };
+        let outbox = deliveries::Outbox::open(&delivery_key)?;
         Ok(Orchestrator {
             inner: Arc::new(Inner {
                 store,
@@ -163,6 +175,7 @@ impl Orchestrator {
                 generated_keys,
                 jaeger_url,
                 ready: Default::default(),
+                outbox,
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
@@ -315,6 +328,13 @@ impl Orchestrator {
             let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
             ServiceError::BadInput(e.scrubbed(&secrets))
         })?;
+        if envelope.control.response_mode == crate::envelope::ResponseMode::Callback
+            && let Some(url) = &envelope.control.callback_url
+        {
+            crate::target::check(url, &self.inner.config.deliveries.allow_addresses).map_err(
+                |e| ServiceError::BadInput(crate::codec::DecodeError::invalid("callback_url", e.0)),
+            )?;
+        }
         let size = envelope.encoded_len();
         if size > self.inner.max_envelope {
             return Err(ServiceError::TooLarge {
@@ -340,6 +360,9 @@ impl Orchestrator {
         if let Submitted::Created(record) = &submitted {
             self.inner.deadlines.watch(&record.envelope).await;
             self.inner.publisher.now(record).await;
+            if record.envelope.control.response_mode == crate::envelope::ResponseMode::Callback {
+                self.callback_owed(record.task_id());
+            }
         }
         Ok(submitted)
     }

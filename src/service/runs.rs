@@ -38,6 +38,18 @@ pub(crate) struct RunStart {
     pub(crate) slot: Option<Timestamp>,
     /// The context it joins: its correlation id (none: its own).
     pub(crate) context: Option<CorrelationId>,
+    /// Where its view is POSTed when it waits and when it ends.
+    pub(crate) callback_url: Option<String>,
+}
+
+/// What a caller may ask of a run it starts, beside its input and key.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The context it joins: its correlation id (none: its own).
+    pub context: Option<CorrelationId>,
+    /// Where its view is POSTed when it waits for its caller and when it
+    /// ends (a checked target, as a push config's URL is).
+    pub callback_url: Option<String>,
 }
 
 /// A person's answer at a gate.
@@ -83,14 +95,15 @@ impl Orchestrator {
         id: &str,
         input: Value,
         idempotency_key: Option<String>,
-        context: Option<CorrelationId>,
+        options: RunOptions,
         caller: &Caller,
     ) -> Result<RunStarted, ServiceError> {
         let key = idempotency_key.map(|k| (caller.principal.clone(), k));
         let start = RunStart {
             origin: Origin::Request,
             slot: None,
-            context,
+            context: options.context,
+            callback_url: options.callback_url,
         };
         self.begin_run(id, input, key, start, caller).await
     }
@@ -109,8 +122,14 @@ impl Orchestrator {
             origin,
             slot,
             context,
+            callback_url,
         } = start;
         let trigger = self.startable(id, caller)?;
+        if let Some(url) = &callback_url {
+            crate::target::check(url, &self.inner.config.deliveries.allow_addresses).map_err(
+                |e| ServiceError::BadInput(crate::codec::DecodeError::invalid("callback_url", e.0)),
+            )?;
+        }
         crate::codec::check_depth("input", [&input], 0).map_err(ServiceError::BadInput)?;
         trigger.check_input(&input).map_err(|e| {
             // The schema's message may quote the value.
@@ -128,6 +147,7 @@ impl Orchestrator {
             caller.grants.clone(),
         );
         record.trace = Some(StoredTrace::of(&span));
+        record.callback_url = callback_url;
         // A run in a context of its own has the same fingerprint as before
         // contexts could be given.
         let fingerprint = match &context {
@@ -155,6 +175,9 @@ impl Orchestrator {
             crate::telemetry::metrics::run_started(id);
             span.in_scope(|| tracing::info!(run_id = %r.run_id, trigger_id = %id, "run started"));
             self.inner.engine.nudge(r.run_id);
+            if r.callback_url.is_some() {
+                self.callback_owed(crate::envelope::TaskId::from_bytes(*r.run_id.as_bytes()));
+            }
         }
         Ok(started)
     }

@@ -180,6 +180,7 @@ async fn start(
                 origin: Origin::Schedule { at },
                 slot: Some(handled),
                 context: None,
+                callback_url: None,
             },
             caller,
         )

@@ -15,7 +15,7 @@
 //! in `by_correlation`), `audit` (sequence → chained record),
 //! `audit_by_task` (task id → its records' sequences: a task's history) and
 //! `meta` (format marker, audit head, quarantined records: see
-//! `quarantine.rs`), and `runs` (workflow runs, their
+//! `quarantine.rs`; the outbox's deliveries: see `deliveries.rs`), and `runs` (workflow runs, their
 //! step links, keys and indexes: see `runs.rs` and `run_index.rs`). A [`crate::task::TaskRecord`] is
 //! assembled from the first two and the task's audit records.
 
@@ -23,6 +23,7 @@ mod apply;
 mod audit;
 mod check;
 mod commit;
+mod deliveries;
 mod error;
 mod idempotency;
 mod keys;
@@ -38,6 +39,7 @@ mod writer;
 use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use apply::{Applied, Change};
 pub use check::IndexReport;
+pub use deliveries::{CALLBACK, Delivery, GaveUp, PushAuth, PushTarget, Target};
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
 pub use quarantine::Quarantined;

@@ -239,6 +239,16 @@ impl Store {
         );
         let fingerprint = new.fingerprint;
         let indexed = index_keys(&record);
+        // A callback is owed from the moment the run is stored.
+        let callback = record.callback_url.is_some().then(|| {
+            super::Delivery::new(
+                as_task_id(id),
+                super::CALLBACK.into(),
+                super::Target::Callback,
+                record.started_by.clone(),
+                0,
+            )
+        });
         let cursor = new
             .schedule
             .map(|c| (cursor_key(&record.trigger_id), keys::encode(&c)));
@@ -270,6 +280,9 @@ impl Store {
                 }
                 if let Some((key, value)) = &cursor {
                     tx.runs.insert(key.as_slice(), value.as_slice())?;
+                }
+                if let Some(d) = &callback {
+                    super::deliveries::write(tx, d)?;
                 }
                 let head = audit::append(tx, head, &started, now)?;
                 Ok((head, None))

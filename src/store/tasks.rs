@@ -125,6 +125,19 @@ impl Store {
         };
         let now_secs = now.unix_seconds();
         let step = new.step;
+        // A callback is owed from the moment the task is stored.
+        let control = &record.envelope.control;
+        let callback = (control.response_mode == crate::envelope::ResponseMode::Callback
+            && control.callback_url.is_some())
+        .then(|| {
+            super::Delivery::new(
+                task_id,
+                super::CALLBACK.into(),
+                super::Target::Callback,
+                new.actor.clone(),
+                0,
+            )
+        });
         let outcome = self
             .transact(Box::new(move |tx, head| {
                 if let Some(link) = &step
@@ -171,6 +184,9 @@ impl Store {
                     .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
                 if let Some(link) = &step {
                     super::runs::link(tx, link, task_id)?;
+                }
+                if let Some(d) = &callback {
+                    super::deliveries::write(tx, d)?;
                 }
                 let head = audit::append(tx, head, &entry, now)?;
                 Ok((head, SubmitOutcome::Created(head.seq)))

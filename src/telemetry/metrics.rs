@@ -66,6 +66,14 @@ static TASK_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
+static PUSH_DELIVERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_delivery_attempts_total",
+        "Attempts at push notifications and callbacks, by outcome (ok: a 2xx; failed: anything else).",
+        &["outcome"],
+    )
+});
+
 static QUEUE_DEPTH: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     gauge_vec(
         "orch_queue_depth",
@@ -235,6 +243,13 @@ pub fn set_queue_depth(agent: &str, priority: &str, depth: u64) {
 /// The dead-letter stream's size, as read now.
 pub fn set_dlq_size(messages: u64) {
     DLQ.set(i64::try_from(messages).unwrap_or(i64::MAX));
+}
+
+/// The outbox attempted a delivery; `ok`: the target took it.
+pub fn delivery_sent(ok: bool) {
+    PUSH_DELIVERIES
+        .with_label_values(&[if ok { "ok" } else { "failed" }])
+        .inc();
 }
 
 /// The orchestrator received an event again.

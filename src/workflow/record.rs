@@ -257,6 +257,10 @@ pub struct RunRecord {
     /// The run's span: every step's task is in its trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<StoredTrace>,
+    /// Where its view is POSTed when it waits for its caller and when it
+    /// ends (`docs/a2a.md`, "Callbacks").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
     /// When it started.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -367,6 +371,7 @@ impl RunRecord {
             cancel: None,
             deadline: trigger.deadline.map(|d| now.after(d)),
             trace: None,
+            callback_url: None,
             created_at: now,
             updated_at: now,
         }

@@ -173,6 +173,7 @@ pub mod a2a;
 pub mod cluster;
 pub mod nats;
 pub mod process;
+pub mod receiver;
 pub mod system;
 
 /// The string `field` of every item of the array `list` in `value`.

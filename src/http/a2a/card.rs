@@ -96,7 +96,7 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
         ],
         capabilities: AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(true),
             extensions: None,
             extended_agent_card: Some(auth),
         },

@@ -117,13 +117,6 @@ impl A2aError {
         A2aError::new(-32002, message).with("taskId", id)
     }
 
-    pub(super) fn push_not_supported() -> Self {
-        A2aError::new(
-            -32003,
-            "push notifications are not supported by this orchestrator yet",
-        )
-    }
-
     pub(super) fn unsupported(message: impl Into<String>) -> Self {
         A2aError::new(-32004, message)
     }

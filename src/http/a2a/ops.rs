@@ -4,14 +4,18 @@
 use std::time::Duration;
 
 use a2a::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SendMessageRequest,
-    SendMessageResponse,
+    CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse,
+    SendMessageRequest, SendMessageResponse, TaskPushNotificationConfig,
 };
 
 use super::error::A2aError;
 use super::subject::{self, Subject};
 use super::{runs, send, wire};
-use crate::service::{Caller, Orchestrator, ServiceError};
+use crate::service::{
+    Caller, Delivery, DeliveryTarget, Orchestrator, PushAuth, PushTarget, ServiceError,
+};
 use crate::task::{Submitted, TaskRecord};
 use crate::workflow::{RunRecord, RunRefused};
 
@@ -123,6 +127,31 @@ pub(super) async fn submit(
     o: &Orchestrator,
     send: &SendMessageRequest,
     header_key: Option<&str>,
+    v03: bool,
+    caller: &Caller,
+) -> Result<Subject, A2aError> {
+    let pushes = send
+        .configuration
+        .as_ref()
+        .is_some_and(|c| c.task_push_notification_config.is_some());
+    // A message that continues a task owes its push config the events
+    // from its answer on.
+    let before = match (&send.message.task_id, pushes) {
+        (Some(id), true) => subject::find(o, id, caller).await?.generation(),
+        _ => 0,
+    };
+    let subject = made(o, send, header_key, caller).await?;
+    if pushes {
+        push_on_send(o, send, &subject, before, v03, caller).await?;
+    }
+    Ok(subject)
+}
+
+/// The task or run a message made, continued or found again.
+async fn made(
+    o: &Orchestrator,
+    send: &SendMessageRequest,
+    header_key: Option<&str>,
     caller: &Caller,
 ) -> Result<Subject, A2aError> {
     if let Some(found) = continued(o, send, header_key, caller).await? {
@@ -133,7 +162,16 @@ pub(super) async fn submit(
         let (input, context) = send::run_input(send, &trigger)?;
         let key = send::message_key(o, send, header_key);
         let started = o
-            .start_run(&trigger.id, input, key, context, caller)
+            .start_run(
+                &trigger.id,
+                input,
+                key,
+                crate::service::RunOptions {
+                    context,
+                    callback_url: None,
+                },
+                caller,
+            )
             .await
             .map_err(conflict_names_message(send))?;
         return Ok(Subject::Run(Box::new(started.record().clone())));
@@ -185,6 +223,7 @@ pub(super) async fn send_message(
     o: &Orchestrator,
     send: SendMessageRequest,
     header_key: Option<&str>,
+    v03: bool,
     caller: &Caller,
 ) -> Result<SendMessageResponse, A2aError> {
     let config = send.configuration.as_ref();
@@ -193,7 +232,7 @@ pub(super) async fn send_message(
         "configuration.historyLength",
     )?;
     let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
-    let subject = submit(o, &send, header_key, caller).await?;
+    let subject = submit(o, &send, header_key, v03, caller).await?;
     let subject = if immediately {
         subject
     } else {
@@ -361,4 +400,184 @@ pub(super) async fn list_tasks(
         page_size: size,
         total_size: i32::try_from(total).unwrap_or(i32::MAX),
     })
+}
+
+/// A push config's header values must be sendable as such.
+fn header_safe(field: &str, v: &str) -> Result<(), A2aError> {
+    let ok = v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(A2aError::invalid_params(
+            field,
+            "must be printable ASCII: it is sent as an HTTP header",
+        ))
+    }
+}
+
+/// A push config as the service keeps it.
+fn push_target(c: &TaskPushNotificationConfig, v03: bool) -> Result<PushTarget, A2aError> {
+    if c.url.is_empty() {
+        return Err(A2aError::invalid_params("url", "is required"));
+    }
+    if let Some(t) = &c.token {
+        header_safe("token", t)?;
+    }
+    if let Some(a) = &c.authentication {
+        header_safe("authentication.scheme", &a.scheme)?;
+        if let Some(cr) = &a.credentials {
+            header_safe("authentication.credentials", cr)?;
+        }
+    }
+    Ok(PushTarget {
+        url: c.url.clone(),
+        token: c.token.clone(),
+        authentication: c.authentication.as_ref().map(|a| PushAuth {
+            scheme: a.scheme.clone(),
+            credentials: a.credentials.clone(),
+        }),
+        v03,
+    })
+}
+
+/// A stored push config as A2A shows it: its credentials are not shown
+/// again (the scheme is).
+fn push_config(d: &Delivery) -> Option<TaskPushNotificationConfig> {
+    let DeliveryTarget::A2a(t) = &d.target else {
+        return None;
+    };
+    Some(TaskPushNotificationConfig {
+        url: t.url.clone(),
+        id: Some(d.id.clone()),
+        task_id: d.subject.to_string(),
+        token: t.token.clone(),
+        authentication: t.authentication.as_ref().map(|a| a2a::AuthenticationInfo {
+            scheme: a.scheme.clone(),
+            credentials: None,
+        }),
+        tenant: None,
+    })
+}
+
+/// Sets push config `c` on its task (or run), owing the events after
+/// `cursor` (a new config: the events from now on).
+async fn set_push_from(
+    o: &Orchestrator,
+    c: &TaskPushNotificationConfig,
+    cursor: Option<u64>,
+    v03: bool,
+    caller: &Caller,
+) -> Result<TaskPushNotificationConfig, A2aError> {
+    let target = push_target(c, v03)?;
+    let id = subject::task_id(&c.task_id)?;
+    let cursor = match cursor {
+        Some(n) => n,
+        None => subject::find(o, &c.task_id, caller).await?.generation(),
+    };
+    let config_id =
+        c.id.clone()
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| c.task_id.clone());
+    let d = o
+        .set_push(id, config_id, target, cursor, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&c.task_id))?;
+    Ok(push_config(&d).expect("a push config was set"))
+}
+
+/// `CreateTaskPushNotificationConfig`.
+pub(super) async fn create_push(
+    o: &Orchestrator,
+    c: TaskPushNotificationConfig,
+    v03: bool,
+    caller: &Caller,
+) -> Result<TaskPushNotificationConfig, A2aError> {
+    if c.task_id.is_empty() {
+        return Err(A2aError::invalid_params("taskId", "is required"));
+    }
+    set_push_from(o, &c, None, v03, caller).await
+}
+
+/// The push config a message sets on the task (or run) it made or
+/// continued: owed every event after `before` (0: a new one's all).
+pub(super) async fn push_on_send(
+    o: &Orchestrator,
+    send: &SendMessageRequest,
+    subject: &Subject,
+    before: u64,
+    v03: bool,
+    caller: &Caller,
+) -> Result<(), A2aError> {
+    let Some(c) = send
+        .configuration
+        .as_ref()
+        .and_then(|c| c.task_push_notification_config.as_ref())
+    else {
+        return Ok(());
+    };
+    let c = TaskPushNotificationConfig {
+        task_id: subject.id().to_string(),
+        ..c.clone()
+    };
+    set_push_from(o, &c, Some(before), v03, caller)
+        .await
+        .map(drop)
+}
+
+/// `GetTaskPushNotificationConfig`: a config that is not there is -32001.
+pub(super) async fn get_push(
+    o: &Orchestrator,
+    get: GetTaskPushNotificationConfigRequest,
+    caller: &Caller,
+) -> Result<TaskPushNotificationConfig, A2aError> {
+    let id = subject::task_id(&get.task_id)?;
+    let all = o
+        .deliveries_of(id, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&get.task_id))?;
+    all.iter()
+        .find(|d| d.id == get.id)
+        .and_then(push_config)
+        .ok_or_else(|| {
+            A2aError::new(
+                -32001,
+                format!(
+                    "task {} has no push notification config `{}`",
+                    get.task_id, get.id
+                ),
+            )
+            .with("taskId", get.task_id.clone())
+        })
+}
+
+/// `ListTaskPushNotificationConfigs`: every config of the task, on one
+/// page.
+pub(super) async fn list_push(
+    o: &Orchestrator,
+    list: ListTaskPushNotificationConfigsRequest,
+    caller: &Caller,
+) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
+    let id = subject::task_id(&list.task_id)?;
+    let all = o
+        .deliveries_of(id, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&list.task_id))?;
+    Ok(ListTaskPushNotificationConfigsResponse {
+        configs: all.iter().filter_map(push_config).collect(),
+        next_page_token: None,
+    })
+}
+
+/// `DeleteTaskPushNotificationConfig`: idempotent (a config already gone
+/// is deleted).
+pub(super) async fn delete_push(
+    o: &Orchestrator,
+    delete: DeleteTaskPushNotificationConfigRequest,
+    caller: &Caller,
+) -> Result<(), A2aError> {
+    let id = subject::task_id(&delete.task_id)?;
+    o.remove_push(id, &delete.id, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(&delete.task_id))?;
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! `specification/a2a.proto`'s HTTP annotations): `POST /message:send`,
 //! `POST /message:stream`, `GET /tasks`, `GET /tasks/{id}`,
 //! `POST /tasks/{id}:cancel`, `GET /tasks/{id}:subscribe`,
+//! `/tasks/{id}/pushNotificationConfigs[/{configId}]`,
 //! `GET /extendedAgentCard`; errors as `google.rpc.Status`.
 
 use std::collections::HashMap;
@@ -85,12 +86,14 @@ async fn send(
                 &caller,
                 &send,
                 key,
+                version == Version::V03,
                 &headers,
                 frame(version),
             )
             .await;
         }
-        let r = to_json(ops::send_message(&o, send, key, &caller).await?);
+        let old = version == Version::V03;
+        let r = to_json(ops::send_message(&o, send, key, old, &caller).await?);
         let r = if version == Version::V03 {
             v03::send_result03(r)
         } else {
@@ -148,7 +151,7 @@ async fn list(
 }
 
 /// `/tasks/{id}`, `/tasks/{id}:cancel`, `/tasks/{id}:subscribe`, and the
-/// push-notification configs (not built: -32003).
+/// push-notification configs.
 #[allow(clippy::too_many_arguments)]
 async fn task(
     State(o): State<Orchestrator>,
@@ -167,8 +170,8 @@ async fn task(
             Some((id, verb)) => (id, Some(verb)),
             None => (rest.as_str(), None),
         };
-        if id.contains("/pushNotificationConfigs") {
-            return Err(A2aError::push_not_supported());
+        if let Some((task, config)) = id.split_once("/pushNotificationConfigs") {
+            return push(&o, &caller, version, &method, task, config, &headers, body).await;
         }
         if id.contains('/') {
             return Err(A2aError::method_not_found(&format!("{method} {rest}")));
@@ -207,6 +210,65 @@ async fn task(
         }
     };
     run.await.unwrap_or_else(fail)
+}
+
+/// `/tasks/{id}/pushNotificationConfigs[/{configId}]`: create (POST),
+/// list and get (GET), delete (DELETE).
+#[allow(clippy::too_many_arguments)]
+async fn push(
+    o: &Orchestrator,
+    caller: &crate::service::Caller,
+    version: Version,
+    method: &Method,
+    task: &str,
+    config: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, A2aError> {
+    let old = version == Version::V03;
+    let config = config.trim_start_matches('/');
+    let ids = json!({ "taskId": task, "id": config });
+    let shown = |c: a2a::TaskPushNotificationConfig| {
+        let c = to_json(c);
+        Json(if old { v03::push03(c) } else { c }).into_response()
+    };
+    match (method, config.is_empty()) {
+        (&Method::POST, true) => {
+            let mut params = body_json(o, headers, body).await?;
+            if old {
+                params = v03::push_set_v1(params);
+            }
+            if !params.is_object() {
+                return Err(A2aError::invalid_params("body", "must be an object"));
+            }
+            params["taskId"] = task.into();
+            Ok(shown(
+                ops::create_push(o, decode(params)?, old, caller).await?,
+            ))
+        }
+        (&Method::GET, true) => {
+            let l = ops::list_push(o, decode(json!({ "taskId": task }))?, caller).await?;
+            Ok(Json(if old {
+                Value::Array(
+                    l.configs
+                        .into_iter()
+                        .map(|c| v03::push03(to_json(c)))
+                        .collect(),
+                )
+            } else {
+                to_json(l)
+            })
+            .into_response())
+        }
+        (&Method::GET, false) => Ok(shown(ops::get_push(o, decode(ids)?, caller).await?)),
+        (&Method::DELETE, false) => {
+            ops::delete_push(o, decode(ids)?, caller).await?;
+            Ok(Json(json!({})).into_response())
+        }
+        _ => Err(A2aError::method_not_found(&format!(
+            "{method} /tasks/{task}/pushNotificationConfigs/{config}"
+        ))),
+    }
 }
 
 /// `GET /extendedAgentCard`.

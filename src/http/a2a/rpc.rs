@@ -203,19 +203,33 @@ impl Call<'_> {
             (Version::V03, "tasks/cancel") => "CancelTask",
             (Version::V03, "tasks/resubscribe") => "SubscribeToTask",
             (Version::V03, "agent/getAuthenticatedExtendedCard") => "GetExtendedAgentCard",
-            (Version::V03, m) if m.starts_with("tasks/pushNotificationConfig/") => {
+            (Version::V03, "tasks/pushNotificationConfig/set") => {
                 "CreateTaskPushNotificationConfig"
+            }
+            (Version::V03, "tasks/pushNotificationConfig/get") => "GetTaskPushNotificationConfig",
+            (Version::V03, "tasks/pushNotificationConfig/list") => {
+                "ListTaskPushNotificationConfigs"
+            }
+            (Version::V03, "tasks/pushNotificationConfig/delete") => {
+                "DeleteTaskPushNotificationConfig"
             }
             (Version::V03, m) => return Err(A2aError::method_not_found(m)),
         };
         let params = match (old, name) {
             (true, "SendMessage" | "SendStreamingMessage") => v03::send_params_v1(params),
             (true, "ListTasks") => v03::list_params_v1(params),
+            (true, "CreateTaskPushNotificationConfig") => v03::push_set_v1(params),
+            (
+                true,
+                "GetTaskPushNotificationConfig"
+                | "ListTaskPushNotificationConfigs"
+                | "DeleteTaskPushNotificationConfig",
+            ) => v03::push_ids_v1(params),
             _ => params,
         };
         let reply = match name {
             "SendMessage" => {
-                let r = ops::send_message(o, decode(params)?, self.key, caller).await?;
+                let r = ops::send_message(o, decode(params)?, self.key, old, caller).await?;
                 let v = to_json(r);
                 Reply::Json(if old { v03::send_result03(v) } else { v })
             }
@@ -235,7 +249,17 @@ impl Call<'_> {
                 let send: a2a::SendMessageRequest = decode(params)?;
                 let (streams, frame) = (&self.face.streams, self.frame());
                 Reply::Stream(
-                    stream::send(o, streams, caller, &send, self.key, self.headers, frame).await?,
+                    stream::send(
+                        o,
+                        streams,
+                        caller,
+                        &send,
+                        self.key,
+                        old,
+                        self.headers,
+                        frame,
+                    )
+                    .await?,
                 )
             }
             "SubscribeToTask" => {
@@ -248,10 +272,31 @@ impl Call<'_> {
             "GetExtendedAgentCard" => {
                 Reply::Json(card::extended(o, self.face.auth, caller, self.headers)?)
             }
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig" => return Err(A2aError::push_not_supported()),
+            "CreateTaskPushNotificationConfig" => {
+                let c = to_json(ops::create_push(o, decode(params)?, old, caller).await?);
+                Reply::Json(if old { v03::push03(c) } else { c })
+            }
+            "GetTaskPushNotificationConfig" => {
+                let c = to_json(ops::get_push(o, decode(params)?, caller).await?);
+                Reply::Json(if old { v03::push03(c) } else { c })
+            }
+            "ListTaskPushNotificationConfigs" => {
+                let l = ops::list_push(o, decode(params)?, caller).await?;
+                Reply::Json(if old {
+                    Value::Array(
+                        l.configs
+                            .into_iter()
+                            .map(|c| v03::push03(to_json(c)))
+                            .collect(),
+                    )
+                } else {
+                    to_json(l)
+                })
+            }
+            "DeleteTaskPushNotificationConfig" => {
+                ops::delete_push(o, decode(params)?, caller).await?;
+                Reply::Json(if old { Value::Null } else { json!({}) })
+            }
             other => return Err(A2aError::method_not_found(other)),
         };
         Ok(reply)

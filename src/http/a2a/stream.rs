@@ -104,18 +104,20 @@ impl State {
 
 /// `SendStreamingMessage`: stores the task (or finds the one the same
 /// message made), then streams it; with `Last-Event-ID`, a reconnect.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send(
     o: &Orchestrator,
     streams: &Streams,
     caller: &Caller,
     send: &a2a::SendMessageRequest,
     key: Option<&str>,
+    v03: bool,
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
     let permit = streams.enter()?;
     let resume = last_event_id(headers)?;
-    let sent = super::ops::submit(o, send, key, caller).await?;
+    let sent = super::ops::submit(o, send, key, v03, caller).await?;
     let (first, follow) = subject::follow(o, &sent.id().to_string(), caller).await?;
     let ends = wire::closes;
     Ok(respond(

@@ -4,6 +4,7 @@
 //! way to follow them; the operations and streams take either.
 
 use a2a::Task;
+use serde_json::Value;
 
 use super::error::A2aError;
 use super::wire::Event;
@@ -14,7 +15,7 @@ use crate::task::{TaskRecord, TaskState};
 use crate::workflow::{RunId, RunRecord};
 
 /// One A2A task: ours, or a run.
-pub(super) enum Subject {
+pub(in crate::http) enum Subject {
     /// A task of a skill.
     Task(Box<TaskRecord>),
     /// A run of a trigger.
@@ -39,7 +40,7 @@ impl Subject {
     }
 
     /// Where it stands, in a task's words.
-    pub(super) fn state(&self) -> TaskState {
+    pub(in crate::http) fn state(&self) -> TaskState {
         match self {
             Subject::Task(t) => t.status.state,
             Subject::Run(r) => runs::state(r.state),
@@ -81,14 +82,14 @@ impl Subject {
 }
 
 /// A task or a run followed by one caller.
-pub(super) enum Following {
+pub(in crate::http) enum Following {
     Task(Follow),
     Run(RunFollow),
 }
 
 impl Following {
     /// It after its next change; `None` once it is gone for the caller.
-    pub(super) async fn changed(&mut self) -> Result<Option<Subject>, ServiceError> {
+    pub(in crate::http) async fn changed(&mut self) -> Result<Option<Subject>, ServiceError> {
         Ok(match self {
             Following::Task(f) => f.changed().await?.map(|t| Subject::Task(Box::new(t))),
             Following::Run(f) => f.changed().await?.map(|r| Subject::Run(Box::new(r))),
@@ -122,13 +123,40 @@ pub(super) async fn follow(
     id: &str,
     caller: &Caller,
 ) -> Result<(Subject, Following), A2aError> {
-    let task = task_id(id)?;
-    if let Some((t, f)) = o.follow(task, caller).await? {
-        return Ok((Subject::Task(Box::new(t)), Following::Task(f)));
-    }
-    let run = RunId::from_bytes(*task.as_bytes());
-    o.follow_run(run, caller)
+    following(o, task_id(id)?, caller)
         .await?
-        .map(|(r, f)| (Subject::Run(Box::new(r)), Following::Run(f)))
         .ok_or_else(|| A2aError::task_not_found(id))
+}
+
+/// The task or run `id` as it is now, if the caller may see it, and a
+/// way to wait for its changes.
+pub(in crate::http) async fn following(
+    o: &Orchestrator,
+    id: TaskId,
+    caller: &Caller,
+) -> Result<Option<(Subject, Following)>, ServiceError> {
+    if let Some((t, f)) = o.follow(id, caller).await? {
+        return Ok(Some((Subject::Task(Box::new(t)), Following::Task(f))));
+    }
+    let run = RunId::from_bytes(*id.as_bytes());
+    Ok(o.follow_run(run, caller)
+        .await?
+        .map(|(r, f)| (Subject::Run(Box::new(r)), Following::Run(f))))
+}
+
+/// For the outbox: the first of `subject`'s events after `after`, as a
+/// push sends it (a `StreamResponse`, in 0.3's words when `v03`).
+pub(in crate::http) fn pushed_after(
+    subject: &Subject,
+    after: u64,
+    v03: bool,
+) -> Option<(u64, Value)> {
+    let e = subject.events().into_iter().find(|e| e.id > after)?;
+    let body = super::to_json(&e.body);
+    let body = if v03 {
+        super::v03::stream03(body, e.state.is_some_and(super::wire::closes))
+    } else {
+        body
+    };
+    Some((e.id, body))
 }

@@ -218,13 +218,68 @@ pub(super) fn send_params_v1(mut p: Value) -> Value {
             o.remove("kind");
         }
     }
-    if let Some(c) = p.get_mut("configuration").and_then(Value::as_object_mut)
-        && let Some(blocking) = c.remove("blocking")
-    {
-        let blocking = blocking.as_bool().unwrap_or(true);
-        c.insert("returnImmediately".into(), json!(!blocking));
+    if let Some(c) = p.get_mut("configuration").and_then(Value::as_object_mut) {
+        if let Some(blocking) = c.remove("blocking") {
+            let blocking = blocking.as_bool().unwrap_or(true);
+            c.insert("returnImmediately".into(), json!(!blocking));
+        }
+        if let Some(push) = c.remove("pushNotificationConfig") {
+            c.insert("taskPushNotificationConfig".into(), push_config_v1(push));
+        }
     }
     p
+}
+
+/// A 0.3 `PushNotificationConfig` as 1.0's (`authentication.schemes`
+/// becomes one `scheme`: the first).
+fn push_config_v1(mut c: Value) -> Value {
+    if let Some(auth) = c.get_mut("authentication").and_then(Value::as_object_mut)
+        && let Some(schemes) = auth.remove("schemes")
+    {
+        let first = schemes.get(0).cloned().unwrap_or_else(|| json!(""));
+        auth.insert("scheme".into(), first);
+    }
+    c
+}
+
+/// 0.3 `tasks/pushNotificationConfig/set` params (a
+/// `TaskPushNotificationConfig`: `taskId` and `pushNotificationConfig`)
+/// as 1.0's flat config.
+pub(super) fn push_set_v1(p: Value) -> Value {
+    let mut config = push_config_v1(
+        p.get("pushNotificationConfig")
+            .cloned()
+            .unwrap_or(json!({})),
+    );
+    if let (Some(c), Some(task)) = (config.as_object_mut(), p.get("taskId")) {
+        c.insert("taskId".into(), task.clone());
+    }
+    config
+}
+
+/// 0.3 get, list and delete params (`id` is the task's,
+/// `pushNotificationConfigId` the config's) as 1.0's (`taskId`, `id`).
+pub(super) fn push_ids_v1(p: Value) -> Value {
+    let mut out = Map::new();
+    if let Some(task) = p.get("id") {
+        out.insert("taskId".into(), task.clone());
+        // 0.3's get may leave the config out: the task's default one.
+        let config = p.get("pushNotificationConfigId").unwrap_or(task);
+        out.insert("id".into(), config.clone());
+    }
+    Value::Object(out)
+}
+
+/// A 1.0 push config as 0.3's `TaskPushNotificationConfig`.
+pub(super) fn push03(v1: Value) -> Value {
+    let Value::Object(mut c) = v1 else { return v1 };
+    let task = c.remove("taskId").unwrap_or(Value::Null);
+    if let Some(auth) = c.get_mut("authentication").and_then(Value::as_object_mut)
+        && let Some(scheme) = auth.remove("scheme")
+    {
+        auth.insert("schemes".into(), json!([scheme]));
+    }
+    json!({ "taskId": task, "pushNotificationConfig": c })
 }
 
 /// 0.3 list params as 1.0's (`status` in 1.0's words).

@@ -1,0 +1,254 @@
+//! The outbox: what the orchestrator owes each push-notification config
+//! and callback. The notifications themselves are not stored twice: they
+//! are a task's (or run's) events, derived from its stored history, which
+//! only grows. What is stored is where to send them and how far sending
+//! has come: a cursor (the last event delivered or given up on), the
+//! failed attempts at the next one and when to try again, the give-ups.
+//!
+//! In the `meta` tree (sled's transactions span at most nine trees, and
+//! the writer's already span nine), by key prefix: `delivery/` + subject
+//! (16 bytes) + id → [`Delivery`]; `outbox/` + subject + id → nothing,
+//! while the delivery may still owe something. A task's callback is
+//! written in the transaction that stores the task.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError, Tx, audit, keys};
+use crate::audit::AuditEntry;
+use crate::envelope::{TaskId, Timestamp};
+
+const RECORD: &[u8] = b"delivery/";
+const PENDING: &[u8] = b"outbox/";
+
+/// The id of a task's or run's callback delivery (a push config's id is
+/// its own).
+pub const CALLBACK: &str = "callback";
+
+/// What is owed to one target for one task or run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The task or run (a run's id is from the tasks' space).
+    pub subject: TaskId,
+    /// Its id among the subject's deliveries: a push config's id, or
+    /// [`CALLBACK`].
+    pub id: String,
+    /// Where, and in which words.
+    pub target: Target,
+    /// Who set it up.
+    pub owner: String,
+    /// When it was set up.
+    pub created_at: Timestamp,
+    /// The last event done with (delivered, or given up on): the next one
+    /// sent is the one after.
+    pub cursor: u64,
+    /// Failed attempts at the next event.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Not before then is the next event tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Timestamp>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Events delivered (acknowledged with a 2xx).
+    #[serde(default)]
+    pub delivered: u64,
+    /// Events given up on, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gave_up: Vec<GaveUp>,
+    /// Nothing more will be owed: the subject ended and every event was
+    /// done with.
+    #[serde(default)]
+    pub done: bool,
+}
+
+/// Where a delivery goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// An A2A push-notification config: each event as a `StreamResponse`.
+    A2a(PushTarget),
+    /// The `callback_url` of the task's envelope or of the run: its view
+    /// when it waits for its caller, and when it ends.
+    Callback,
+}
+
+/// An A2A push-notification config, as its client gave it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushTarget {
+    /// The webhook.
+    pub url: String,
+    /// Sent as `X-A2A-Notification-Token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Sent as `Authorization: <scheme> <credentials>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<PushAuth>,
+    /// Whether it was set over A2A 0.3 (its events go in 0.3's words).
+    #[serde(default)]
+    pub v03: bool,
+}
+
+/// A push config's `authentication`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushAuth {
+    /// `Bearer`, `Basic`, ...
+    pub scheme: String,
+    /// What follows the scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
+}
+
+/// An event the outbox gave up on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GaveUp {
+    /// The event's number.
+    pub event: u64,
+    /// When.
+    pub at: Timestamp,
+    /// After how many attempts.
+    pub attempts: u32,
+    /// The last attempt's failure.
+    pub error: String,
+}
+
+impl Delivery {
+    /// A new delivery of `subject`'s events after `cursor` to `target`.
+    pub fn new(subject: TaskId, id: String, target: Target, owner: String, cursor: u64) -> Self {
+        Delivery {
+            subject,
+            id,
+            target,
+            owner,
+            created_at: Timestamp::now(),
+            cursor,
+            attempts: 0,
+            retry_at: None,
+            last_error: None,
+            delivered: 0,
+            gave_up: Vec::new(),
+            done: false,
+        }
+    }
+}
+
+fn key(prefix: &[u8], subject: TaskId, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 16 + id.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(&keys::task(subject));
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+fn subject_prefix(prefix: &[u8], subject: TaskId) -> Vec<u8> {
+    key(prefix, subject, "")
+}
+
+/// Writes `d` (and its place in the outbox) inside a transaction.
+pub(super) fn write(tx: &Tx<'_>, d: &Delivery) -> Result<(), super::Abort> {
+    tx.meta
+        .insert(key(RECORD, d.subject, &d.id), keys::encode(d))?;
+    let pending = key(PENDING, d.subject, &d.id);
+    if d.done {
+        tx.meta.remove(pending)?;
+    } else {
+        tx.meta.insert(pending, &[][..])?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Writes `d`, with `entry` in the audit trail when given; returns once
+    /// durable.
+    pub async fn put_delivery(
+        &self,
+        d: Delivery,
+        entry: Option<AuditEntry>,
+    ) -> Result<(), StoreError> {
+        let now = Timestamp::now();
+        self.transact(Box::new(move |tx, head| {
+            write(tx, &d)?;
+            let head = match &entry {
+                Some(e) => audit::append(tx, head, e, now)?,
+                None => head,
+            };
+            Ok((head, ()))
+        }))
+        .await?;
+        self.inner.commit.durable().await
+    }
+
+    /// Removes delivery `id` of `subject`, with `entry` in the audit trail;
+    /// whether it was there.
+    pub async fn remove_delivery(
+        &self,
+        subject: TaskId,
+        id: &str,
+        entry: AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let now = Timestamp::now();
+        let (record, pending) = (key(RECORD, subject, id), key(PENDING, subject, id));
+        let removed = self
+            .transact(Box::new(move |tx, head| {
+                let was = tx.meta.remove(record.as_slice())?.is_some();
+                tx.meta.remove(pending.as_slice())?;
+                let head = if was {
+                    audit::append(tx, head, &entry, now)?
+                } else {
+                    head
+                };
+                Ok((head, was))
+            }))
+            .await?;
+        self.inner.commit.durable().await?;
+        Ok(removed)
+    }
+
+    /// Delivery `id` of `subject`, if any.
+    pub fn delivery(&self, subject: TaskId, id: &str) -> Result<Option<Delivery>, StoreError> {
+        let k = key(RECORD, subject, id);
+        match self.inner.meta.get(&k)? {
+            Some(v) => keys::decode_value("meta", &k, &v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every delivery of `subject`, by id.
+    pub fn deliveries_of(&self, subject: TaskId) -> Result<Vec<Delivery>, StoreError> {
+        self.inner
+            .meta
+            .scan_prefix(subject_prefix(RECORD, subject))
+            .map(|item| {
+                let (k, v) = item?;
+                keys::decode_value("meta", &k, &v)
+            })
+            .collect()
+    }
+
+    /// Every delivery, in subject order: for the listing of give-ups.
+    pub fn all_deliveries(&self) -> Result<Vec<Delivery>, StoreError> {
+        self.inner
+            .meta
+            .scan_prefix(RECORD)
+            .map(|item| {
+                let (k, v) = item?;
+                keys::decode_value("meta", &k, &v)
+            })
+            .collect()
+    }
+
+    /// The deliveries that may still owe something: (subject, id).
+    pub fn pending_deliveries(&self) -> Result<Vec<(TaskId, String)>, StoreError> {
+        self.inner
+            .meta
+            .scan_prefix(PENDING)
+            .map(|item| {
+                let (k, _) = item?;
+                let rest = &k[PENDING.len()..];
+                let subject = keys::trailing_task_id("meta", &rest[..16.min(rest.len())])?;
+                let id = String::from_utf8_lossy(rest.get(16..).unwrap_or_default()).into_owned();
+                Ok((subject, id))
+            })
+            .collect()
+    }
+}
