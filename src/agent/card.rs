@@ -136,10 +136,69 @@ pub enum Invocation {
         /// The handler's name.
         handler: String,
     },
+    /// A remote A2A agent (JSON-RPC, A2A 1.0): each task is sent to it as
+    /// a message and followed until it ends (`docs/a2a.md`, "A2A agents as
+    /// workers").
+    A2a {
+        /// The remote agent's card (`https://host/.well-known/agent-card.json`).
+        card: String,
+        /// Credentials for the remote, read from the worker's environment:
+        /// the orchestrator's own never leave.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<RemoteAuth>,
+        /// What of the envelope the remote gets besides the params:
+        /// `system_prompt` (as the message's `metadata.systemPrompt`),
+        /// `context` (our correlation id as its `contextId`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        forward: Vec<Forward>,
+        /// How often the remote task is read while it runs.
+        #[serde(default = "default_poll", with = "humantime_serde")]
+        poll: Duration,
+        /// How long one request to the remote may take.
+        #[serde(default = "default_timeout", with = "humantime_serde")]
+        timeout: Duration,
+    },
+}
+
+/// How a worker authenticates to a remote A2A agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteAuth {
+    /// The variable of the worker's environment holding the credential.
+    pub env: String,
+    /// The header it goes in (default `Authorization`).
+    #[serde(default = "default_auth_header")]
+    pub header: String,
+    /// The scheme before it (default `Bearer`; empty: none, as for an API
+    /// key header).
+    #[serde(default = "default_auth_scheme")]
+    pub scheme: String,
+}
+
+/// What of a task's envelope a remote A2A agent is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forward {
+    /// The trigger's system prompt, as `metadata.systemPrompt`.
+    SystemPrompt,
+    /// The correlation id, as the message's `contextId`.
+    Context,
 }
 
 fn default_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_poll() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_auth_header() -> String {
+    "Authorization".into()
+}
+
+fn default_auth_scheme() -> String {
+    "Bearer".into()
 }
 
 /// Per-agent delivery settings.
@@ -240,7 +299,7 @@ impl AgentCard {
         match &self.invocation {
             None => Err(DecodeError::invalid(
                 "invocation",
-                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command` or `builtin` invocation)",
+                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin` or `a2a` invocation)",
             )),
             Some(Invocation::Builtin { handler })
                 if !BUILTIN_HANDLERS.contains(&handler.as_str()) =>
@@ -251,6 +310,14 @@ impl AgentCard {
                         "`{handler}` is not a built-in handler (known: {})",
                         BUILTIN_HANDLERS.join(", ")
                     ),
+                ))
+            }
+            Some(Invocation::A2a { card, .. })
+                if !(card.starts_with("http://") || card.starts_with("https://")) =>
+            {
+                Err(DecodeError::invalid(
+                    "invocation.card",
+                    format!("`{card}` is not an http(s) URL of the remote agent's card"),
                 ))
             }
             Some(invocation) => Ok(invocation),

@@ -3,4 +3,4 @@
 
 mod card;
 
-pub use card::{AgentCard, CardError, Delivery, Invocation, Skill};
+pub use card::{AgentCard, CardError, Delivery, Forward, Invocation, RemoteAuth, Skill};

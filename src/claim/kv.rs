@@ -111,6 +111,11 @@ pub struct Claims {
     lease: Duration,
 }
 
+/// The key of a handler's note on a task: beside its claim.
+fn note_key(agent: &AgentName, task_id: TaskId) -> String {
+    format!("{}.note", key(agent, task_id))
+}
+
 /// The header that marks a key-value entry as deleted or purged.
 const KV_OPERATION: &str = "KV-Operation";
 
@@ -238,6 +243,41 @@ impl Claims {
         let value = serde_json::from_slice(&entry.payload)
             .map_err(|err| Self::error(task_id, ClaimErrorKind::Undecodable, err))?;
         Ok((Some(value), Some(entry.sequence)))
+    }
+
+    /// The note a handler left on `task_id` (key `<agent>.<task id>.note`),
+    /// if any: what it must find again when its worker died, such as the
+    /// remote task an `a2a` handler follows. Kept beside the claim, without
+    /// a lease, as long as the bucket keeps entries.
+    pub async fn note(
+        &self,
+        agent: &AgentName,
+        task_id: TaskId,
+    ) -> Result<Option<bytes::Bytes>, ClaimError> {
+        let subject = self.subject(&note_key(agent, task_id));
+        match self.stream.direct_get_last_for_subject(subject).await {
+            Ok(entry) => {
+                let removed = entry
+                    .headers
+                    .get(KV_OPERATION)
+                    .is_some_and(|op| op.as_str() != "PUT");
+                Ok((!removed).then_some(entry.payload))
+            }
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Self::error(task_id, ClaimErrorKind::Unavailable, e)),
+        }
+    }
+
+    /// Leaves (or replaces) the note on `task_id`; returns once the broker
+    /// has stored it.
+    pub async fn set_note(
+        &self,
+        agent: &AgentName,
+        task_id: TaskId,
+        value: bytes::Bytes,
+    ) -> Result<(), ClaimError> {
+        let key = note_key(agent, task_id);
+        self.write(task_id, &key, value, None, None).await.map(drop)
     }
 
     /// Decides on one delivery of `task_id` and, when it is to run, claims

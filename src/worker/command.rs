@@ -304,6 +304,7 @@ mod tests {
             agent_dir: dir.to_path_buf(),
             cancel: CancellationToken::new(),
             progress: crate::worker::Reporter::detached(),
+            notes: crate::worker::Notes::none(),
             trace: vec![(
                 "TRACEPARENT",
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),

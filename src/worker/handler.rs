@@ -36,6 +36,10 @@ pub struct Task {
     /// messages and artifact chunks, shown to REST readers and A2A streams
     /// in order.
     pub progress: super::Reporter,
+    /// A note the handler may leave on the task, kept by the broker: found
+    /// again by a later run of the task (after its worker died, or at its
+    /// next attempt).
+    pub notes: super::Notes,
 }
 
 /// Runs tasks for an agent.
@@ -70,5 +74,6 @@ pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
         ))),
         // `runnable` allows only the built-in handlers there are.
         Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
+        a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
     }
 }

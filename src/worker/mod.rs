@@ -24,15 +24,19 @@ mod command;
 mod delivery;
 mod handler;
 mod intake;
+mod notes;
 mod outcome;
 mod progress;
+mod remote;
 mod run;
 
 pub use channel::PROGRESS_FD;
 pub use command::{CommandHandler, EXIT_RETRY};
 pub use handler::{EchoHandler, Handler, Task, handler_for};
+pub use notes::Notes;
 pub use outcome::{Outcome, event_for, report};
 pub use progress::{Reporter, Update};
+pub use remote::RemoteHandler;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
