@@ -7,7 +7,8 @@
 //! and the full path as deployed, with `orchestrator run` and
 //! `orchestrator worker` as processes of their own, driven over HTTP.
 //! `--cluster` measures replication and a leader kill instead (see
-//! `cluster`).
+//! `cluster`); `--a2a` and `--push` add the A2A face and push
+//! notifications (see `a2a` and `push`).
 
 mod a2a;
 mod bare;
@@ -16,6 +17,7 @@ mod cpu;
 mod inproc;
 mod preload;
 mod procs;
+mod push;
 mod sink;
 
 use crate::cli::output::outln;
@@ -72,6 +74,12 @@ pub struct BenchArgs {
     /// `SubscribeToTask` streams.
     #[arg(long, conflicts_with = "cluster")]
     a2a: bool,
+    /// Also measure push notifications: the deployed path again with A2A
+    /// messages that carry a push config (to a receiver in the bench):
+    /// notifications per second, and the delay from a task's end to its
+    /// terminal notification.
+    #[arg(long, conflicts_with = "cluster")]
+    push: bool,
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
@@ -216,6 +224,12 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         false => None,
     };
+    let push = match args.push {
+        true => {
+            Some(push::measure(&url, &format!("benchn{tag}"), dir.path(), &brokers, args).await?)
+        }
+        false => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -248,6 +262,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "otlp_received": exported,
                 "concurrency": args.concurrency,
                 "a2a": a2a.as_ref().map(|a| a.json(&cpu)),
+                "push": push.as_ref().map(|p| p.json(&cpu)),
             })
         );
     } else {
@@ -296,6 +311,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         print_cpu("CPU per task, as deployed", &cpu);
         if let Some(a2a) = &a2a {
             a2a.print(args, &cpu);
+        }
+        if let Some(push) = &push {
+            push.print(args, &cpu);
         }
         print_cpu("CPU per message, bare JetStream", &bare_cpu);
         if let Some(rss) = orchestrator_rss {

@@ -86,6 +86,11 @@ impl Deployed {
         self.run.id()
     }
 
+    /// The worker process's id.
+    pub(super) fn worker_pid(&self) -> Option<u32> {
+        self.worker.id()
+    }
+
     /// Starts both processes against the broker at `url`, with streams of
     /// `replicas` replicas and their files under `dir/procs`, and waits
     /// until the orchestrator is ready and the worker registered.
@@ -132,6 +137,10 @@ impl Deployed {
                 "sha256": orchestrator::access::api_keys::hash(&api_key),
             }]},
         });
+        if args.push && args.client == Client::A2a {
+            // The bench's push receiver listens on loopback.
+            settings["deliveries"] = json!({"allow_addresses": ["loopback"]});
+        }
         if let Some((endpoint, ratio)) = tracing {
             settings["telemetry"] = json!({"otlp_endpoint": endpoint, "sample_ratio": ratio});
         }
