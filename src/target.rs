@@ -134,6 +134,32 @@ pub fn refusal(ip: IpAddr, r: Reach) -> String {
     )
 }
 
+/// [`check`], then the name resolved (for at most `within`): a name that
+/// resolves to an address of a kind not allowed is refused now. One that
+/// does not resolve in time is taken: it is checked again at each
+/// connection.
+pub async fn check_resolving(
+    url: &str,
+    allowed: &[Reach],
+    within: std::time::Duration,
+) -> Result<reqwest::Url, Refused> {
+    let parsed = check(url, allowed)?;
+    if let Some(url::Host::Domain(name)) = parsed.host() {
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        let lookup = tokio::net::lookup_host((name, port));
+        if let Ok(Ok(addrs)) = tokio::time::timeout(within, lookup).await {
+            let addrs: Vec<std::net::SocketAddr> = addrs.collect();
+            if !addrs.is_empty() {
+                resolved(name, addrs, allowed)?;
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// How long a target's name may take to resolve when it is given.
+pub const RESOLVE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The addresses a name resolved to that may be reached, or why none may.
 pub fn resolved(
     name: &str,
@@ -203,6 +229,33 @@ mod tests {
             why.contains("link-local") && why.contains("link_local"),
             "{why}"
         );
+    }
+
+    /// This machine's own name resolves to one of its addresses: refused
+    /// when given, though nothing in the URL says so.
+    #[tokio::test]
+    async fn a_name_that_resolves_inward_is_refused_when_given() {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let addrs: Vec<std::net::SocketAddr> =
+            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 80))
+                .map(Iterator::collect)
+                .unwrap_or_default();
+        if host.is_empty() || addrs.is_empty() || addrs.iter().any(|a| reach(a.ip()).is_none()) {
+            eprintln!("this machine's name ({host:?}) does not resolve inward only: {addrs:?}");
+            return;
+        }
+        let url = format!("http://{host}/hook");
+        assert!(check(&url, &[]).is_ok(), "nothing in the URL says so");
+        let why = check_resolving(&url, &[], RESOLVE_WITHIN)
+            .await
+            .unwrap_err()
+            .0;
+        assert!(why.contains("resolves to"), "{why}");
+        let all = [Reach::Loopback, Reach::Private, Reach::LinkLocal];
+        assert!(check_resolving(&url, &all, RESOLVE_WITHIN).await.is_ok());
     }
 
     #[test]

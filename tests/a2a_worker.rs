@@ -85,7 +85,7 @@ fn card_for(card_url: &str) -> Value {
         "name": "remote", "version": "1.0.0", "description": "paints, remotely",
         "skills": [{"id": "paint", "description": "paints"}],
         "invocation": {"type": "a2a", "card": card_url, "poll": "100ms",
-                       "auth": {"env": "HOME", "scheme": "Token"}},
+                       "auth": {"env": "HOME", "scheme": "Token"}, "forward": ["context"]},
         "delivery": {"ackWait": "2s"}
     })
 }
@@ -137,6 +137,10 @@ async fn a_remote_agent_does_the_task_and_its_progress_comes_back() {
     let messages = remote.logged("message");
     assert_eq!(messages.len(), 1, "{messages:#?}");
     assert_eq!(messages[0]["message_id"], format!("{id}-1"));
+    assert_eq!(
+        messages[0]["context_id"], t["correlation_id"],
+        "`forward: [context]`: our correlation id is its context"
+    );
     let home = std::env::var("HOME").unwrap();
     let calls = remote.logged("call");
     assert!(calls.len() >= 2, "a send and reads: {calls:#?}");
@@ -191,6 +195,12 @@ async fn a_remote_question_is_ours_and_our_answer_is_its() {
         "one remote task"
     );
     assert_eq!(messages[1]["text"], "blue");
+
+    // `auth-required` is ours too.
+    let auth = sys.submit("remote", "paint", json!({"text": "auth"})).await;
+    let t = wait_state(&sys, &auth, "auth_required").await;
+    assert_eq!(t["error"]["code"], "remote_auth_required", "{t:#}");
+    assert_eq!(t["error"]["message"], "sign in first");
 }
 
 /// Canceling ours cancels the remote task.

@@ -78,7 +78,7 @@ fn in_order(taken: &[Got], id: &str) -> Vec<Value> {
 
 /// Checks every taken delivery with the Python code docs/a2a.md shows,
 /// then a forged body and a replay: the check must refuse both.
-async fn python_checks(sys: &System, taken: &[Got], url: &str) -> String {
+async fn python_checks(base: &str, taken: &[Got], url: &str) -> String {
     let python = std::env::var("A2A_SDK_PYTHON").unwrap_or_else(|_| {
         panic!("A2A_SDK_PYTHON is not set: run the tests with scripts/test (it makes a venv with PyJWT)")
     });
@@ -88,7 +88,7 @@ async fn python_checks(sys: &System, taken: &[Got], url: &str) -> String {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("docs/a2a.md shows the check")
-        .replace("https://orchestrator.example.com", &sys.http);
+        .replace("https://orchestrator.example.com", base);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("check.py"), code).unwrap();
     let deliveries: Vec<Value> = taken
@@ -193,7 +193,7 @@ async fn every_event_comes_once_in_order_and_signed_though_the_receiver_fails_tw
         assert_eq!(g.header("authorization"), "Bearer s3cret");
         assert_eq!(g.header("x-a2a-notification-token"), "tok-1");
     }
-    let checked = python_checks(&sys, &taken, &receiver.url()).await;
+    let checked = python_checks(&sys.http, &taken, &receiver.url()).await;
     assert!(
         checked.contains(&format!("genuine {}", taken.len())),
         "{checked}"
@@ -612,4 +612,10 @@ async fn owed_notifications_survive_an_orchestrator_sigkill() {
     for id in &ids {
         in_order(&taken, id);
     }
+    // Signed by the key the restarted orchestrator serves.
+    let checked = python_checks(&base, &taken, &receiver.url()).await;
+    assert!(
+        checked.contains(&format!("genuine {}", taken.len())),
+        "{checked}"
+    );
 }

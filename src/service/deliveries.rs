@@ -93,7 +93,8 @@ impl Orchestrator {
             return Ok(None);
         }
         let allowed = &self.config().deliveries.allow_addresses;
-        crate::target::check(&target.url, allowed)
+        crate::target::check_resolving(&target.url, allowed, crate::target::RESOLVE_WITHIN)
+            .await
             .map_err(|e| ServiceError::BadInput(crate::codec::DecodeError::invalid("url", e.0)))?;
         let kept = self
             .store()

@@ -52,7 +52,7 @@ class Remote(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
         log("message", message_id=message.message_id, task_id=context.task_id,
-            text=get_message_text(message))
+            context_id=context.context_id, text=get_message_text(message))
         task = context.current_task
         if task is None:
             task = new_task_from_user_message(message)

@@ -478,6 +478,11 @@ async fn set_push_from(
         c.id.clone()
             .filter(|i| !i.is_empty())
             .unwrap_or_else(|| c.task_id.clone());
+    // It is part of each delivery's id, a header.
+    header_safe("id", &config_id)?;
+    if config_id.len() > 128 {
+        return Err(A2aError::invalid_params("id", "is longer than 128 bytes"));
+    }
     let d = o
         .set_push(id, config_id, target, cursor, caller)
         .await?

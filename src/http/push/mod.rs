@@ -177,7 +177,12 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
                         continue;
                     }
                 }
-                let outcome = send(sh, &d, event, &url, body).await;
+                // A stop abandons the attempt: it is made again at the
+                // next start, with the same delivery id.
+                let outcome = tokio::select! {
+                    outcome = send(sh, &d, event, &url, body) => outcome,
+                    () = sh.stop.cancelled() => return Ok(()),
+                };
                 // As it is now: removed, or its target replaced, meanwhile.
                 let Some(now) = o.delivery(name.0, &name.1).map_err(err)? else {
                     return Ok(());
