@@ -470,12 +470,7 @@ async fn rest_callbacks_bring_a_task_end_and_a_run_gate_and_end() {
         .await;
     assert_eq!(status, 201, "{task:#}");
     let id = task["task_id"].as_str().unwrap().to_string();
-    let got = receiver
-        .wait_for("the task's callback", |g| {
-            g.iter().any(|g| g.id().starts_with(&id))
-        })
-        .await;
-    let cb = got.iter().find(|g| g.id().starts_with(&id)).unwrap();
+    let cb = receiver.first_for(&id).await;
     assert!(cb.id().starts_with(&format!("{id}:callback:")));
     assert_eq!(cb.json()["state"], "completed");
     assert_eq!(cb.json()["result"], json!({"done": {"n": 1}}));
@@ -489,12 +484,7 @@ async fn rest_callbacks_bring_a_task_end_and_a_run_gate_and_end() {
         .await;
     assert_eq!(status, 201, "{run:#}");
     let run_id = run["run_id"].as_str().unwrap().to_string();
-    let waits = receiver
-        .wait_for("the run's gate", |g| {
-            g.iter().any(|g| g.id().starts_with(&run_id))
-        })
-        .await;
-    let gate = waits.iter().find(|g| g.id().starts_with(&run_id)).unwrap();
+    let gate = receiver.first_for(&run_id).await;
     assert_eq!(gate.json()["state"], "input_required", "{:#}", gate.json());
     let (status, _) = sys
         .post(

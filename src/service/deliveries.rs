@@ -92,10 +92,7 @@ impl Orchestrator {
         if !visible(self, subject, caller)? {
             return Ok(None);
         }
-        let allowed = &self.config().deliveries.allow_addresses;
-        crate::target::check_resolving(&target.url, allowed, crate::target::RESOLVE_WITHIN)
-            .await
-            .map_err(|e| ServiceError::BadInput(crate::codec::DecodeError::invalid("url", e.0)))?;
+        self.check_target("url", &target.url).await?;
         let kept = self
             .store()
             .delivery(subject, &id)?
@@ -164,6 +161,16 @@ impl Orchestrator {
         Ok(Some(
             self.store().remove_delivery(subject, id, entry).await?,
         ))
+    }
+
+    /// Refuses `url` (the request's `field`) as a delivery target unless
+    /// it may be one (`crate::target`), resolving its name.
+    pub(super) async fn check_target(&self, field: &str, url: &str) -> Result<(), ServiceError> {
+        let allowed = &self.config().deliveries.allow_addresses;
+        crate::target::check_resolving(url, allowed, crate::target::RESOLVE_WITHIN)
+            .await
+            .map(drop)
+            .map_err(|e| ServiceError::BadInput(crate::codec::DecodeError::invalid(field, e.0)))
     }
 
     /// The deliveries that gave up on something, that the caller may see

@@ -331,15 +331,7 @@ impl Orchestrator {
         if envelope.control.response_mode == crate::envelope::ResponseMode::Callback
             && let Some(url) = &envelope.control.callback_url
         {
-            crate::target::check_resolving(
-                url,
-                &self.inner.config.deliveries.allow_addresses,
-                crate::target::RESOLVE_WITHIN,
-            )
-            .await
-            .map_err(|e| {
-                ServiceError::BadInput(crate::codec::DecodeError::invalid("callback_url", e.0))
-            })?;
+            self.check_target("callback_url", url).await?;
         }
         let size = envelope.encoded_len();
         if size > self.inner.max_envelope {

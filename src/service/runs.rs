@@ -126,15 +126,7 @@ impl Orchestrator {
         } = start;
         let trigger = self.startable(id, caller)?;
         if let Some(url) = &callback_url {
-            crate::target::check_resolving(
-                url,
-                &self.inner.config.deliveries.allow_addresses,
-                crate::target::RESOLVE_WITHIN,
-            )
-            .await
-            .map_err(|e| {
-                ServiceError::BadInput(crate::codec::DecodeError::invalid("callback_url", e.0))
-            })?;
+            self.check_target("callback_url", url).await?;
         }
         crate::codec::check_depth("input", [&input], 0).map_err(ServiceError::BadInput)?;
         trigger.check_input(&input).map_err(|e| {

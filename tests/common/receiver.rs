@@ -125,6 +125,17 @@ impl Receiver {
             .collect()
     }
 
+    /// Waits for the first delivery it took whose id starts with `prefix`
+    /// (a task's or run's id).
+    pub async fn first_for(&self, prefix: &str) -> Got {
+        let got = self
+            .wait_for(prefix, |g| g.iter().any(|g| g.id().starts_with(prefix)))
+            .await;
+        got.into_iter()
+            .find(|g| g.id().starts_with(prefix))
+            .unwrap()
+    }
+
     /// Waits until `done` holds of what it took (each once).
     pub async fn wait_for(&self, what: &str, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

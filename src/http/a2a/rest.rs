@@ -249,12 +249,7 @@ async fn push(
         (&Method::GET, true) => {
             let l = ops::list_push(o, decode(json!({ "taskId": task }))?, caller).await?;
             Ok(Json(if old {
-                Value::Array(
-                    l.configs
-                        .into_iter()
-                        .map(|c| v03::push03(to_json(c)))
-                        .collect(),
-                )
+                v03::push_list03(to_json(l))
             } else {
                 to_json(l)
             })

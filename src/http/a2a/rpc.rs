@@ -283,12 +283,7 @@ impl Call<'_> {
             "ListTaskPushNotificationConfigs" => {
                 let l = ops::list_push(o, decode(params)?, caller).await?;
                 Reply::Json(if old {
-                    Value::Array(
-                        l.configs
-                            .into_iter()
-                            .map(|c| v03::push03(to_json(c)))
-                            .collect(),
-                    )
+                    v03::push_list03(to_json(l))
                 } else {
                     to_json(l)
                 })

@@ -270,6 +270,19 @@ pub(super) fn push_ids_v1(p: Value) -> Value {
     Value::Object(out)
 }
 
+/// A 1.0 `ListTaskPushNotificationConfigsResponse` as 0.3's answer: the
+/// configs alone, each in 0.3's words.
+pub(super) fn push_list03(v1: Value) -> Value {
+    let configs = v1.get("configs").and_then(Value::as_array).cloned();
+    Value::Array(
+        configs
+            .unwrap_or_default()
+            .into_iter()
+            .map(push03)
+            .collect(),
+    )
+}
+
 /// A 1.0 push config as 0.3's `TaskPushNotificationConfig`.
 pub(super) fn push03(v1: Value) -> Value {
     let Value::Object(mut c) = v1 else { return v1 };
