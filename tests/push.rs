@@ -56,6 +56,24 @@ async fn system(tweak: impl FnOnce(&mut ServiceConfig)) -> System {
     sys
 }
 
+/// Sends message `id` ("go", to `helper/work`) with `configuration`: the
+/// task's id.
+async fn go(sys: &System, id: &str, configuration: Value) -> String {
+    let sent = rpc(
+        sys,
+        "SendMessage",
+        json!({
+            "message": message(id, json!([{"text": "go"}]), json!({"skillId": "helper/work"})),
+            "configuration": configuration,
+        }),
+    )
+    .await;
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent:#}"))
+        .to_string()
+}
+
 /// Whether a delivery is a push's terminal status update.
 fn ends(g: &Got) -> bool {
     let s = &g.json()["statusUpdate"]["status"]["state"];
@@ -153,22 +171,16 @@ except ValueError as e: print("elsewhere refused:", e)
 async fn every_event_comes_once_in_order_and_signed_though_the_receiver_fails_twice() {
     let sys = system(loopback).await;
     let receiver = Receiver::start(2).await;
-    let sent = rpc(
+    let config = json!({
+        "url": receiver.url(), "token": "tok-1",
+        "authentication": {"scheme": "Bearer", "credentials": "s3cret"}
+    });
+    let id = go(
         &sys,
-        "SendMessage",
-        json!({
-            "message": message("m-1", json!([{"text": "go"}]), json!({"skillId": "helper/work"})),
-            "configuration": {
-                "returnImmediately": true,
-                "taskPushNotificationConfig": {
-                    "url": receiver.url(), "token": "tok-1",
-                    "authentication": {"scheme": "Bearer", "credentials": "s3cret"}
-                }
-            }
-        }),
+        "m-1",
+        json!({"returnImmediately": true, "taskPushNotificationConfig": config}),
     )
     .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
     let taken = receiver
         .wait_for("the task's end", |got| got.iter().any(ends))
         .await;
@@ -220,13 +232,7 @@ async fn every_event_comes_once_in_order_and_signed_though_the_receiver_fails_tw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configs_are_created_read_listed_and_deleted_in_both_versions() {
     let sys = system(loopback).await;
-    let sent = rpc(
-        &sys,
-        "SendMessage",
-        json!({"message": message("m-2", json!([{"text": "go"}]), json!({"skillId": "helper/work"}))}),
-    )
-    .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let id = go(&sys, "m-2", json!({})).await;
     let url = "http://127.0.0.1:9/hook";
     let made = rpc(
         &sys,
@@ -321,13 +327,7 @@ async fn configs_are_created_read_listed_and_deleted_in_both_versions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_inside_the_network_are_refused() {
     let sys = system(|_| {}).await;
-    let sent = rpc(
-        &sys,
-        "SendMessage",
-        json!({"message": message("m-3", json!([{"text": "go"}]), json!({"skillId": "helper/work"}))}),
-    )
-    .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let id = go(&sys, "m-3", json!({})).await;
     for (url, why) in [
         ("http://127.0.0.1:9/hook", "loopback"),
         ("http://[::1]:9/hook", "loopback"),
@@ -369,16 +369,12 @@ async fn targets_inside_the_network_are_refused() {
         "http://127.0.0.1:{}/redirect?to=http://169.254.169.254/latest/meta-data",
         receiver.port
     );
-    let sent = rpc(
+    let id = go(
         &sys,
-        "SendMessage",
-        json!({
-            "message": message("m-4", json!([{"text": "go"}]), json!({"skillId": "helper/work"})),
-            "configuration": {"taskPushNotificationConfig": {"url": inward}}
-        }),
+        "m-4",
+        json!({"taskPushNotificationConfig": {"url": inward}}),
     )
     .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
     common::eventually("a give-up", Duration::from_secs(20), || async {
         let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
         !d["deliveries"][0]["gave_up"].as_array().unwrap().is_empty()
@@ -400,16 +396,12 @@ async fn events_given_up_on_are_audited_and_listed() {
     })
     .await;
     let receiver = Receiver::start(usize::MAX).await;
-    let sent = rpc(
+    let id = go(
         &sys,
-        "SendMessage",
-        json!({
-            "message": message("m-5", json!([{"text": "go"}]), json!({"skillId": "helper/work"})),
-            "configuration": {"taskPushNotificationConfig": {"url": receiver.url(), "id": "never"}}
-        }),
+        "m-5",
+        json!({"taskPushNotificationConfig": {"url": receiver.url(), "id": "never"}}),
     )
     .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
     common::eventually("every event given up", Duration::from_secs(30), || async {
         let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
         d["deliveries"][0]["done"] == true
