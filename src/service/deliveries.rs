@@ -65,11 +65,11 @@ fn visible(o: &Orchestrator, id: TaskId, caller: &Caller) -> Result<bool, Servic
     }
 }
 
-fn audit(caller: &str, kind: &str, d: &Delivery, detail: serde_json::Value) -> AuditEntry {
+fn audit(caller: &str, kind: &str, subject: TaskId, detail: serde_json::Value) -> AuditEntry {
     AuditEntry {
         actor: caller.to_string(),
         kind: kind.into(),
-        task_id: Some(d.subject),
+        task_id: Some(subject),
         correlation_id: None,
         trace_id: None,
         detail,
@@ -114,7 +114,7 @@ impl Orchestrator {
         let entry = audit(
             &caller.principal,
             "push.set",
-            &d,
+            d.subject,
             json!({"config": d.id, "url": url}),
         );
         self.store().put_delivery(d.clone(), Some(entry)).await?;
@@ -221,7 +221,7 @@ impl Orchestrator {
         let entry = audit(
             "orchestrator",
             "delivery.gave_up",
-            &d,
+            d.subject,
             json!({"delivery": d.id, "event": event, "attempts": d.attempts, "error": error}),
         );
         d.gave_up.push(GaveUp {
