@@ -151,11 +151,10 @@ impl Orchestrator {
         if id == CALLBACK {
             return Ok(Some(false));
         }
-        let gone = Delivery::new(subject, id.into(), Target::Callback, String::new(), 0);
         let entry = audit(
             &caller.principal,
             "push.removed",
-            &gone,
+            subject,
             json!({"config": id}),
         );
         Ok(Some(
