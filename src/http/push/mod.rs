@@ -109,16 +109,21 @@ fn spawn(shared: &Arc<Shared>, name: DeliveryName) {
     }
     let sh = Arc::clone(shared);
     shared.loops.spawn(async move {
-        if let Err(e) = deliver(&sh, &name).await {
-            tracing::warn!(subject = %name.0, delivery = %name.1, error = %e, "outbox: a delivery's loop stopped; it resumes at the next start");
-        }
+        let ended = deliver(&sh, &name).await;
         running(&sh).remove(&name);
-        // Set up again while this loop was ending: it needs one.
-        if let Ok(Some(d)) = sh.o.delivery(name.0, &name.1)
-            && !d.done
-            && !sh.stop.is_cancelled()
-        {
-            spawn(&sh, name);
+        match ended {
+            // Set up again while this loop was ending: it needs one.
+            Ok(()) => {
+                if let Ok(Some(d)) = sh.o.delivery(name.0, &name.1)
+                    && !d.done
+                    && !sh.stop.is_cancelled()
+                {
+                    spawn(&sh, name);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(subject = %name.0, delivery = %name.1, error = %e, "outbox: a delivery's loop stopped; it resumes at the next start, or when its config is set again");
+            }
         }
     });
 }
