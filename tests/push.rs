@@ -498,6 +498,38 @@ async fn rest_callbacks_bring_a_task_end_and_a_run_gate_and_end() {
         .map(Got::event)
         .collect();
     assert_eq!(mine, vec![1, 2], "the gate, then the end");
+
+    // A run started over A2A with a push config: its events, the gate's
+    // `input-required` among them, then its end.
+    let pushes = Receiver::start(0).await;
+    let started = rpc(
+        &sys,
+        "SendMessage",
+        json!({
+            "message": message("m-run", json!([{"data": {"text": "hi"}}]), json!({"skillId": "trigger:gated"})),
+            "configuration": {"returnImmediately": true,
+                              "taskPushNotificationConfig": {"url": pushes.url()}}
+        }),
+    )
+    .await;
+    let run_id = started["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let state = |g: &Got| g.json()["statusUpdate"]["status"]["state"].clone();
+    pushes
+        .wait_for("the run's gate, pushed", |g| {
+            g.iter().any(|g| state(g) == "TASK_STATE_INPUT_REQUIRED")
+        })
+        .await;
+    let (status, _) = sys
+        .post(&format!("/v1/runs/{run_id}/approve"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let taken = pushes
+        .wait_for("the run's end, pushed", |g| g.iter().any(ends))
+        .await;
+    in_order(&taken, &run_id);
 }
 
 /// The receiver is down while tasks end, and the orchestrator is killed
