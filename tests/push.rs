@@ -312,6 +312,31 @@ async fn configs_are_created_read_listed_and_deleted_in_both_versions() {
     )
     .await;
     assert_eq!(error_code(&gone), -32001);
+    // At most ten configs per task; a header that is no header is refused.
+    for n in 0..10 {
+        let r = rpc(
+            &sys,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": format!("n{n}"), "url": url}),
+        )
+        .await;
+        assert!(r.get("error").is_none(), "{r:#}");
+    }
+    let more = rpc(
+        &sys,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "n10", "url": url}),
+    )
+    .await;
+    assert_eq!(error_code(&more), -32602);
+    assert!(says(&more, "delete one first"), "{more:#}");
+    let bad = rpc(
+        &sys,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "n0", "url": url, "token": "a\r\nX-Injected: 1"}),
+    )
+    .await;
+    assert_eq!(error_code(&bad), -32602);
     let nowhere = rpc(
         &sys,
         "CreateTaskPushNotificationConfig",

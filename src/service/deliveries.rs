@@ -18,6 +18,9 @@ use crate::envelope::{TaskId, Timestamp};
 pub use crate::store::{CALLBACK, Delivery, GaveUp, PushAuth, PushTarget, Target};
 use crate::workflow::RunId;
 
+/// The push configs one task or run takes: each has a sender of its own.
+pub const MAX_PUSH_CONFIGS: usize = 10;
+
 /// A delivery's name: its subject and its id.
 pub type DeliveryName = (TaskId, String);
 
@@ -93,6 +96,20 @@ impl Orchestrator {
             return Ok(None);
         }
         self.check_target("url", &target.url).await?;
+        let others = self
+            .store()
+            .deliveries_of(subject)?
+            .iter()
+            .filter(|d| d.id != id && matches!(d.target, Target::A2a(_)))
+            .count();
+        if others >= MAX_PUSH_CONFIGS {
+            return Err(ServiceError::BadInput(crate::codec::DecodeError::invalid(
+                "id",
+                format!(
+                    "task {subject} has {others} push notification configs, the most it takes: delete one first"
+                ),
+            )));
+        }
         let kept = self
             .store()
             .delivery(subject, &id)?

@@ -402,8 +402,11 @@ pub(super) async fn list_tasks(
     })
 }
 
-/// A push config's header values must be sendable as such.
+/// A push config's header values must be sendable as such, and short.
 fn header_safe(field: &str, v: &str) -> Result<(), A2aError> {
+    if v.len() > 4096 {
+        return Err(A2aError::invalid_params(field, "is longer than 4096 bytes"));
+    }
     let ok = v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
     if ok {
         Ok(())
@@ -419,6 +422,9 @@ fn header_safe(field: &str, v: &str) -> Result<(), A2aError> {
 fn push_target(c: &TaskPushNotificationConfig, v03: bool) -> Result<PushTarget, A2aError> {
     if c.url.is_empty() {
         return Err(A2aError::invalid_params("url", "is required"));
+    }
+    if c.url.len() > 2048 {
+        return Err(A2aError::invalid_params("url", "is longer than 2048 bytes"));
     }
     if let Some(t) = &c.token {
         header_safe("token", t)?;
