@@ -411,6 +411,38 @@ async fn targets_inside_the_network_are_refused() {
     assert!(error.contains("link-local"), "{error}");
 }
 
+/// A receiver that answers slowly, or with a body that never ends, holds
+/// no sender: the slow one's attempts time out (and are given up on), the
+/// endless one's events are all taken, each answer's body unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_endless_answer_holds_no_sender() {
+    let sys = system(|c| {
+        loopback(c);
+        c.deliveries.max_attempts = 2;
+        c.deliveries.timeout = Duration::from_millis(300);
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let slow = format!("http://127.0.0.1:{}/slow", receiver.port);
+    let endless = format!("http://127.0.0.1:{}/endless", receiver.port);
+    let config = json!({"taskPushNotificationConfig": {"url": slow}});
+    let held = go(&sys, "m-slow", config).await;
+    let config = json!({"taskPushNotificationConfig": {"url": endless}});
+    let flowing = go(&sys, "m-endless", config).await;
+    let taken = receiver
+        .wait_for("every event of the endless one", |g| g.iter().any(ends))
+        .await;
+    in_order(&taken, &flowing);
+    common::eventually("the slow one given up", Duration::from_secs(20), || async {
+        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={held}")).await;
+        d["deliveries"][0]["done"] == true
+    })
+    .await;
+    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={held}")).await;
+    let error = d["deliveries"][0]["gave_up"][0]["error"].as_str().unwrap();
+    assert!(error.contains("timed out"), "{error}");
+}
+
 /// A receiver that never takes anything: each event is given up after
 /// the configured attempts, audited, and listed by `GET /v1/deliveries`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

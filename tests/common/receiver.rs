@@ -85,6 +85,8 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(take))
             .route("/redirect", axum::routing::post(redirect))
+            .route("/slow", axum::routing::post(slow))
+            .route("/endless", axum::routing::post(endless))
             .with_state(state);
         self.server = Some(tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -186,6 +188,26 @@ async fn take(
     } else {
         StatusCode::NO_CONTENT
     }
+}
+
+/// Answers after a minute: a receiver that holds its caller.
+async fn slow() -> impl IntoResponse {
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    StatusCode::NO_CONTENT
+}
+
+/// Takes the delivery (recorded like `/hook`), then answers 200 with a
+/// body that never ends.
+async fn endless(
+    state: axum::extract::State<State>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
+    take(state, headers, body).await;
+    let chunks = futures::stream::repeat_with(|| {
+        Ok::<_, std::convert::Infallible>(Bytes::from(vec![b'x'; 64 * 1024]))
+    });
+    (StatusCode::OK, axum::body::Body::from_stream(chunks))
 }
 
 /// Redirects to the URL its query names: `?to=URL`.
