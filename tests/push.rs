@@ -432,7 +432,18 @@ async fn a_slow_or_endless_answer_holds_no_sender() {
     let taken = receiver
         .wait_for("every event of the endless one", |g| g.iter().any(ends))
         .await;
-    in_order(&taken, &flowing);
+    let events = in_order(&taken, &flowing).len();
+    common::eventually("the endless one done", Duration::from_secs(10), || async {
+        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={flowing}")).await;
+        d["deliveries"][0]["done"] == true
+    })
+    .await;
+    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={flowing}")).await;
+    assert_eq!(
+        d["deliveries"][0]["delivered"], events,
+        "each taken at once: {d:#}"
+    );
+    assert_eq!(d["deliveries"][0]["gave_up"], json!([]), "{d:#}");
     common::eventually("the slow one given up", Duration::from_secs(20), || async {
         let (_, d) = sys.get(&format!("/v1/deliveries?task_id={held}")).await;
         d["deliveries"][0]["done"] == true
