@@ -74,6 +74,21 @@ async fn go(sys: &System, id: &str, configuration: Value) -> String {
         .to_string()
 }
 
+/// Task (or run) `id`'s first delivery as `GET /v1/deliveries` shows it,
+/// once `done` holds of it (within 30 s).
+async fn delivery_when(sys: &System, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
+        let d = &d["deliveries"][0];
+        if done(d) {
+            return d.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {d:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Whether a delivery is a push's terminal status update.
 fn ends(g: &Got) -> bool {
     let s = &g.json()["statusUpdate"]["status"]["state"];
@@ -214,13 +229,7 @@ async fn every_event_comes_once_in_order_and_signed_though_the_receiver_fails_tw
     assert!(checked.contains("replay refused"), "{checked}");
     assert!(checked.contains("elsewhere refused"), "{checked}");
     // The config says how it went.
-    common::eventually("the delivery is done", Duration::from_secs(10), || async {
-        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
-        d["deliveries"][0]["done"] == true
-    })
-    .await;
-    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
-    let d = &d["deliveries"][0];
+    let d = delivery_when(&sys, &id, "the delivery is done", |d| d["done"] == true).await;
     assert_eq!(d["delivered"], bodies.len());
     assert_eq!(d["kind"], "a2a");
     assert!(d.get("credentials").is_none() && !d.to_string().contains("s3cret"));
@@ -400,13 +409,11 @@ async fn targets_inside_the_network_are_refused() {
         json!({"taskPushNotificationConfig": {"url": inward}}),
     )
     .await;
-    common::eventually("a give-up", Duration::from_secs(20), || async {
-        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
-        !d["deliveries"][0]["gave_up"].as_array().unwrap().is_empty()
+    let d = delivery_when(&sys, &id, "a give-up", |d| {
+        !d["gave_up"].as_array().unwrap().is_empty()
     })
     .await;
-    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
-    let error = d["deliveries"][0]["gave_up"][0]["error"].as_str().unwrap();
+    let error = d["gave_up"][0]["error"].as_str().unwrap();
     assert!(error.contains("redirect"), "{error}");
     assert!(error.contains("link-local"), "{error}");
 }
@@ -433,24 +440,14 @@ async fn a_slow_or_endless_answer_holds_no_sender() {
         .wait_for("every event of the endless one", |g| g.iter().any(ends))
         .await;
     let events = in_order(&taken, &flowing).len();
-    common::eventually("the endless one done", Duration::from_secs(10), || async {
-        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={flowing}")).await;
-        d["deliveries"][0]["done"] == true
+    let d = delivery_when(&sys, &flowing, "the endless one done", |d| {
+        d["done"] == true
     })
     .await;
-    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={flowing}")).await;
-    assert_eq!(
-        d["deliveries"][0]["delivered"], events,
-        "each taken at once: {d:#}"
-    );
-    assert_eq!(d["deliveries"][0]["gave_up"], json!([]), "{d:#}");
-    common::eventually("the slow one given up", Duration::from_secs(20), || async {
-        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={held}")).await;
-        d["deliveries"][0]["done"] == true
-    })
-    .await;
-    let (_, d) = sys.get(&format!("/v1/deliveries?task_id={held}")).await;
-    let error = d["deliveries"][0]["gave_up"][0]["error"].as_str().unwrap();
+    assert_eq!(d["delivered"], events, "each taken at once: {d:#}");
+    assert_eq!(d["gave_up"], json!([]), "{d:#}");
+    let d = delivery_when(&sys, &held, "the slow one given up", |d| d["done"] == true).await;
+    let error = d["gave_up"][0]["error"].as_str().unwrap();
     assert!(error.contains("timed out"), "{error}");
 }
 
@@ -470,11 +467,7 @@ async fn events_given_up_on_are_audited_and_listed() {
         json!({"taskPushNotificationConfig": {"url": receiver.url(), "id": "never"}}),
     )
     .await;
-    common::eventually("every event given up", Duration::from_secs(30), || async {
-        let (_, d) = sys.get(&format!("/v1/deliveries?task_id={id}")).await;
-        d["deliveries"][0]["done"] == true
-    })
-    .await;
+    let _ = delivery_when(&sys, &id, "every event given up", |d| d["done"] == true).await;
     let (_, listed) = sys.get("/v1/deliveries").await;
     let d = &listed["deliveries"][0];
     assert_eq!(d["task_id"], id.as_str());
@@ -534,7 +527,11 @@ async fn rest_callbacks_bring_a_task_end_and_a_run_gate_and_end() {
     assert!(cb.id().starts_with(&format!("{id}:callback:")));
     assert_eq!(cb.json()["state"], "completed");
     assert_eq!(cb.json()["result"], json!({"done": {"n": 1}}));
-    assert!(!cb.header("orchestrator-signature").is_empty());
+    let checked = python_checks(&sys.http, std::slice::from_ref(&cb), &receiver.url()).await;
+    assert!(
+        checked.contains("genuine 1"),
+        "a callback is signed: {checked}"
+    );
 
     let (status, run) = sys
         .post(

@@ -160,6 +160,8 @@ struct Shared {
     instance: String,
     /// The shared delivery claims (their lease is the consumer's ack wait).
     claims: Claims,
+    /// Where handlers keep their tasks' notes (beside the claims).
+    notes: Arc<notes::Shelf>,
     /// Cancel tokens of the tasks running here.
     running: Mutex<HashMap<TaskId, CancellationToken>>,
 }
@@ -238,6 +240,7 @@ impl Worker {
             &uuid::Uuid::now_v7().simple().to_string()[20..]
         );
         let claims = bus.patiently(|| bus.claims(settings.ack_wait)).await?;
+        let card_name = card.name.clone();
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,
@@ -246,6 +249,7 @@ impl Worker {
                 handler,
                 config,
                 instance,
+                notes: notes::Shelf::new(claims.clone(), card_name),
                 claims,
                 running: Mutex::new(HashMap::new()),
             }),

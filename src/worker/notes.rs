@@ -9,26 +9,40 @@ use serde_json::Value;
 use crate::claim::Claims;
 use crate::envelope::{AgentName, TaskId};
 
+/// Where one agent's notes are kept: made once per worker, shared by its
+/// tasks' [`Notes`].
+pub(crate) struct Shelf {
+    claims: Claims,
+    agent: AgentName,
+}
+
+impl Shelf {
+    /// The notes of `agent`'s tasks, in the claim bucket.
+    pub(crate) fn new(claims: Claims, agent: AgentName) -> std::sync::Arc<Shelf> {
+        std::sync::Arc::new(Shelf { claims, agent })
+    }
+}
+
 /// Where a task's note is kept.
 #[derive(Clone, Default)]
 pub struct Notes {
-    at: Option<(Claims, AgentName, TaskId)>,
+    at: Option<(std::sync::Arc<Shelf>, TaskId)>,
 }
 
 impl std::fmt::Debug for Notes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.at {
-            Some((_, agent, task)) => write!(f, "Notes({agent}.{task})"),
+            Some((shelf, task)) => write!(f, "Notes({}.{task})", shelf.agent),
             None => f.write_str("Notes(none)"),
         }
     }
 }
 
 impl Notes {
-    /// The note of `task` of `agent`, in the claim bucket.
-    pub(crate) fn new(claims: Claims, agent: AgentName, task: TaskId) -> Self {
+    /// The note of `task`, on `shelf`.
+    pub(crate) fn new(shelf: &std::sync::Arc<Shelf>, task: TaskId) -> Self {
         Notes {
-            at: Some((claims, agent, task)),
+            at: Some((std::sync::Arc::clone(shelf), task)),
         }
     }
 
@@ -39,10 +53,15 @@ impl Notes {
 
     /// The note, if one was left.
     pub async fn get(&self) -> Result<Option<Value>, String> {
-        let Some((claims, agent, task)) = &self.at else {
+        let Some((shelf, task)) = &self.at else {
             return Ok(None);
         };
-        match claims.note(agent, *task).await.map_err(|e| e.to_string())? {
+        match shelf
+            .claims
+            .note(&shelf.agent, *task)
+            .await
+            .map_err(|e| e.to_string())?
+        {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| format!("the task's note is not JSON: {e}")),
@@ -52,12 +71,13 @@ impl Notes {
 
     /// Leaves `value` as the note; returns once the broker stored it.
     pub async fn set(&self, value: &Value) -> Result<(), String> {
-        let Some((claims, agent, task)) = &self.at else {
+        let Some((shelf, task)) = &self.at else {
             return Ok(());
         };
         let bytes = serde_json::to_vec(value).unwrap_or_default().into();
-        claims
-            .set_note(agent, *task, bytes)
+        shelf
+            .claims
+            .set_note(&shelf.agent, *task, bytes)
             .await
             .map_err(|e| e.to_string())
     }

@@ -67,11 +67,7 @@ pub(super) async fn run_task(
         cancel: cancel.clone(),
         trace: context::environment(&handling),
         progress: reporter,
-        notes: super::Notes::new(
-            shared.claims.clone(),
-            shared.card.name.clone(),
-            envelope.header.task_id,
-        ),
+        notes: super::Notes::new(&shared.notes, envelope.header.task_id),
     };
     let running = metrics::handler_started(shared.card.name.as_str());
     let started = std::time::Instant::now();

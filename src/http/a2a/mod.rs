@@ -18,7 +18,7 @@ mod v03;
 mod wire;
 
 use stream::Streams;
-pub(in crate::http) use subject::{Following, Subject, following, pushed_after};
+pub(in crate::http) use subject::{Subject, following, pushed_after};
 
 use std::sync::Arc;
 

@@ -541,14 +541,10 @@ pub(super) async fn get_push(
     get: GetTaskPushNotificationConfigRequest,
     caller: &Caller,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
-    let id = subject::task_id(&get.task_id)?;
-    let all = o
-        .deliveries_of(id, caller)
+    configs_of(o, &get.task_id, caller)
         .await?
-        .ok_or_else(|| A2aError::task_not_found(&get.task_id))?;
-    all.iter()
-        .find(|d| d.id == get.id)
-        .and_then(push_config)
+        .into_iter()
+        .find(|c| c.id.as_deref() == Some(get.id.as_str()))
         .ok_or_else(|| {
             A2aError::new(
                 -32001,
@@ -568,15 +564,24 @@ pub(super) async fn list_push(
     list: ListTaskPushNotificationConfigsRequest,
     caller: &Caller,
 ) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
-    let id = subject::task_id(&list.task_id)?;
-    let all = o
-        .deliveries_of(id, caller)
-        .await?
-        .ok_or_else(|| A2aError::task_not_found(&list.task_id))?;
     Ok(ListTaskPushNotificationConfigsResponse {
-        configs: all.iter().filter_map(push_config).collect(),
+        configs: configs_of(o, &list.task_id, caller).await?,
         next_page_token: None,
     })
+}
+
+/// The push configs of task (or run) `task_id`, as A2A shows them; -32001
+/// if the caller may not see it.
+async fn configs_of(
+    o: &Orchestrator,
+    task_id: &str,
+    caller: &Caller,
+) -> Result<Vec<TaskPushNotificationConfig>, A2aError> {
+    let all = o
+        .deliveries_of(subject::task_id(task_id)?, caller)
+        .await?
+        .ok_or_else(|| A2aError::task_not_found(task_id))?;
+    Ok(all.iter().filter_map(push_config).collect())
 }
 
 /// `DeleteTaskPushNotificationConfig`: idempotent (a config already gone

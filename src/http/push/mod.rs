@@ -133,7 +133,8 @@ fn spawn(shared: &Arc<Shared>, name: DeliveryName) {
 async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
     let o = &sh.o;
     let err = |e: crate::service::ServiceError| e.to_string();
-    let Some((mut subject, mut following)) = owed::follow(o, name.0, &sh.reader).await? else {
+    let followed = crate::http::a2a::following(o, name.0, &sh.reader).await;
+    let Some((mut subject, mut following)) = followed.map_err(err)? else {
         // Its task or run is gone (set aside as unreadable): nothing is
         // owed any more.
         if let Some(mut d) = o.delivery(name.0, &name.1).map_err(err)? {

@@ -5,8 +5,7 @@
 
 use serde_json::Value;
 
-use crate::envelope::TaskId;
-use crate::http::a2a::{self, Following, Subject};
+use crate::http::a2a::{self, Subject};
 use crate::service::{Caller, Delivery, DeliveryTarget, Orchestrator};
 use crate::task::TaskState;
 
@@ -22,17 +21,6 @@ pub(super) enum Owed {
     Skip(u64),
     /// Nothing for now; `ended`: nothing ever again.
     Nothing { ended: bool },
-}
-
-/// The task or run `id`, and a way to follow it; `None` if it is gone.
-pub(super) async fn follow(
-    o: &Orchestrator,
-    id: TaskId,
-    reader: &Caller,
-) -> Result<Option<(Subject, Following)>, String> {
-    a2a::following(o, id, reader)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// What `d` is owed next by `subject` as it stands.
