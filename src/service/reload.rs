@@ -42,6 +42,9 @@ pub(crate) async fn watch(o: Orchestrator, dir: PathBuf, stop: CancellationToken
         }
     };
     info!(dir = %dir.display(), "watching the triggers directory");
+    // A change made between the load and the watch's start has no event:
+    // the files are compared with those that were read.
+    reload(&o, &dir);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -72,9 +75,14 @@ fn changes_content(event: &notify::Event) -> bool {
     kind && event.paths.iter().any(|p| is_trigger_file(p))
 }
 
-/// Loads `dir` again and replaces the triggers, saying what changed.
+/// Loads `dir` again and replaces the triggers, saying what changed;
+/// does nothing when no file changed since the triggers were read (an
+/// event of a change already read, or of none).
 pub(crate) fn reload(o: &Orchestrator, dir: &Path) {
     let before = o.triggers();
+    if crate::trigger::stamp(dir) == before.stamp {
+        return;
+    }
     let after = Triggers::load(dir, o.cards());
     let ids = |t: &Triggers| t.loaded.keys().cloned().collect::<BTreeSet<_>>();
     let (old, new) = (ids(&before), ids(&after));

@@ -269,6 +269,27 @@ pub struct Triggers {
     pub dir: Option<PathBuf>,
     /// When the directory was read.
     pub loaded_at: Option<crate::envelope::Timestamp>,
+    /// The directory's trigger files as they were when read: a watcher
+    /// that starts later compares it to see what it missed.
+    pub stamp: Stamp,
+}
+
+/// Files with their sizes and modification times: two stamps differ when
+/// a file was written, added or removed between them.
+pub type Stamp = Vec<(PathBuf, u64, Option<std::time::SystemTime>)>;
+
+/// The stamp of the trigger files of `dir` (none when it cannot be read).
+pub fn stamp(dir: &Path) -> Stamp {
+    trigger_files(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let meta = std::fs::metadata(&p).ok();
+            let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            (p, size, modified)
+        })
+        .collect()
 }
 
 impl Triggers {
@@ -279,6 +300,9 @@ impl Triggers {
         dir: &Path,
         cards: &BTreeMap<crate::envelope::AgentName, crate::agent::AgentCard>,
     ) -> Triggers {
+        // Taken first: a file written while the others are read makes the
+        // stamp older than what was read, so a watcher reads it again.
+        let stamp = stamp(dir);
         let mut triggers = match trigger_files(dir) {
             Ok(paths) => Triggers::load_files(&paths, cards),
             Err(e) => Triggers {
@@ -288,6 +312,7 @@ impl Triggers {
         };
         triggers.dir = Some(dir.to_path_buf());
         triggers.loaded_at = Some(crate::envelope::Timestamp::now());
+        triggers.stamp = stamp;
         triggers
     }
 
