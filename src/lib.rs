@@ -18,7 +18,7 @@
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
-//!    `codec`, `redact`, `retry`, `target`.
+//!    `codec`, `redact`, `retry`, `target`, `source`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
@@ -28,7 +28,11 @@
 //! - [`task`]: task states, the state machine, the retry policy, the task
 //!   record and status, a submission's outcome.
 //! - [`audit`]: the audit trail's records, filters and chain report.
-//! - [`agent`]: agent cards (`agents/<id>/agent.json`).
+//! - [`source`]: definition files: the line of a field, problems at
+//!   file and line, reading strictly with every problem found, "did you
+//!   mean".
+//! - [`agent`]: agents in every format (`agent.json`, `registry.json`,
+//!   PromptPacks, AgentCards) read into one model, the catalog of them.
 //! - [`trigger`]: trigger definitions (`triggers/`) and `validate`.
 //! - [`workflow`]: workflow runs: their record and the pure plan of what a
 //!   run does next.
@@ -78,6 +82,7 @@ pub mod redact;
 pub mod retry;
 pub mod server;
 pub mod service;
+pub mod source;
 pub mod store;
 pub mod target;
 pub mod task;

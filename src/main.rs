@@ -12,7 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::client::{AgentsCommand, AuditCommand, ClientArgs, DlqCommand, TasksCommand};
+use cli::agents::AgentsCommand;
+use cli::client::{AuditCommand, ClientArgs, DlqCommand, TasksCommand};
 use cli::offline::{CheckArgs, VerifyArgs};
 use cli::runs::{RunsCommand, TriggerArgs};
 use cli::serve::{RunArgs, WorkerArgs};
@@ -180,7 +181,7 @@ fn main() -> ExitCode {
             Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
             Command::Audit { client, command } => cli::client::audit(&client, command).await,
             Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
-            Command::Agents { client, command } => cli::client::agents(&client, command).await,
+            Command::Agents { client, command } => cli::agents::agents(&client, command).await,
             Command::Trace { client, trace } => cli::trace::trace(&client, trace).await,
             Command::Validate(args) => cli::validate::validate(args),
             Command::Bench(args) => cli::bench::bench(args).await,

@@ -321,22 +321,25 @@ steps:
     assert!(text.contains("were not checked"), "{text}");
 }
 
-/// `validate` refuses what `orchestrator worker` refuses: a card that does
-/// not say how to run its agent, or names a built-in handler there is not,
-/// is a problem naming the field, and the worker fails to start on it
-/// with the same words.
+/// `validate` says what `orchestrator worker` refuses, in the same words:
+/// a card that names a built-in handler there is not is a problem naming
+/// the field; one that does not say how to run its agent (a worker of
+/// one's own may serve it) a warning naming the field. The worker fails
+/// to start on either.
 #[test]
 fn validate_and_the_worker_agree_on_what_a_card_needs_to_run() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("nothing", json!(null), "invocation"),
+        ("nothing", json!(null), "invocation", "warnings", 0),
         (
             "ghost",
             json!({"type": "builtin", "handler": "ghost"}),
             "invocation.handler",
+            "problems",
+            1,
         ),
     ];
-    for (name, invocation, field) in cases {
+    for (name, invocation, field, list, code) in cases {
         let agent = dir.path().join(name);
         std::fs::create_dir_all(&agent).unwrap();
         let mut card = json!({"name": name, "version": "1.0.0", "description": "d",
@@ -346,13 +349,10 @@ fn validate_and_the_worker_agree_on_what_a_card_needs_to_run() {
         }
         std::fs::write(agent.join("agent.json"), card.to_string()).unwrap();
         let out = orchestrator(&["validate", "--json", agent.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(code));
         let report = stdout_json(&out);
-        assert_eq!(report["problems"][0]["field"], field, "{report:#}");
-        let said = report["problems"][0]["message"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        assert_eq!(report[list][0]["field"], field, "{report:#}");
+        let said = report[list][0]["message"].as_str().unwrap().to_string();
         let worker = orchestrator(&["worker", "--agent", agent.to_str().unwrap()]);
         assert_ne!(worker.status.code(), Some(0));
         let stderr = String::from_utf8_lossy(&worker.stderr);

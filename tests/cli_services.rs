@@ -3,37 +3,14 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Arc;
 
 use common::system::{System, card, fast_bus};
 use orchestrator::worker::EchoHandler;
 use serde_json::Value;
 
-/// The orchestrator's URL and the API key to call it with.
-type Server = (String, Option<String>);
-
-fn cli(server: &Server, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
-    command
-        .args(args)
-        .env("ORCH_SERVER", &server.0)
-        .env_remove("ORCH_API_KEY");
-    if let Some(key) = &server.1 {
-        command.env("ORCH_API_KEY", key);
-    }
-    command.output().unwrap()
-}
-
-fn json_out(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {} / {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
+use common::{Server, cli, json_out};
 
 /// `trigger --wait --json` runs a trigger to completion and exits 0; `tasks
 /// get`, `tasks list`, `audit verify` and `agents list` answer; a bad input

@@ -70,7 +70,7 @@ async fn a_worker_killed_after_its_side_effect_does_not_repeat_it() {
     let agents = tempfile::tempdir().unwrap();
     let dir = agents.path().join("fx");
     side_effect_agent(&dir);
-    let (fx, _) = orchestrator::agent::AgentCard::load(&dir).unwrap();
+    let fx = orchestrator::agent::Catalog::one(&dir, None).unwrap();
     let sys = System::start(vec![fx], fast_bus()).await;
     let agent_arg = dir.to_str().unwrap();
     let logs = tempfile::tempdir().unwrap();

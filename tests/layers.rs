@@ -15,7 +15,7 @@ const LAYERS: [&[&str]; 7] = [
     &["workflow", "trigger", "access", "agent", "task", "audit"],
     &["claim", "auth", "telemetry"],
     &[
-        "event", "artifact", "envelope", "codec", "redact", "retry", "target",
+        "event", "artifact", "envelope", "codec", "redact", "retry", "target", "source",
     ],
 ];
 

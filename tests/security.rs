@@ -300,11 +300,15 @@ async fn params_are_checked_against_the_skills_input_schema() {
         data_dir: data.path().to_path_buf(),
         ..Default::default()
     };
-    let err =
-        orchestrator::service::Orchestrator::open(config, bus, vec![broken], Default::default())
-            .await
-            .err()
-            .expect("a card whose schema does not compile must be refused");
+    let err = orchestrator::service::Orchestrator::open(
+        config,
+        bus,
+        orchestrator::agent::Catalog::of([broken]),
+        Default::default(),
+    )
+    .await
+    .err()
+    .expect("a card whose schema does not compile must be refused");
     let message = err.to_string();
     assert!(
         message.contains("`search`") && message.contains("`find`"),

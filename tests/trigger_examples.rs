@@ -6,17 +6,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use orchestrator::agent::AgentCard;
+use orchestrator::agent::{AgentCard, Catalog, GitOptions};
 use orchestrator::envelope::AgentName;
 use orchestrator::trigger::{Trigger, Triggers};
 
 fn cards() -> BTreeMap<AgentName, AgentCard> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    AgentCard::load_all(&root.join("agents"))
-        .unwrap()
-        .into_iter()
-        .map(|(c, _)| (c.name.clone(), c))
-        .collect()
+    let catalog = Catalog::load(&[root.join("agents")], &GitOptions::default());
+    assert!(catalog.errors.is_empty(), "{:#?}", catalog.errors);
+    catalog.agents
 }
 
 #[test]

@@ -15,7 +15,6 @@ use common::eventually;
 use common::nats::NatsServer;
 use common::process::Proc;
 use common::system::{System, fast_bus};
-use orchestrator::agent::AgentCard;
 use orchestrator::bus::{Names, permissions};
 use serde_json::{Value, json};
 
@@ -62,7 +61,7 @@ impl Bench {
 
     /// A bench whose broker's configuration also holds `config`.
     async fn start_with(config: &str) -> Bench {
-        let (card, _) = AgentCard::load(&agent_dir()).unwrap();
+        let card = orchestrator::agent::Catalog::one(&agent_dir(), None).unwrap();
         let seeds = tempfile::tempdir().unwrap();
         let files = permissions::write(
             seeds.path(),

@@ -1,24 +1,31 @@
-//! The agent card: `agents/<id>/agent.json`.
+//! The agent card: the one model of an agent that the router, the
+//! capability checks, the task tokens, the A2A card and the listings
+//! read, whatever file it came from. Its JSON form is `agent.json` (the
+//! A2A conventions), read strictly: an unknown field is an error.
 //!
 //! Required: `name` (the agent id, a NATS subject token), `version`
-//! (semver), `description`. Skills (`skills`, or legacy `capabilities` read
-//! as skills) name the actions the agent accepts. `invocation` says how the
-//! worker runs a task. Other A2A card fields (`displayName`, `signals`,
-//! `context`, `provider`, `dependencies`, `metadata`, ...) are kept as they
-//! are: a card is read tolerantly, so cards written for other tools load.
+//! (semver), `description`. Skills (`skills`, and legacy `capabilities`,
+//! read as skills) name the actions the agent accepts; `invocation` says
+//! how a worker runs a task. The rest describes the agent for people and
+//! tools: `displayName`, `role`, `personality`, `signals` (routing
+//! words), `context` (who may use it), `provider`, `dependencies` (the
+//! MCP servers, agents and knowledge it needs; its `agents` are the ones
+//! it may call), `observability`, `coordination`, `metadata`.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::codec::{self, DecodeError, Strictness, Validate};
-use crate::envelope::{AgentName, Scope};
+use super::invocation::{Delivery, Invocation};
+use super::prompt::Prompt;
+use super::skill::{Capability, Skill};
+use crate::codec::{DecodeError, Validate};
+use crate::envelope::AgentName;
 
-/// One agent's card.
+/// One agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "CardFile")]
 pub struct AgentCard {
     /// The agent id.
     pub name: AgentName,
@@ -27,221 +34,235 @@ pub struct AgentCard {
     /// What the agent does.
     pub description: String,
     /// A name for people.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
-    /// What the agent can do; each skill id is an action.
-    #[serde(default)]
-    pub skills: Vec<Skill>,
-    /// Legacy skill declarations (`name`/`id`, `description`, `scopes`).
-    #[serde(default, skip_serializing)]
-    pub capabilities: Vec<Capability>,
+    /// Its role (`Sous Chef`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A brief description of its personality.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub personality: Option<String>,
     /// Routing keywords.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<String>,
-    /// Who may use the agent: personal, work or shared.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
-    /// How the worker runs a task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the agent can do; each skill id is an action. Legacy
+    /// `capabilities` are among them.
+    pub skills: Vec<Skill>,
+    /// Who may use the agent: listings can be filtered by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Context>,
+    /// How a worker runs a task.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub invocation: Option<Invocation>,
     /// Per-agent delivery settings, overriding the bus configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Delivery>,
     /// Who maintains the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<Provider>,
     /// MCP servers, agents and knowledge the agent needs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dependencies: Option<Value>,
-    /// Anything else about the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<Dependencies>,
+    /// Its telemetry settings, as written (the conventions give no shape).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observability: Option<Map<String, Value>>,
+    /// Its rules for working with other agents, as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordination: Option<Map<String, Value>>,
+    /// Anything else about the agent (author, dates, tags).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+    /// When the agent is a prompt for a model: its instruction and what
+    /// the model may use (AgentCards, PromptPack members). Not read from
+    /// `agent.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Prompt>,
+    /// Usable only as another agent's tool: left out of listings and the
+    /// A2A card (an AgentCard's `tool_only`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tool_only: bool,
+    /// Where it was read from; none for a card made in code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
 }
 
-/// One skill: an action the agent accepts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Skill {
-    /// The action name (`search:kb`).
-    pub id: String,
-    /// A name for people.
+/// Who may use an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Context {
+    /// One user only.
+    Personal,
+    /// A team or organization.
+    Work,
+    /// Anyone.
+    Shared,
+}
+
+impl std::str::FromStr for Context {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Context, String> {
+        match s {
+            "personal" => Ok(Context::Personal),
+            "work" => Ok(Context::Work),
+            "shared" => Ok(Context::Shared),
+            _ => Err(format!("`{s}` is not a context (personal, work or shared)")),
+        }
+    }
+}
+
+/// Who maintains an agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    /// A person or team.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// What the skill does.
-    #[serde(default)]
-    pub description: String,
-    /// Free tags.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    /// Phrases that route to this skill.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub triggers: Vec<String>,
-    /// Example requests (A2A's `examples`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub examples: Vec<String>,
-    /// Accepted input media types.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub input_modes: Vec<String>,
-    /// Produced output media types.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub output_modes: Vec<String>,
-    /// JSON Schema of the params.
+    /// How to reach them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_schema: Option<Value>,
-    /// Scopes a task's token must carry to run this skill.
+    pub contact: Option<String>,
+    /// An organization (A2A's provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organization: Option<String>,
+    /// Its web site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// What an agent needs besides itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependencies {
+    /// MCP servers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub scopes: Vec<Scope>,
+    pub mcps: Vec<McpDependency>,
+    /// The agents it may call: its edges in the topology.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentName>,
+    /// Knowledge files it reads, relative to its directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knowledge: Vec<String>,
 }
 
-/// A legacy capability, read as a skill.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Capability {
-    /// Its id (`id` or, in older cards, `name`).
-    #[serde(alias = "name")]
-    pub id: String,
-    /// What it does.
-    #[serde(default)]
-    pub description: String,
-    /// Scopes it needs.
-    #[serde(default)]
-    pub scopes: Vec<Scope>,
-    /// JSON Schema of its input.
-    #[serde(default)]
-    pub input_schema: Option<Value>,
-}
-
-/// How a worker runs one task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Invocation {
-    /// A subprocess per task: the envelope (without its token) on stdin, the
-    /// result JSON on stdout; exit 0 = completed, 75 = retryable failure,
-    /// other = failed with the last stderr line as the message.
-    Command {
-        /// Program and arguments, run in the agent's directory.
-        command: Vec<String>,
-        /// Killed (and failed, retryably) after this long.
-        #[serde(default = "default_timeout", with = "humantime_serde")]
-        timeout: Duration,
-        /// Variables of the worker's environment the process may see,
-        /// besides the few every process gets (`PATH`, `LANG`, ...): the
-        /// rest of the worker's environment (its keys, credentials) is not
-        /// passed.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        env: Vec<String>,
-    },
-    /// A handler built into this binary (`echo`).
-    Builtin {
-        /// The handler's name.
-        handler: String,
-    },
-    /// A remote A2A agent (JSON-RPC, A2A 1.0): each task is sent to it as
-    /// a message and followed until it ends (`docs/a2a.md`, "A2A agents as
-    /// workers").
-    A2a {
-        /// The remote agent's card (`https://host/.well-known/agent-card.json`).
-        card: String,
-        /// Credentials for the remote, read from the worker's environment:
-        /// the orchestrator's own never leave.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        auth: Option<RemoteAuth>,
-        /// What of the envelope the remote gets besides the params:
-        /// `system_prompt` (as the message's `metadata.systemPrompt`),
-        /// `context` (our correlation id as its `contextId`).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        forward: Vec<Forward>,
-        /// How often the remote task is read while it runs.
-        #[serde(default = "default_poll", with = "humantime_serde")]
-        poll: Duration,
-        /// How long one request to the remote may take.
-        #[serde(default = "default_timeout", with = "humantime_serde")]
-        timeout: Duration,
-    },
-}
-
-/// How a worker authenticates to a remote A2A agent.
+/// An MCP server an agent uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RemoteAuth {
-    /// The variable of the worker's environment holding the credential.
-    pub env: String,
-    /// The header it goes in (default `Authorization`).
-    #[serde(default = "default_auth_header")]
-    pub header: String,
-    /// The scheme before it (default `Bearer`; empty: none, as for an API
-    /// key header).
-    #[serde(default = "default_auth_scheme")]
-    pub scheme: String,
+pub struct McpDependency {
+    /// Its name, as the MCP configuration (`.mcp.json`) names it.
+    pub name: String,
+    /// Whether the agent cannot work without it.
+    #[serde(default)]
+    pub required: bool,
+    /// The agent's capabilities that need it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
 }
 
-/// What of a task's envelope a remote A2A agent is given.
+/// Where a card was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The format.
+    pub format: Format,
+    /// The file.
+    pub file: PathBuf,
+    /// The commit it was read at, for an agent cloned from git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The registry that located it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<PathBuf>,
+}
+
+/// The formats agents are read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Forward {
-    /// The trigger's system prompt, as `metadata.systemPrompt`.
-    SystemPrompt,
-    /// The correlation id, as the message's `contextId`.
-    Context,
+pub enum Format {
+    /// `agent.json` (the A2A conventions).
+    AgentJson,
+    /// A member of a PromptPack's `agents` (RFC 0007).
+    PromptPack,
+    /// A Markdown AgentCard (frontmatter and an instruction body).
+    AgentCardMarkdown,
+    /// A YAML AgentCard.
+    AgentCardYaml,
 }
 
-fn default_timeout() -> Duration {
-    Duration::from_secs(30)
+impl Format {
+    /// As listings show it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Format::AgentJson => "agent.json",
+            Format::PromptPack => "promptpack",
+            Format::AgentCardMarkdown => "agentcard.md",
+            Format::AgentCardYaml => "agentcard.yaml",
+        }
+    }
 }
 
-fn default_poll() -> Duration {
-    Duration::from_secs(1)
-}
-
-fn default_auth_header() -> String {
-    "Authorization".into()
-}
-
-fn default_auth_scheme() -> String {
-    "Bearer".into()
-}
-
-/// Per-agent delivery settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `agent.json` as written.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Delivery {
-    /// How long a delivery may go without an ack or progress.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ack_wait: Option<Duration>,
-    /// Deliveries before a message is dead-lettered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_deliver: Option<i64>,
-    /// Redelivery delays after missed acks (`["1s", "5s"]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff: Option<Vec<humantime_serde::Serde<Duration>>>,
-    /// Tasks one worker runs at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<usize>,
+struct CardFile {
+    name: AgentName,
+    version: String,
+    description: String,
+    #[serde(default)]
+    display_name: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    personality: Option<String>,
+    #[serde(default)]
+    signals: Vec<String>,
+    #[serde(default)]
+    skills: Vec<Skill>,
+    #[serde(default)]
+    capabilities: Vec<Capability>,
+    #[serde(default)]
+    context: Option<Context>,
+    #[serde(default)]
+    invocation: Option<Invocation>,
+    #[serde(default)]
+    delivery: Option<Delivery>,
+    #[serde(default)]
+    provider: Option<Provider>,
+    #[serde(default)]
+    dependencies: Option<Dependencies>,
+    #[serde(default)]
+    observability: Option<Map<String, Value>>,
+    #[serde(default)]
+    coordination: Option<Map<String, Value>>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
 }
 
-/// Why a card could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum CardError {
-    /// The file could not be read.
-    #[error("{path}: {message}")]
-    Read {
-        /// The card's path.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The card is malformed or breaks a rule.
-    #[error("{path}: {error}")]
-    Invalid {
-        /// The card's path.
-        path: PathBuf,
-        /// What is wrong, naming the field (and line for syntax errors).
-        error: DecodeError,
-    },
+impl From<CardFile> for AgentCard {
+    fn from(f: CardFile) -> AgentCard {
+        AgentCard {
+            name: f.name,
+            version: f.version,
+            description: f.description,
+            display_name: f.display_name,
+            role: f.role,
+            personality: f.personality,
+            signals: f.signals,
+            skills: f
+                .skills
+                .into_iter()
+                .chain(f.capabilities.into_iter().map(Skill::from))
+                .collect(),
+            context: f.context,
+            invocation: f.invocation,
+            delivery: f.delivery,
+            provider: f.provider,
+            dependencies: f.dependencies,
+            observability: f.observability,
+            coordination: f.coordination,
+            metadata: f.metadata,
+            prompt: None,
+            tool_only: false,
+            origin: None,
+        }
+    }
 }
 
 impl Validate for AgentCard {
@@ -259,69 +280,108 @@ impl Validate for AgentCard {
             return Err(DecodeError::invalid("description", "must not be empty"));
         }
         let mut seen = std::collections::BTreeSet::new();
-        for (i, skill) in self.skills().iter().enumerate() {
+        for (i, skill) in self.skills.iter().enumerate() {
             if skill.id.is_empty() || skill.id.chars().any(char::is_control) {
                 return Err(DecodeError::invalid(
                     format!("skills[{i}].id"),
                     "must be a non-empty name",
                 ));
             }
-            if !seen.insert(skill.id.clone()) {
+            if !seen.insert(skill.id.as_str()) {
                 return Err(DecodeError::invalid(
                     format!("skills[{i}].id"),
                     format!("`{}` is declared twice", skill.id),
                 ));
             }
-        }
-        if let Some(Invocation::Command { command, .. }) = &self.invocation
-            && command.is_empty()
-        {
-            return Err(DecodeError::invalid(
-                "invocation.command",
-                "must name a program",
-            ));
+            for (which, schema) in [
+                ("inputSchema", &skill.input_schema),
+                ("outputSchema", &skill.output_schema),
+            ] {
+                if let Some(schema) = schema
+                    && let Err(e) = jsonschema::validator_for(schema)
+                {
+                    return Err(DecodeError::invalid(
+                        format!("skills[{i}].{which}"),
+                        format!("not a valid JSON Schema: {e}"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// The handlers built into this binary that `invocation.type: builtin`
-/// may name.
-pub const BUILTIN_HANDLERS: [&str; 1] = ["echo"];
-
 impl AgentCard {
+    /// An agent with a name, a version and a description, and nothing
+    /// else yet.
+    pub fn new(
+        name: AgentName,
+        version: impl Into<String>,
+        description: impl Into<String>,
+    ) -> AgentCard {
+        AgentCard {
+            name,
+            version: version.into(),
+            description: description.into(),
+            display_name: None,
+            role: None,
+            personality: None,
+            signals: Vec::new(),
+            skills: Vec::new(),
+            context: None,
+            invocation: None,
+            delivery: None,
+            provider: None,
+            dependencies: None,
+            observability: None,
+            coordination: None,
+            metadata: None,
+            prompt: None,
+            tool_only: false,
+            origin: None,
+        }
+    }
+
     /// How `orchestrator worker` runs this agent's tasks: the card's
     /// `invocation`, when it is one this binary can run. The worker refuses
-    /// to start otherwise, and `orchestrator validate` reports the same
-    /// problem. (A worker written in another language reads only `name`,
-    /// `skills` and `delivery`; the orchestrator itself never needs it.)
+    /// to start otherwise. (A worker written in another language reads
+    /// only `name`, `skills` and `delivery`; the orchestrator itself never
+    /// needs it.)
     pub fn runnable(&self) -> Result<&Invocation, DecodeError> {
         match &self.invocation {
+            Some(invocation) => invocation.runnable().map(|()| invocation),
+            None if self.prompt.is_some() => Err(DecodeError::invalid(
+                "invocation",
+                "the agent is a prompt for a model: it runs once LLM agents are built (not yet); until then a worker of your own can serve it (docs/worker-protocol.md)",
+            )),
             None => Err(DecodeError::invalid(
                 "invocation",
-                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin` or `a2a` invocation)",
+                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin` or `a2a` invocation; a worker of your own needs none)",
             )),
-            Some(Invocation::Builtin { handler })
-                if !BUILTIN_HANDLERS.contains(&handler.as_str()) =>
-            {
-                Err(DecodeError::invalid(
-                    "invocation.handler",
-                    format!(
-                        "`{handler}` is not a built-in handler (known: {})",
-                        BUILTIN_HANDLERS.join(", ")
-                    ),
-                ))
-            }
-            Some(Invocation::A2a { card, .. })
-                if !(card.starts_with("http://") || card.starts_with("https://")) =>
-            {
-                Err(DecodeError::invalid(
-                    "invocation.card",
-                    format!("`{card}` is not an http(s) URL of the remote agent's card"),
-                ))
-            }
-            Some(invocation) => Ok(invocation),
         }
+    }
+
+    /// The skills, legacy capabilities among them.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
+    }
+
+    /// The skill whose id is `action`, if the agent has one.
+    pub fn skill(&self, action: &str) -> Option<&Skill> {
+        self.skills.iter().find(|s| s.id == action)
+    }
+
+    /// The agents this one may call (`dependencies.agents`).
+    pub fn calls(&self) -> &[AgentName] {
+        self.dependencies
+            .as_ref()
+            .map(|d| d.agents.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The agent's name for people: its display name, or its id.
+    pub fn label(&self) -> &str {
+        self.display_name.as_deref().unwrap_or(self.name.as_str())
     }
 }
 
@@ -334,87 +394,11 @@ fn is_semver(v: &str) -> bool {
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
-impl AgentCard {
-    /// Loads the card at `path`: an agent directory (its `agent.json`) or the
-    /// JSON file itself. In a directory, the card's `name` must be the
-    /// directory's name.
-    pub fn load(path: &Path) -> Result<(AgentCard, PathBuf), CardError> {
-        let (file, dir) = if path.is_dir() {
-            (path.join("agent.json"), path.to_path_buf())
-        } else {
-            let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            (path.to_path_buf(), dir)
-        };
-        let bytes = std::fs::read(&file).map_err(|e| CardError::Read {
-            path: file.clone(),
-            message: e.to_string(),
-        })?;
-        let card: AgentCard = codec::decode(&bytes, Strictness::Tolerant, codec::DEFAULT_MAX_BYTES)
-            .map_err(|error| CardError::Invalid {
-                path: file.clone(),
-                error,
-            })?;
-        if path.is_dir()
-            && let Some(dir_name) = dir.file_name().and_then(|n| n.to_str())
-            && dir_name != card.name.as_str()
-        {
-            return Err(CardError::Invalid {
-                path: file,
-                error: DecodeError::invalid(
-                    "name",
-                    format!(
-                        "`{}` differs from the directory name `{dir_name}`",
-                        card.name
-                    ),
-                ),
-            });
-        }
-        Ok((card, dir))
-    }
-
-    /// Loads every `*/agent.json` under `dir`, sorted by name.
-    pub fn load_all(dir: &Path) -> Result<Vec<(AgentCard, PathBuf)>, CardError> {
-        let entries = std::fs::read_dir(dir).map_err(|e| CardError::Read {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        let mut cards = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.join("agent.json").is_file() {
-                cards.push(AgentCard::load(&path)?);
-            }
-        }
-        cards.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        Ok(cards)
-    }
-
-    /// The skills, with legacy capabilities converted.
-    pub fn skills(&self) -> Vec<Skill> {
-        let legacy = self.capabilities.iter().map(|c| Skill {
-            id: c.id.clone(),
-            name: None,
-            description: c.description.clone(),
-            tags: Vec::new(),
-            triggers: Vec::new(),
-            examples: Vec::new(),
-            input_modes: Vec::new(),
-            output_modes: Vec::new(),
-            input_schema: c.input_schema.clone(),
-            scopes: c.scopes.clone(),
-        });
-        self.skills.iter().cloned().chain(legacy).collect()
-    }
-
-    /// The skill whose id is `action`, if the agent has one.
-    pub fn skill(&self, action: &str) -> Option<Skill> {
-        self.skills().into_iter().find(|s| s.id == action)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::{self, Strictness};
+    use std::time::Duration;
 
     fn card(json: &str) -> Result<AgentCard, DecodeError> {
         codec::decode(json.as_bytes(), Strictness::Tolerant, 1 << 20)
@@ -424,17 +408,28 @@ mod tests {
     fn a_full_card_loads_with_legacy_capabilities_as_skills() {
         let c = card(
             r#"{"name":"knowledge-agent","version":"1.2.0","description":"KB search",
-                "displayName":"Knowledge","role":"librarian",
-                "skills":[{"id":"search:kb","description":"search","scopes":["Files.Read"]}],
-                "capabilities":[{"name":"summarize","description":"sum"}],
+                "displayName":"Knowledge","role":"librarian","personality":"precise",
+                "skills":[{"id":"search:kb","description":"search","scopes":["Files.Read"],
+                           "outputSchema":{"type":"object"}}],
+                "capabilities":[{"name":"summarize","description":"sum",
+                                 "inputSchema":{"type":"object"},"outputSchema":{"type":"string"}}],
+                "context":"work",
+                "provider":{"name":"me","contact":"me@example.com"},
+                "dependencies":{"mcps":[{"name":"notion","required":false,"capabilities":["summarize"]}],
+                                "agents":["outlook-agent"],"knowledge":["knowledge/a.md"]},
+                "observability":{"traces":true},"coordination":{"handoff":"ask"},
+                "metadata":{"author":"me"},
                 "invocation":{"type":"command","command":["python3","agent.py"],"timeout":"10s"},
                 "delivery":{"ackWait":"5s","maxDeliver":4,"backoff":["1s","5s"]}}"#,
         )
         .unwrap();
-        let ids: Vec<String> = c.skills().into_iter().map(|s| s.id).collect();
+        let ids: Vec<&str> = c.skills().iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["search:kb", "summarize"]);
         assert_eq!(c.skill("search:kb").unwrap().scopes.len(), 1);
+        assert!(c.skill("summarize").unwrap().output_schema.is_some());
         assert!(c.skill("send:mail").is_none());
+        assert_eq!(c.context, Some(Context::Work));
+        assert_eq!(c.calls(), ["outlook-agent".parse::<AgentName>().unwrap()]);
         assert_eq!(
             c.invocation,
             Some(Invocation::Command {
@@ -443,10 +438,13 @@ mod tests {
                 env: Vec::new(),
             })
         );
-        let delivery = c.delivery.unwrap();
+        let delivery = c.delivery.clone().unwrap();
         assert_eq!(delivery.ack_wait, Some(Duration::from_secs(5)));
         let backoff: Vec<Duration> = delivery.backoff.unwrap().into_iter().map(|d| *d).collect();
         assert_eq!(backoff, [Duration::from_secs(1), Duration::from_secs(5)]);
+        // What it serializes to reads back as the same card.
+        let back: AgentCard = serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
@@ -465,9 +463,13 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.field(), Some("skills[1].id"));
         let err = card(
-            r#"{"name":"a","version":"1.0.0","description":"d","invocation":{"type":"http"}}"#,
+            r#"{"name":"a","version":"1.0.0","description":"d","skills":[{"id":"x","outputSchema":{"type":7}}]}"#,
         )
         .unwrap_err();
+        assert_eq!(err.field(), Some("skills[0].outputSchema"));
+        let err =
+            card(r#"{"name":"a","version":"1.0.0","description":"d","invocation":{"type":"ftp"}}"#)
+                .unwrap_err();
         assert_eq!(err.field(), Some("invocation.type"));
     }
 
@@ -476,5 +478,22 @@ mod tests {
         assert!(is_semver("1.0.0-beta.1+build"));
         assert!(!is_semver("1.0"));
         assert!(!is_semver("v1.0.0"));
+    }
+
+    #[test]
+    fn what_runs_and_what_does_not_says_why() {
+        let mut c = AgentCard::new("a".parse().unwrap(), "1.0.0", "d");
+        assert_eq!(c.runnable().unwrap_err().field(), Some("invocation"));
+        c.invocation = Some(Invocation::ClaudeSubprocess {
+            system_prompt: Some("./CLAUDE.md".into()),
+            mcp_config: None,
+            knowledge_path: None,
+        });
+        let e = c.runnable().unwrap_err();
+        assert!(e.to_string().contains("claude-subprocess"), "{e}");
+        c.invocation = Some(Invocation::Builtin {
+            handler: "echo".into(),
+        });
+        assert!(c.runnable().is_ok());
     }
 }

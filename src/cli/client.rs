@@ -136,12 +136,6 @@ pub enum DlqCommand {
     },
 }
 
-#[derive(Subcommand)]
-pub enum AgentsCommand {
-    /// The agent cards and their live instances.
-    List,
-}
-
 pub(super) struct Api {
     base: String,
     http: reqwest::Client,
@@ -544,27 +538,4 @@ pub async fn dlq(args: &ClientArgs, command: DlqCommand) -> ExitCode {
             finish(args, result, print_task)
         }
     }
-}
-
-pub async fn agents(args: &ClientArgs, AgentsCommand::List: AgentsCommand) -> ExitCode {
-    let api = match Api::new(args) {
-        Ok(api) => api,
-        Err(f) => return f.report(args.json),
-    };
-    let result = api.get("/v1/agents").await;
-    finish(args, result, |v| {
-        list_table(v, "agents", &["AGENT", "VERSION", "SKILLS", "LIVE"], |a| {
-            let skills: Vec<String> = a["card"]["skills"]
-                .as_array()
-                .map(|ss| ss.iter().map(|sk| s(&sk["id"])).collect())
-                .unwrap_or_default();
-            let live = a["instances"].as_array().map(Vec::len).unwrap_or(0);
-            vec![
-                s(&a["card"]["name"]),
-                s(&a["card"]["version"]),
-                skills.join(", "),
-                live.to_string(),
-            ]
-        })
-    })
 }

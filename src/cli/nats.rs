@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use orchestrator::agent::AgentCard;
+use orchestrator::agent::{Catalog, GitOptions};
 use orchestrator::bus::{Names, permissions};
 use serde_json::json;
 
@@ -13,9 +13,10 @@ use super::offline::fail;
 
 #[derive(Args)]
 pub struct ConfigArgs {
-    /// Agent cards: every `*/agent.json` under this directory gets a user.
+    /// Agent files or directories (any format `run --agents` reads):
+    /// every agent declared gets a user. Repeatable.
     #[arg(long, default_value = "agents")]
-    agents: PathBuf,
+    agents: Vec<PathBuf>,
     /// Where to write `auth.conf` and the seed files (created if missing;
     /// existing seeds are kept).
     #[arg(long, default_value = "data/nats-auth")]
@@ -29,11 +30,11 @@ pub struct ConfigArgs {
 }
 
 pub fn config(args: &ConfigArgs) -> ExitCode {
-    let cards = match AgentCard::load_all(&args.agents) {
-        Ok(cards) => cards,
-        Err(e) => return fail(args.json, "invalid_card", &e.to_string()),
-    };
-    let agents: Vec<_> = cards.into_iter().map(|(c, _)| c.name).collect();
+    let catalog = Catalog::load(&args.agents, &GitOptions::default());
+    if let Some(e) = catalog.errors.first() {
+        return fail(args.json, "invalid_card", &e.to_string());
+    }
+    let agents: Vec<_> = catalog.agents.into_keys().collect();
     match permissions::write(&args.dir, &Names::new(&args.prefix), &agents) {
         Ok(files) => {
             if args.json {

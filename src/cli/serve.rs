@@ -1,13 +1,12 @@
 //! The long-running commands: `run` (the orchestrator) and `worker`.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 use orchestrator::access::Authenticator;
-use orchestrator::agent::AgentCard;
+use orchestrator::agent::{AgentCard, Catalog};
 use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::{Bus, Servers, permissions};
 use orchestrator::codec::{self, Strictness};
@@ -23,9 +22,11 @@ pub struct RunArgs {
     /// Trigger definitions: every `*.yaml`, `*.yml` and `*.json` here.
     #[arg(long, default_value = "triggers")]
     triggers: PathBuf,
-    /// Agent cards: every `*/agent.json` under this directory.
+    /// Agents: a directory or a file, in any format (`*/agent.json`
+    /// folders, `registry.json`, PromptPacks, Markdown and YAML
+    /// AgentCards; docs/agents.md). Repeatable; watched for changes.
     #[arg(long, default_value = "agents")]
-    agents: PathBuf,
+    agents: Vec<PathBuf>,
     /// Settings file (JSON; see docs/operations.md). NATS_USER,
     /// NATS_PASSWORD, NATS_TOKEN, NATS_CREDS and NATS_NKEY (a seed file)
     /// override its `bus.auth`.
@@ -51,9 +52,13 @@ pub struct RunArgs {
 
 #[derive(Args)]
 pub struct WorkerArgs {
-    /// The agent's directory (with agent.json) or its card file.
+    /// The agent: its directory (with agent.json) or a file of any format
+    /// `run --agents` reads.
     #[arg(long)]
     agent: PathBuf,
+    /// Which agent, when the file declares several (a PromptPack).
+    #[arg(long)]
+    name: Option<String>,
     /// Settings file (the same JSON as `run`'s; its bus settings apply).
     /// NATS_USER, NATS_PASSWORD, NATS_TOKEN, NATS_CREDS and NATS_NKEY (a
     /// seed file) override its `bus.auth`.
@@ -174,16 +179,19 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
     if let Some(k) = args.signing_key {
         config.tokens.signing_key = Some(k);
     }
-    let cards = if args.agents.is_dir() {
-        match AgentCard::load_all(&args.agents) {
-            Ok(cards) => cards.into_iter().map(|(c, _)| c).collect(),
-            Err(e) => return fail(e),
-        }
-    } else {
-        warn!(dir = %args.agents.display(), "no agents directory: tasks for any agent are accepted");
-        Vec::new()
-    };
-    let triggers = load_triggers(&args.triggers, &cards);
+    let paths: Vec<PathBuf> = args.agents.iter().filter(|p| p.exists()).cloned().collect();
+    if paths.is_empty() {
+        warn!(paths = ?args.agents, "no agent files: tasks for any agent are accepted");
+    }
+    let catalog = Catalog::load(&paths, &config.git_options(false));
+    for e in &catalog.errors {
+        warn!("agent file skipped: {e}");
+    }
+    for w in &catalog.warnings {
+        info!("agent file: {w}");
+    }
+    let triggers = load_triggers(&args.triggers, &catalog);
+    let cards: Vec<AgentCard> = catalog.agents.values().cloned().collect();
     let access = match open_access(&config) {
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => return fail(e),
@@ -203,7 +211,7 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
         Err(e) => return fail(format!("cannot listen on {}: {e}", config.http_addr)),
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
-    let orchestrator = match Orchestrator::open(config, bus, cards, triggers).await {
+    let orchestrator = match Orchestrator::open(config, bus, catalog, triggers).await {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -281,15 +289,16 @@ fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
     Ok(access)
 }
 
-/// Loads the triggers; a broken one is reported (file, line, what is
-/// wrong) and skipped.
-fn load_triggers(dir: &Path, cards: &[AgentCard]) -> Triggers {
-    if !dir.is_dir() {
-        warn!(dir = %dir.display(), "no triggers directory: no triggers");
-        return Triggers::default();
-    }
-    let by_name: BTreeMap<_, _> = cards.iter().map(|c| (c.name.clone(), c.clone())).collect();
-    let triggers = Triggers::load(dir, &by_name);
+/// Loads the triggers, and the cards' workflows with them; a broken one
+/// is reported (file, line, what is wrong) and skipped.
+fn load_triggers(dir: &Path, catalog: &Catalog) -> Triggers {
+    let triggers = if dir.is_dir() {
+        Triggers::load(dir, &catalog.agents)
+    } else {
+        warn!(dir = %dir.display(), "no triggers directory: only the cards' workflows");
+        Triggers::default()
+    };
+    let triggers = triggers.with_cards(catalog);
     for e in &triggers.errors {
         warn!("trigger skipped: {e}");
     }
@@ -339,7 +348,7 @@ pub async fn worker(args: WorkerArgs, format: LogFormat) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    let (card, dir) = match AgentCard::load(&args.agent) {
+    let (card, dir) = match load_agent(&args.agent, args.name.as_deref()) {
         Ok(pair) => pair,
         Err(e) => return fail(e),
     };
@@ -350,6 +359,21 @@ pub async fn worker(args: WorkerArgs, format: LogFormat) -> ExitCode {
     let code = run_worker(args, config, card, dir).await;
     stop_telemetry(telemetry).await;
     code
+}
+
+/// The one agent `path` declares (or the one named `name`), and the
+/// directory its tasks run in (its file's). Agents in git are read as
+/// already cloned.
+fn load_agent(path: &Path, name: Option<&str>) -> Result<(AgentCard, PathBuf), String> {
+    let card = Catalog::one(path, name)?;
+    let dir = card
+        .origin
+        .as_ref()
+        .and_then(|o| o.file.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    Ok((card, dir))
 }
 
 async fn run_worker(

@@ -10,9 +10,15 @@ use serde_json::json;
 
 #[derive(Args)]
 pub struct ValidateArgs {
-    /// Trigger files, agent cards, agent directories, directories of
-    /// agents or of triggers. Without any: `triggers` and `agents`.
+    /// Trigger files, agent files of any format (agent.json,
+    /// registry.json, PromptPacks, AgentCards), agent directories,
+    /// directories of agents or of triggers. Without any: `triggers` and
+    /// `agents`.
     paths: Vec<PathBuf>,
+    /// Where `orchestrator run` keeps its data: a registry's git agents
+    /// already cloned there are checked (validate clones nothing).
+    #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
+    data_dir: PathBuf,
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
@@ -25,7 +31,11 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
     } else {
         args.paths
     };
-    let outcome = check(&paths);
+    let git = orchestrator::agent::GitOptions {
+        dir: args.data_dir.join("agents-git"),
+        ..orchestrator::agent::GitOptions::default()
+    };
+    let outcome = check(&paths, &git);
     if args.json {
         outln!(
             "{}",
@@ -34,11 +44,15 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
                 "triggers": outcome.triggers,
                 "agents": outcome.agents,
                 "problems": outcome.problems,
+                "warnings": outcome.warnings,
             })
         );
     } else {
         for p in &outcome.problems {
             outln!("{p}");
+        }
+        for w in &outcome.warnings {
+            outln!("warning: {w}");
         }
         let checked = format!(
             "{} trigger(s) and {} agent(s) without problems",

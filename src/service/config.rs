@@ -84,6 +84,50 @@ pub struct ServiceConfig {
     /// Push notifications and callbacks (docs/a2a.md, "Push
     /// notifications").
     pub deliveries: DeliverySettings,
+    /// Reading the agent files (docs/agents.md).
+    pub agents: AgentSettings,
+}
+
+/// How agent files are read (`agents` in the file; every field
+/// optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSettings {
+    /// Where a registry's git agents without a `localPath` are cloned
+    /// (`<dir>/<agent>`); default `<data_dir>/agents-git`.
+    pub git_dir: Option<PathBuf>,
+    /// How long one git command (a clone, a fetch) may take.
+    #[serde(with = "humantime_serde")]
+    pub git_timeout: Duration,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            git_dir: None,
+            git_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// How agent files are read by `orchestrator run`: git agents cloned
+    /// when missing, or (`reload`) fetched again.
+    pub fn git_options(&self, reload: bool) -> crate::agent::GitOptions {
+        crate::agent::GitOptions {
+            mode: if reload {
+                crate::agent::GitMode::Fetch
+            } else {
+                crate::agent::GitMode::Clone
+            },
+            dir: self
+                .agents
+                .git_dir
+                .clone()
+                .unwrap_or_else(|| self.data_dir.join("agents-git")),
+            timeout: self.agents.git_timeout,
+        }
+    }
 }
 
 /// How push notifications and callbacks are sent (`deliveries` in the
@@ -212,6 +256,7 @@ impl Default for ServiceConfig {
             telemetry: crate::telemetry::TelemetrySettings::default(),
             a2a: A2aSettings::default(),
             deliveries: DeliverySettings::default(),
+            agents: AgentSettings::default(),
         }
     }
 }

@@ -59,6 +59,9 @@ pub(crate) struct Applier {
     pub(crate) publisher: Publisher,
     /// Params whose values are scrubbed from reported error messages.
     pub(crate) sensitive: crate::redact::SensitiveFields,
+    /// The agents declared: a result is checked against its skill's
+    /// `outputSchema` before the task completes.
+    pub(crate) agents: tokio::sync::watch::Receiver<std::sync::Arc<super::Declared>>,
 }
 
 /// Applies events as they arrive until `stop` fires. Events of one task go
@@ -252,6 +255,7 @@ impl Applier {
             return;
         };
         self.scrub_errors(task_id, &mut group);
+        self.check_outputs(task_id, &mut group);
         let changes = group
             .iter()
             .map(|(a, e)| change_for(e, self.subject_agent(&a.msg.subject)))
@@ -308,6 +312,40 @@ impl Applier {
         let secrets = self.sensitive.secrets(&envelope.payload.params);
         for error in group.iter_mut().filter_map(|(_, e)| e.error.as_mut()) {
             error.message = secrets.scrub(&error.message);
+        }
+    }
+
+    /// Turns a completion whose result its skill's `outputSchema` refuses
+    /// into a failure (`invalid_output`, not retried: the same worker
+    /// would send the same) naming the field. Only agents with an output
+    /// schema cost a read of the task's envelope.
+    fn check_outputs(
+        &self,
+        task_id: crate::envelope::TaskId,
+        group: &mut [(Arrived, WorkerEvent)],
+    ) {
+        let declared = self.agents.borrow().clone();
+        let mut envelope = None;
+        for (arrived, event) in group.iter_mut() {
+            if event.state != ReportedState::Completed {
+                continue;
+            }
+            let Some(agent) = self.subject_agent(&arrived.msg.subject) else {
+                continue;
+            };
+            if !declared.checks_output(&agent) {
+                continue;
+            }
+            if envelope.is_none() {
+                envelope = self.store.envelope(task_id).ok().flatten();
+            }
+            let Some(env) = &envelope else { return };
+            let result = event.result.clone().unwrap_or(serde_json::Value::Null);
+            if let Err(e) = declared.check_result(&agent, env.payload.action.as_str(), &result) {
+                event.state = ReportedState::Failed;
+                event.result = None;
+                event.error = Some(ErrorInfo::new("invalid_output", e.to_string(), false));
+            }
         }
     }
 

@@ -13,6 +13,7 @@
 mod answer;
 mod caller;
 mod config;
+mod declared;
 mod deliveries;
 mod dlq;
 mod error;
@@ -33,32 +34,33 @@ mod run_follow;
 mod run_view;
 mod runs;
 mod schedules;
-mod schemas;
 mod workflows;
 
 pub use caller::Caller;
-pub use config::{A2aSettings, DEFAULT_NATS_URL, DeliverySettings, MessageIds, ServiceConfig};
+pub use config::{
+    A2aSettings, AgentSettings, DEFAULT_NATS_URL, DeliverySettings, MessageIds, ServiceConfig,
+};
+pub use declared::Declared;
 pub use deliveries::{
     CALLBACK, Delivery, DeliveryName, GaveUp, PushAuth, PushTarget, Target as DeliveryTarget,
 };
 pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
-pub use registry::{AgentInstances, Agents};
+pub use registry::{AgentFilter, AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
 pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct, RunOptions};
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::agent::AgentCard;
+use crate::agent::Catalog;
 use crate::bus::{Bus, BusError};
 use crate::claim::Claims;
-use crate::envelope::{AgentName, Meta, Sender, TaskId};
+use crate::envelope::{Meta, Sender, TaskId};
 use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError};
 use crate::task::{Submitted, TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
@@ -84,8 +86,9 @@ struct Inner {
     bus: Bus,
     /// Delivery claims, for cancel marks and liveness checks.
     claims: Claims,
-    /// The static agent cards, by id; empty = accept any agent.
-    cards: BTreeMap<AgentName, AgentCard>,
+    /// The agents declared, with their compiled schemas; no agents =
+    /// accept any agent. Replaced whole when the agent files change.
+    agents: tokio::sync::watch::Sender<Arc<Declared>>,
     /// The triggers, by id, with the files that did not load; replaced
     /// whole when the directory changes, and the schedules and event
     /// listeners follow.
@@ -102,8 +105,6 @@ struct Inner {
     deadlines: Deadlines,
     /// Signs each published attempt's token.
     minter: crate::auth::Minter,
-    /// The skills' input schemas, compiled.
-    schemas: schemas::Schemas,
     /// The key files generated at open, when there were none.
     generated_keys: Option<crate::auth::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
@@ -122,14 +123,14 @@ impl Orchestrator {
     pub async fn open(
         mut config: ServiceConfig,
         bus: Bus,
-        cards: Vec<AgentCard>,
+        catalog: Catalog,
         triggers: Triggers,
     ) -> Result<Orchestrator, ServiceError> {
         let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
         store_config.cache_bytes = config.store_cache_bytes;
         store_config.retry = config.retry;
-        let schemas = schemas::Schemas::compile(&cards).map_err(ServiceError::InvalidCard)?;
+        let declared = Declared::new(catalog).map_err(ServiceError::InvalidCard)?;
         let store = Store::open(&store_config)?;
         let (minter, generated_keys) = config
             .tokens
@@ -163,7 +164,7 @@ impl Orchestrator {
                 store,
                 bus,
                 claims,
-                cards: cards.into_iter().map(|c| (c.name.clone(), c)).collect(),
+                agents: tokio::sync::watch::Sender::new(Arc::new(declared)),
                 triggers: tokio::sync::watch::Sender::new(Arc::new(triggers)),
                 engine,
                 config,
@@ -171,7 +172,6 @@ impl Orchestrator {
                 publisher,
                 deadlines,
                 minter,
-                schemas,
                 generated_keys,
                 jaeger_url,
                 ready: Default::default(),
@@ -201,9 +201,17 @@ impl Orchestrator {
         &self.inner.bus
     }
 
-    /// The static agent cards.
-    pub fn cards(&self) -> &BTreeMap<AgentName, AgentCard> {
-        &self.inner.cards
+    /// The agents declared now (with the files' problems).
+    pub fn catalog(&self) -> Arc<Declared> {
+        Arc::clone(&self.inner.agents.borrow())
+    }
+
+    /// Replaces the agents (their files changed): new tasks are checked
+    /// against the new cards; the triggers are read again against them.
+    pub fn replace_agents(&self, catalog: Catalog) -> Result<(), ServiceError> {
+        let declared = Declared::new(catalog).map_err(ServiceError::InvalidCard)?;
+        self.inner.agents.send_replace(Arc::new(declared));
+        Ok(())
     }
 
     /// The triggers as loaded now.
@@ -293,10 +301,10 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
         let mut skill_scopes = Vec::new();
-        if !self.inner.cards.is_empty() {
-            let card = self
-                .inner
-                .cards
+        let declared = self.catalog();
+        if !declared.agents.is_empty() {
+            let card = declared
+                .agents
                 .get(&request.to)
                 .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
             let Some(skill) = card.skill(request.action.as_str()) else {
@@ -323,7 +331,7 @@ impl Orchestrator {
             format_args!("`{}` on `{}`", request.action, request.to),
             envelope.control.required_scopes.iter().map(|s| s.as_str()),
         )?;
-        self.check_params(&request).map_err(|e| {
+        self.check_params(&declared, &request).map_err(|e| {
             // A refusal's message may quote a value.
             let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
             ServiceError::BadInput(e.scrubbed(&secrets))
@@ -369,13 +377,13 @@ impl Orchestrator {
     /// them, and every stored envelope must read back), the skill's input
     /// schema, and that the token can bind them (an integer beyond 2^53
     /// has no canonical form: refused now, not failed at publish time).
-    fn check_params(&self, request: &TaskRequest) -> Result<(), crate::codec::DecodeError> {
+    fn check_params(
+        &self,
+        declared: &Declared,
+        request: &TaskRequest,
+    ) -> Result<(), crate::codec::DecodeError> {
         crate::codec::check_depth("params", request.params.values(), 1)?;
-        if !self.inner.cards.is_empty() {
-            self.inner
-                .schemas
-                .check(&request.to, request.action.as_str(), &request.params)?;
-        }
+        declared.check_params(&request.to, request.action.as_str(), &request.params)?;
         let mut path = String::from("params");
         for (name, value) in &request.params {
             path.truncate("params".len());

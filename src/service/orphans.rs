@@ -24,20 +24,21 @@ use crate::task::TaskEvent;
 pub(crate) async fn sweep(
     bus: Bus,
     store: Store,
-    cards: BTreeMap<AgentName, AgentCard>,
+    agents: tokio::sync::watch::Receiver<std::sync::Arc<super::Declared>>,
     interval: Duration,
     stop: CancellationToken,
 ) {
-    if cards.is_empty() {
-        return;
-    }
     let mut tick = tokio::time::interval(interval);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        if let Err(e) = sweep_once(&bus, &store, &cards).await {
+        let declared = agents.borrow().clone();
+        if declared.agents.is_empty() {
+            continue;
+        }
+        if let Err(e) = sweep_once(&bus, &store, &declared.agents).await {
             warn_quietly!("orchestrator.orphan_sweep_failed", error = %e, "orphan sweep failed");
         }
     }

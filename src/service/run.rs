@@ -75,6 +75,7 @@ impl Orchestrator {
                 bus: inner.bus.clone(),
                 publisher: inner.publisher.clone(),
                 sensitive: inner.config.sensitive_fields.clone(),
+                agents: inner.agents.subscribe(),
             },
             events,
             stop.clone(),
@@ -89,7 +90,7 @@ impl Orchestrator {
         let sweeper = tokio::spawn(orphans::sweep(
             inner.bus.clone(),
             inner.store.clone(),
-            inner.cards.clone(),
+            inner.agents.subscribe(),
             inner.config.orphan_sweep,
             stop.clone(),
         ));
@@ -128,7 +129,17 @@ impl Orchestrator {
         if let Some(dir) = self.triggers().dir.clone() {
             loops.push(tokio::spawn(super::reload::watch(
                 self.clone(),
-                dir,
+                super::reload::Watched::Triggers,
+                vec![dir],
+                stop.clone(),
+            )));
+        }
+        let agent_paths = self.catalog().paths.clone();
+        if !agent_paths.is_empty() {
+            loops.push(tokio::spawn(super::reload::watch(
+                self.clone(),
+                super::reload::Watched::Agents,
+                agent_paths,
                 stop.clone(),
             )));
         }

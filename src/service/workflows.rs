@@ -241,7 +241,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                 }
             },
             Act::Route { step, text, agents } => {
-                let change_made = match route::choose(&text, o.cards(), &agents) {
+                let change_made = match route::choose(&text, &o.catalog(), &agents) {
                     Some(choice) => {
                         let span = mark(&run, RunMark::Route(&step));
                         span.set_attribute("agent", choice.agent.to_string());
@@ -390,7 +390,7 @@ async fn start_step(
         response_mode: defaults.response_mode,
         // With cards, each task carries its skill's scopes (added at
         // submit); without, the trigger's.
-        required_scopes: if o.cards().is_empty() {
+        required_scopes: if o.catalog().agents.is_empty() {
             trigger.required_scopes.clone()
         } else {
             Vec::new()

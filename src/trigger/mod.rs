@@ -8,8 +8,8 @@
 //! have not run, a bad cron expression), and [`Trigger::problems_with`]
 //! checks it against the agents' cards.
 
+mod cards;
 mod check;
-mod locate;
 mod parse;
 mod schedule;
 mod step;
@@ -17,7 +17,6 @@ mod template;
 mod validate;
 
 pub use check::{Placed, Problem};
-pub use locate::line_of;
 pub use step::{
     Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep,
 };
@@ -35,6 +34,7 @@ use sha2::{Digest, Sha256};
 
 use crate::codec::DecodeError;
 use crate::envelope::{Priority, ResponseMode, Scope};
+use crate::source::Diagnostic;
 
 /// One trigger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,26 +175,10 @@ pub struct Defaults {
     pub response_mode: Option<ResponseMode>,
 }
 
-/// Why a trigger file could not be used: one problem, where it is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[error("{}{}: {}{message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default(), field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
-pub struct TriggerError {
-    /// The file.
-    pub file: PathBuf,
-    /// The line, when it could be found.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<usize>,
-    /// The field (`steps[1].agent`), when the problem has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
-
 impl Trigger {
     /// Reads one trigger file (`.yaml`, `.yml` or `.json`) and checks it on
     /// its own; every problem found is returned.
-    pub fn load(path: &Path) -> Result<Trigger, Vec<TriggerError>> {
+    pub fn load(path: &Path) -> Result<Trigger, Vec<Diagnostic>> {
         let (trigger, text) = Trigger::read(path)?;
         let problems = trigger.problems();
         if problems.is_empty() {
@@ -206,9 +190,9 @@ impl Trigger {
 
     /// Parses one trigger file, with its text (for the lines of problems
     /// found later); nothing beyond the format is checked.
-    fn read(path: &Path) -> Result<(Trigger, String), Vec<TriggerError>> {
+    fn read(path: &Path) -> Result<(Trigger, String), Vec<Diagnostic>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            vec![TriggerError {
+            vec![Diagnostic {
                 file: path.to_path_buf(),
                 line: None,
                 field: None,
@@ -219,7 +203,7 @@ impl Trigger {
             Ok(trigger) => Ok((trigger, text)),
             Err(problems) => Err(problems
                 .into_iter()
-                .map(|p| TriggerError {
+                .map(|p| Diagnostic {
                     file: path.to_path_buf(),
                     line: p.line,
                     field: p.field,
@@ -263,7 +247,7 @@ pub struct Triggers {
     /// The usable triggers, by id.
     pub loaded: BTreeMap<String, std::sync::Arc<Trigger>>,
     /// Every problem found, by file and line; those files are skipped.
-    pub errors: Vec<TriggerError>,
+    pub errors: Vec<Diagnostic>,
     /// The directory they were loaded from, watched while the
     /// orchestrator runs.
     pub dir: Option<PathBuf>,
@@ -271,25 +255,12 @@ pub struct Triggers {
     pub loaded_at: Option<crate::envelope::Timestamp>,
     /// The directory's trigger files as they were when read: a watcher
     /// that starts later compares it to see what it missed.
-    pub stamp: Stamp,
+    pub stamp: crate::source::Stamp,
 }
 
-/// Files with their sizes and modification times: two stamps differ when
-/// a file was written, added or removed between them.
-pub type Stamp = Vec<(PathBuf, u64, Option<std::time::SystemTime>)>;
-
-/// The stamp of the trigger files of `dir` (none when it cannot be read).
-pub fn stamp(dir: &Path) -> Stamp {
-    trigger_files(dir)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| {
-            let meta = std::fs::metadata(&p).ok();
-            let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-            let modified = meta.and_then(|m| m.modified().ok());
-            (p, size, modified)
-        })
-        .collect()
+/// The stamp of the trigger files of `dir`.
+pub fn stamp(dir: &Path) -> crate::source::Stamp {
+    crate::source::stamp(&[dir.to_path_buf()], is_trigger_file)
 }
 
 impl Triggers {
@@ -360,8 +331,8 @@ impl Triggers {
 }
 
 /// The trigger files of `dir`, sorted.
-pub fn trigger_files(dir: &Path) -> Result<Vec<PathBuf>, TriggerError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| TriggerError {
+pub fn trigger_files(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Diagnostic {
         file: dir.to_path_buf(),
         line: None,
         field: None,
@@ -391,12 +362,12 @@ pub fn is_trigger_file(path: &Path) -> bool {
 
 /// Turns problems found after parsing into errors with lines, in the
 /// order of the file.
-pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<TriggerError> {
-    let mut errors: Vec<TriggerError> = problems
+pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<Diagnostic> {
+    let mut errors: Vec<Diagnostic> = problems
         .into_iter()
-        .map(|p| TriggerError {
+        .map(|p| Diagnostic {
             file: file.to_path_buf(),
-            line: line_of(text, &p.path),
+            line: crate::source::line_of(text, &p.path),
             field: Some(p.path),
             message: p.message,
         })

@@ -5,7 +5,8 @@
 
 use serde::de::DeserializeOwned;
 
-use super::{Step, Trigger, line_of};
+use super::{Step, Trigger};
+use crate::source::line_of;
 
 /// A problem with a file's format: the field to blame (when one is), its
 /// line (when it can be found) and what is wrong.

@@ -75,5 +75,7 @@ pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
         // `runnable` allows only the built-in handlers there are.
         Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
         a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
+        // `runnable` refuses the others.
+        other => Err(format!("`{}` invocations are not run here", other.kind())),
     }
 }

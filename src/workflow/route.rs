@@ -5,20 +5,78 @@
 //! Scoring: each of a skill's trigger phrases found in the text counts 3,
 //! each of the agent's signals and the skill's tags found as a word counts
 //! one. The highest score wins; a tie goes to the agent whose name sorts
-//! first, then to the skill listed first. Nothing matching is no choice.
+//! first, then to the skill listed first. A registry's routing comes
+//! first and last: a switch command naming an agent (`talk to
+//! knowledge-agent`) picks it, whatever scores; when nothing matches, its
+//! default agent is chosen. Else nothing matching is no choice. Agents
+//! usable only as tools are chosen only when `allowed` names them.
 
 use std::collections::BTreeMap;
 
 use super::record::RouteChoice;
-use crate::agent::AgentCard;
+use crate::agent::{AgentCard, Catalog};
 use crate::envelope::AgentName;
 
-/// Chooses among `cards` (only `allowed` ones, unless it is empty).
-pub fn choose(
-    text: &str,
-    cards: &BTreeMap<AgentName, AgentCard>,
-    allowed: &[AgentName],
-) -> Option<RouteChoice> {
+/// Chooses among the catalog's agents (only `allowed` ones, unless it is
+/// empty), with its routing rules.
+pub fn choose(text: &str, catalog: &Catalog, allowed: &[AgentName]) -> Option<RouteChoice> {
+    let may = |card: &AgentCard| {
+        if allowed.is_empty() {
+            !card.tool_only
+        } else {
+            allowed.contains(&card.name)
+        }
+    };
+    let first_skill = |card: &AgentCard, why: String| {
+        card.skills().first().map(|skill| RouteChoice {
+            agent: card.name.clone(),
+            skill: skill.id.clone(),
+            score: 0,
+            matched: vec![why],
+            text: text.to_string(),
+        })
+    };
+    let lower = text.to_lowercase();
+    for command in &catalog.routing.switch_commands {
+        let command = command.to_lowercase();
+        let Some(at) = lower.find(&command) else {
+            continue;
+        };
+        let rest = lower[at + command.len()..].trim_start();
+        let named = catalog.agents.values().filter(|c| may(c)).find(|c| {
+            [c.name.as_str().to_string(), c.label().to_lowercase()]
+                .iter()
+                .any(|n| rest.starts_with(n.as_str()))
+        });
+        if let Some(card) = named {
+            let mut choice = scored(text, &BTreeMap::from([(card.name.clone(), card)]))
+                .or_else(|| first_skill(card, String::new()))?;
+            choice.matched.retain(|m| !m.is_empty());
+            choice.matched.insert(
+                0,
+                format!("switch command `{command}` naming `{}`", card.name),
+            );
+            return Some(choice);
+        }
+    }
+    let candidates: BTreeMap<AgentName, &AgentCard> = catalog
+        .agents
+        .values()
+        .filter(|c| may(c))
+        .map(|c| (c.name.clone(), c))
+        .collect();
+    scored(text, &candidates).or_else(|| {
+        let default = catalog.routing.default_agent.as_ref()?;
+        let card = catalog
+            .agents
+            .get(default)
+            .filter(|c| allowed.is_empty() || may(c))?;
+        first_skill(card, "the registry's default agent".into())
+    })
+}
+
+/// The best-scoring skill of `cards` for `text`, if any scores.
+fn scored(text: &str, cards: &BTreeMap<AgentName, &AgentCard>) -> Option<RouteChoice> {
     let lower = text.to_lowercase();
     let words: Vec<&str> = lower
         .split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_')
@@ -30,9 +88,6 @@ pub fn choose(
     };
     let mut best: Option<RouteChoice> = None;
     for card in cards.values() {
-        if !allowed.is_empty() && !allowed.contains(&card.name) {
-            continue;
-        }
         let signals: Vec<String> = card
             .signals
             .iter()
@@ -77,8 +132,8 @@ mod tests {
         (card.name.clone(), card)
     }
 
-    fn cards() -> BTreeMap<AgentName, AgentCard> {
-        [
+    fn cards() -> Catalog {
+        let agents = [
             card(serde_json::json!({"name": "knowledge-agent", "version": "1.0.0", "description": "kb",
                 "signals": ["project", "decision", "notes"],
                 "skills": [{"id": "search:kb", "triggers": ["what did we decide"], "tags": ["search"]}]})),
@@ -88,7 +143,9 @@ mod tests {
                            {"id": "send:draft", "triggers": ["send the draft"], "tags": ["send"]}]})),
         ]
         .into_iter()
-        .collect()
+        .map(|(_, card)| card)
+        .collect::<Vec<_>>();
+        Catalog::of(agents)
     }
 
     #[test]
@@ -138,5 +195,39 @@ mod tests {
             choose("what did we decide about the project", &cards(), &only),
             None
         );
+    }
+
+    #[test]
+    fn a_switch_command_names_the_agent_and_the_default_catches_the_rest() {
+        let mut catalog = cards();
+        catalog.routing = crate::agent::Routing {
+            default_agent: Some("knowledge-agent".parse().unwrap()),
+            switch_commands: vec!["talk to".into()],
+            multi_agent_triggers: Vec::new(),
+        };
+        // The words would pick the knowledge agent; the command wins.
+        let c = choose("talk to outlook-agent: what did we decide?", &catalog, &[]).unwrap();
+        assert_eq!(c.agent.as_str(), "outlook-agent");
+        assert_eq!(
+            c.matched[0],
+            "switch command `talk to` naming `outlook-agent`"
+        );
+        let c = choose("order a pizza", &catalog, &[]).unwrap();
+        assert_eq!(
+            (c.agent.as_str(), c.skill.as_str()),
+            ("knowledge-agent", "search:kb")
+        );
+        assert_eq!(c.matched, ["the registry's default agent"]);
+        // A tool-only agent is not routed to unless named.
+        catalog
+            .agents
+            .get_mut(&"outlook-agent".parse::<AgentName>().unwrap())
+            .unwrap()
+            .tool_only = true;
+        let c = choose("send the draft to the team by email", &catalog, &[]).unwrap();
+        assert_eq!(c.agent.as_str(), "knowledge-agent");
+        let only: Vec<AgentName> = vec!["outlook-agent".parse().unwrap()];
+        let c = choose("send the draft", &catalog, &only).unwrap();
+        assert_eq!(c.agent.as_str(), "outlook-agent");
     }
 }

@@ -238,3 +238,38 @@ pub async fn queued(bus: &orchestrator::bus::Bus) -> u64 {
         .unwrap();
     tasks.info().await.unwrap().state.messages
 }
+
+/// An orchestrator's URL and the API key to call it with.
+pub type Server = (String, Option<String>);
+
+/// Runs the `orchestrator` client with `args` against `server`.
+pub fn cli(server: &Server, args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    command
+        .args(args)
+        .env("ORCH_SERVER", &server.0)
+        .env_remove("ORCH_API_KEY");
+    if let Some(key) = &server.1 {
+        command.env("ORCH_API_KEY", key);
+    }
+    command.output().unwrap()
+}
+
+/// A command's standard output as JSON.
+pub fn json_out(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A JSON string's text (anything else as JSON).
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

@@ -25,6 +25,9 @@ pub struct System {
     pub data: tempfile::TempDir,
     pub bus_config: BusConfig,
     pub triggers: Triggers,
+    /// Agent files the orchestrator reads (and watches) instead of the
+    /// cards it is given, when there are any.
+    pub agent_paths: Vec<PathBuf>,
     pub client: reqwest::Client,
     /// Settings the orchestrator starts with (paths and broker filled in).
     pub service: ServiceConfig,
@@ -126,6 +129,7 @@ impl System {
             data,
             bus_config,
             triggers: Triggers::default(),
+            agent_paths: Vec::new(),
             client: client_with(admin_key.as_deref()),
             service,
             admin_key,
@@ -134,6 +138,16 @@ impl System {
             workers: Vec::new(),
         };
         sys.start_orchestrator(cards).await;
+        sys
+    }
+
+    /// Starts a broker and an orchestrator reading (and watching) the
+    /// agent files `paths`, as `orchestrator run --agents` does.
+    pub async fn start_reading(paths: Vec<PathBuf>, bus_config: BusConfig) -> System {
+        let mut sys = System::start_with(NatsServer::start(), Vec::new(), bus_config, |_| {}).await;
+        sys.stop_orchestrator().await;
+        sys.agent_paths = paths;
+        sys.start_orchestrator(Vec::new()).await;
         sys
     }
 
@@ -149,7 +163,13 @@ impl System {
             .await
             .unwrap();
         let access = Authenticator::open(&config.api_auth, &key_dir(self.data.path())).unwrap();
-        let orchestrator = Orchestrator::open(config, bus, cards, self.triggers.clone())
+        let catalog = if self.agent_paths.is_empty() {
+            orchestrator::agent::Catalog::of(cards)
+        } else {
+            orchestrator::agent::Catalog::load(&self.agent_paths, &config.git_options(false))
+        };
+        let triggers = self.triggers.clone().with_cards(&catalog);
+        let orchestrator = Orchestrator::open(config, bus, catalog, triggers)
             .await
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -34,9 +34,14 @@ pub(super) async fn full_path(
     let bus = Bus::connect_now(url, bus_config.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let orchestrator = Orchestrator::open(config, bus, vec![card.clone()], Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let orchestrator = Orchestrator::open(
+        config,
+        bus,
+        orchestrator::agent::Catalog::of([card.clone()]),
+        Default::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;

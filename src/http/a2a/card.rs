@@ -56,7 +56,8 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
         .filter(|t| !lacks(&t.required_scopes))
         .map(|t| super::runs::skill(t))
         .collect();
-    for agent in o.cards().values() {
+    let declared = o.catalog();
+    for agent in declared.listed() {
         for skill in agent.skills() {
             if lacks(&skill.scopes) {
                 continue;

@@ -66,11 +66,12 @@ async fn continued(
         Subject::Task(record) => {
             // (One that no longer waits may have taken this very answer
             // before: the service knows.)
-            let skill = o
-                .cards()
+            let declared = o.catalog();
+            let skill = declared
+                .agents
                 .get(record.agent())
                 .and_then(|c| c.skill(record.action().as_str()));
-            let input = send::params(&send.message, send::Takes::skill(skill.as_ref()))?;
+            let input = send::params(&send.message, send::Takes::skill(skill))?;
             let record = o
                 .answer_task(record.task_id(), input, key.as_deref(), caller)
                 .await

@@ -50,8 +50,10 @@ fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> 
         let agent: AgentName = agent
             .parse()
             .map_err(|e: String| A2aError::invalid_params(field, format!("`{id}`: {e}")))?;
-        let known = o.cards().is_empty()
-            || o.cards()
+        let declared = o.catalog();
+        let known = declared.agents.is_empty()
+            || declared
+                .agents
                 .get(&agent)
                 .is_some_and(|c| c.skill(skill).is_some());
         if !known {
@@ -65,8 +67,9 @@ fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> 
             skill: skill.to_string(),
         });
     }
-    let mut found = o
-        .cards()
+    let declared = o.catalog();
+    let mut found = declared
+        .agents
         .values()
         .filter(|c| c.skill(id).is_some())
         .map(|c| c.name.clone());
@@ -87,7 +90,7 @@ fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> 
 }
 
 /// The skill the message asks for: `metadata.skillId`, else the router
-/// on its text, else `a2a.default_skill`; none of them → an error saying
+/// on its text, else `a2a.default_skill`, else the catalog's entry agent (a pack's); none of them → an error saying
 /// what was tried.
 pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<Target, A2aError> {
     if let Some(id) = metadata_str(request, SKILL_KEY) {
@@ -95,7 +98,7 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     }
     let text = text_of(&request.message);
     if !text.trim().is_empty()
-        && let Some(choice) = crate::workflow::route::choose(&text, o.cards(), &[])
+        && let Some(choice) = crate::workflow::route::choose(&text, &o.catalog(), &[])
     {
         return Ok(Target {
             agent: choice.agent,
@@ -105,6 +108,16 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     if let Some(id) = &o.config().a2a.default_skill {
         return resolve(o, id, "a2a.default_skill");
     }
+    // A pack's entry agent (or the card that says it is the default).
+    let declared = o.catalog();
+    if let Some(entry) = declared.entry.as_ref().and_then(|e| declared.agents.get(e))
+        && let Some(skill) = entry.skills().first()
+    {
+        return Ok(Target {
+            agent: entry.name.clone(),
+            skill: skill.id.clone(),
+        });
+    }
     let tried = if text.trim().is_empty() {
         "the message has no text for the router"
     } else {
@@ -113,7 +126,7 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     Err(A2aError::invalid_params(
         "message.metadata.skillId",
         format!(
-            "no skill chosen: metadata.skillId is absent, {tried}, and no a2a.default_skill is configured"
+            "no skill chosen: metadata.skillId is absent, {tried}, and no a2a.default_skill (nor a pack's entry agent) is configured"
         ),
     ))
 }
@@ -344,11 +357,12 @@ pub(super) fn request(
 ) -> Result<TaskRequest, A2aError> {
     let message = &send.message;
     let target = target(o, send)?;
-    let skill = o
-        .cards()
+    let declared = o.catalog();
+    let skill = declared
+        .agents
         .get(&target.agent)
         .and_then(|c| c.skill(&target.skill));
-    let params = params(message, Takes::skill(skill.as_ref()))?;
+    let params = params(message, Takes::skill(skill))?;
     let correlation_id = context(message)?;
     let action = target
         .skill

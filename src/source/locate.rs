@@ -6,13 +6,13 @@
 
 /// One segment of a path.
 #[derive(Debug, PartialEq)]
-enum Segment<'a> {
+pub(super) enum Segment<'a> {
     Key(&'a str),
     Index(usize),
 }
 
 /// Splits `steps[2].agent` into `steps`, `2`, `agent`.
-fn segments(path: &str) -> Vec<Segment<'_>> {
+pub(super) fn segments(path: &str) -> Vec<Segment<'_>> {
     let mut out = Vec::new();
     for part in path.split('.').filter(|p| !p.is_empty()) {
         let (key, mut rest) = match part.find('[') {

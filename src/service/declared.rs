@@ -1,0 +1,128 @@
+//! The agents the orchestrator knows (the catalog read from `--agents`),
+//! with their skills' schemas compiled once: a task's params are checked
+//! against its skill's `inputSchema` before anything is stored or queued,
+//! and a result against its `outputSchema` before the task completes.
+//! Replaced whole when the agent files change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::agent::Catalog;
+use crate::codec::DecodeError;
+use crate::envelope::AgentName;
+
+/// The catalog in force, and its compiled schemas.
+pub struct Declared {
+    /// The agents and card workflows, with what was wrong in their files.
+    pub catalog: Catalog,
+    schemas: Schemas,
+}
+
+impl std::ops::Deref for Declared {
+    type Target = Catalog;
+    fn deref(&self) -> &Catalog {
+        &self.catalog
+    }
+}
+
+/// One skill's compiled schemas.
+#[derive(Clone, Default)]
+struct Compiled {
+    input: Option<Arc<jsonschema::Validator>>,
+    output: Option<Arc<jsonschema::Validator>>,
+}
+
+/// Compiled schemas by agent and action.
+#[derive(Clone, Default)]
+pub(crate) struct Schemas(BTreeMap<(AgentName, String), Compiled>);
+
+impl Declared {
+    /// Compiles every skill's schemas; one that does not compile is an
+    /// error naming the agent, the skill and what is wrong (the catalog's
+    /// reading refuses such a card, so this is for cards made in code).
+    pub(crate) fn new(catalog: Catalog) -> Result<Declared, String> {
+        let mut compiled = BTreeMap::new();
+        for card in catalog.agents.values() {
+            for skill in card.skills() {
+                let compile = |schema: &Option<Value>, which: &str| {
+                    schema
+                        .as_ref()
+                        .map(|s| {
+                            jsonschema::validator_for(s).map(Arc::new).map_err(|e| {
+                                format!(
+                                    "agent `{}`, skill `{}`: {which} is not a valid JSON Schema: {e}",
+                                    card.name, skill.id
+                                )
+                            })
+                        })
+                        .transpose()
+                };
+                let c = Compiled {
+                    input: compile(&skill.input_schema, "inputSchema")?,
+                    output: compile(&skill.output_schema, "outputSchema")?,
+                };
+                if c.input.is_some() || c.output.is_some() {
+                    compiled.insert((card.name.clone(), skill.id.clone()), c);
+                }
+            }
+        }
+        Ok(Declared {
+            catalog,
+            schemas: Schemas(compiled),
+        })
+    }
+
+    /// Checks `params` for `action` of `agent`; the first error names the
+    /// field (`params.query`) and what the schema wants there.
+    pub(crate) fn check_params(
+        &self,
+        agent: &AgentName,
+        action: &str,
+        params: &Map<String, Value>,
+    ) -> Result<(), DecodeError> {
+        let Some(validator) = self.compiled(agent, action).and_then(|c| c.input.as_ref()) else {
+            return Ok(());
+        };
+        crate::codec::check_schema(
+            validator,
+            &Value::Object(params.clone()),
+            "params",
+            &format!("the `{action}` skill's inputSchema"),
+        )
+    }
+
+    /// Whether any skill of `agent` declares an output schema (so a
+    /// result of it needs its task's action to be checked).
+    pub(crate) fn checks_output(&self, agent: &AgentName) -> bool {
+        self.schemas
+            .0
+            .range((agent.clone(), String::new())..)
+            .take_while(|((a, _), _)| a == agent)
+            .any(|(_, c)| c.output.is_some())
+    }
+
+    /// Checks a result of `action` of `agent`; the first error names the
+    /// field (`result.summary`) and what the schema wants there.
+    pub(crate) fn check_result(
+        &self,
+        agent: &AgentName,
+        action: &str,
+        result: &Value,
+    ) -> Result<(), DecodeError> {
+        let Some(validator) = self.compiled(agent, action).and_then(|c| c.output.as_ref()) else {
+            return Ok(());
+        };
+        crate::codec::check_schema(
+            validator,
+            result,
+            "result",
+            &format!("the `{action}` skill's outputSchema"),
+        )
+    }
+
+    fn compiled(&self, agent: &AgentName, action: &str) -> Option<&Compiled> {
+        self.schemas.0.get(&(agent.clone(), action.to_string()))
+    }
+}
