@@ -426,7 +426,7 @@ async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
     let node = (0..3).find(|i| *i != tasks && *i != events).unwrap();
     let js = async_nats::jetstream::new(async_nats::connect(cluster.url(node)).await.unwrap());
     js.delete_stream("KV_ORCH_DELIVERIES").await.unwrap();
-    js.create_key_value(async_nats::jetstream::kv::Config {
+    let config = async_nats::jetstream::kv::Config {
         bucket: "ORCH_DELIVERIES".into(),
         history: 1,
         max_age: Duration::from_secs(7 * 24 * 3600),
@@ -437,9 +437,22 @@ async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
             ..Default::default()
         }),
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    // The meta leader may not count the node as a peer yet ("no suitable
+    // peers for placement, peer offline"): asked again until it does.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match js.create_key_value(config.clone()).await {
+            Ok(_) => break,
+            Err(e)
+                if e.to_string().contains("peer offline")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("the claims bucket was not made on n{node}: {e}"),
+        }
+    }
     assert_eq!(cluster.wait_leader_of("KV_ORCH_DELIVERIES").await, node);
     d.add_worker(&urls, &[]).await;
     d.add_worker(&urls, &[]).await;
