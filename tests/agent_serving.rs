@@ -411,3 +411,64 @@ async fn a_pack_alone_is_served_with_its_entry_as_the_default() {
         "{ours:#}"
     );
 }
+
+/// A registry's routing, used by a router card's runs: a multi-agent
+/// phrase splits the request and each part runs on its own agent (the
+/// result is their list, in order); a switch command picks the agent it
+/// names; the default agent gets what nothing matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_routing_rules_route_a_router_cards_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, phrase) in [("notes", "find notes"), ("mail", "send the draft")] {
+        write(
+            dir.path(),
+            &format!("{name}/agent.json"),
+            &json!({"name": name, "version": "1.0.0", "description": name,
+                    "skills": [{"id": name, "description": name, "triggers": [phrase]}],
+                    "invocation": {"type": "builtin", "handler": "echo"}})
+            .to_string(),
+        );
+    }
+    write(
+        dir.path(),
+        "registry.json",
+        &json!({"version": "3.0", "agents": {
+                    "notes": {"location": {"type": "local", "path": "./notes"}},
+                    "mail": {"location": {"type": "local", "path": "./mail"}}},
+                "routing": {"defaultAgent": "notes", "switchCommands": ["talk to"],
+                            "multiAgentTriggers": ["and also", "then"]}})
+        .to_string(),
+    );
+    write(
+        dir.path(),
+        "desk.yaml",
+        "type: router\nagents: [notes, mail]\n",
+    );
+    let mut sys = System::start_reading(vec![dir.path().to_path_buf()], fast_bus()).await;
+    workers(&mut sys, dir.path(), &["notes", "mail"]).await;
+    let run = |message: &str| {
+        let sys = &sys;
+        let body = json!({"input": {"message": message}});
+        async move {
+            let (status, run) = sys.post("/v1/triggers/desk/runs", body).await;
+            assert_eq!(status, 201, "{run:#}");
+            wait_run(sys, run["run_id"].as_str().unwrap()).await
+        }
+    };
+    let split = run("find notes about the launch, and also send the draft to Ann").await;
+    assert_eq!(split["state"], "completed", "{split:#}");
+    assert_eq!(
+        split["result"],
+        json!([{"echo": {"message": "find notes about the launch"}},
+               {"echo": {"message": "send the draft to Ann"}}]),
+        "{split:#}"
+    );
+    let named = run("talk to mail: find notes about the launch").await;
+    assert_eq!(named["steps"][0]["route"]["agent"], "mail", "{named:#}");
+    let fallback = run("order a pizza").await;
+    assert_eq!(
+        fallback["steps"][0]["route"]["agent"], "notes",
+        "{fallback:#}"
+    );
+    assert_eq!(fallback["state"], "completed");
+}

@@ -172,6 +172,18 @@ pub struct Origin {
     pub registry: Option<PathBuf>,
 }
 
+impl Origin {
+    /// Read from `file`, in `format` (not from git, nor by a registry).
+    pub fn new(format: Format, file: &std::path::Path) -> Origin {
+        Origin {
+            format,
+            file: file.to_path_buf(),
+            commit: None,
+            registry: None,
+        }
+    }
+}
+
 /// The formats agents are read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

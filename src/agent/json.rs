@@ -118,12 +118,7 @@ pub(super) fn read(file: &Path, text: &str) -> Loaded {
             }
         }
     }
-    card.origin = Some(Origin {
-        format: Format::AgentJson,
-        file: file.to_path_buf(),
-        commit: None,
-        registry: None,
-    });
+    card.origin = Some(Origin::new(Format::AgentJson, file));
     out.agents.push(card);
     out
 }

@@ -232,12 +232,7 @@ pub(super) fn read(file: &Path, text: &str, value: Value) -> Loaded {
             attributes,
             ..Prompt::default()
         });
-        card.origin = Some(Origin {
-            format: Format::PromptPack,
-            file: file.to_path_buf(),
-            commit: None,
-            registry: None,
-        });
+        card.origin = Some(Origin::new(Format::PromptPack, file));
         out.agents.push(card);
     }
     out.entry = Some(names[agents.entry.as_str()].clone());

@@ -241,13 +241,14 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                 }
             },
             Act::Route { step, text, agents } => {
-                let change_made = match route::choose(&text, &o.catalog(), &agents) {
+                let change_made = match route::choose_parts(&text, &o.catalog(), &agents) {
                     Some(choice) => {
                         let span = mark(&run, RunMark::Route(&step));
                         span.set_attribute("agent", choice.agent.to_string());
                         span.set_attribute("skill", choice.skill.clone());
                         span.set_attribute("score", i64::from(choice.score));
                         span.set_attribute("matched", choice.matched.join(", "));
+                        span.set_attribute("parts", (choice.also.len() + 1) as i64);
                         span.in_scope(|| info!(run_id = %id, step = %step, agent = %choice.agent, skill = %choice.skill, "routed"));
                         RunChange::Route { step, choice }
                     }

@@ -9,7 +9,8 @@
 //! before it under `previous`); in a parallel card, the request for each
 //! fan-out agent, and their results (by agent) for the fan-in agent, with
 //! the request under `request` unless `include_request` is false; a
-//! router card routes the request among its agents.
+//! router card routes the request among its agents (each part of it,
+//! when a registry's multi-agent phrase splits it, to its own agent).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -115,7 +116,7 @@ impl Trigger {
             Pattern::Router { agents: members } => vec![json!({
                 "id": "route",
                 "route": {"text": "{{ input.message }}", "agents": members},
-                "params": {"message": "{{ input.message }}"},
+                "params": {"message": "{{ route.text }}"},
             })],
         };
         let scopes: BTreeSet<String> = w
@@ -189,6 +190,7 @@ impl Triggers {
 mod tests {
     use super::*;
     use crate::agent::{AgentCard, Origin, Skill};
+    use std::path::Path;
 
     fn agents(names: &[&str]) -> BTreeMap<AgentName, AgentCard> {
         names
@@ -210,12 +212,7 @@ mod tests {
             pattern,
             default: false,
             tool_only: false,
-            origin: Origin {
-                format: crate::agent::Format::AgentCardMarkdown,
-                file: "w.md".into(),
-                commit: None,
-                registry: None,
-            },
+            origin: Origin::new(crate::agent::Format::AgentCardMarkdown, Path::new("w.md")),
         }
     }
 

@@ -32,7 +32,7 @@ fn problem(path: impl Into<String>, message: impl Into<String>) -> Problem {
 pub const STEP_FIELDS: [&str; 4] = ["result", "state", "error", "task_id"];
 
 /// The roots a template may read.
-const ROOTS: [&str; 4] = ["input", "steps", "run", "trigger"];
+const ROOTS: [&str; 5] = ["input", "steps", "run", "trigger", "route"];
 
 /// Where a step stands in its trigger.
 #[derive(Debug)]
@@ -284,6 +284,18 @@ impl Trigger {
                 }
             };
             for name in names {
+                // `route.text` is set for a route step's params only.
+                let routed = matches!(p.step.kind, StepKind::Route(_))
+                    && field.starts_with(&format!("{}.params", p.path));
+                if name.split('.').next() == Some("route") {
+                    if !routed || !matches!(name.as_str(), "route" | "route.text") {
+                        out.push(problem(
+                            field.clone(),
+                            format!("`{name}`: only a route step's params read `route.text` (the request routed)"),
+                        ));
+                    }
+                    continue;
+                }
                 if let Some(message) = self.unresolvable(&name, p, all) {
                     out.push(problem(field.clone(), format!("`{name}`: {message}")));
                 }
@@ -418,5 +430,30 @@ steps:
 "#,
         );
         assert_eq!(t.problems(), []);
+    }
+
+    /// `route.text` is the text a route step's task was routed for: its
+    /// params may read it; nothing else may (it is set nowhere else).
+    #[test]
+    fn only_a_route_steps_params_read_the_routed_text() {
+        let t = trigger(
+            r#"
+id: r
+steps:
+  - id: pick
+    route: { text: "{{ input.q }}" }
+    params: { message: "{{ route.text }}" }
+  - id: after
+    agent: x
+    action: y
+    params: { m: "{{ route.text }}", n: "{{ steps.pick.result }}" }
+"#,
+        );
+        assert_eq!(
+            messages(&t.problems()),
+            [
+                "steps[1].params.m: `route.text`: only a route step's params read `route.text` (the request routed)"
+            ]
+        );
     }
 }

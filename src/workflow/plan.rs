@@ -9,13 +9,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::record::RouteChoice;
 use super::record::{RunRecord, RunState};
 use crate::envelope::{Action, AgentName, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::task::{TaskState, TaskStatus};
 use crate::trigger::{
-    FailurePolicy, Merge, OnFailure, Parallel, Step, StepKind, Trigger, condition, render,
-    render_text,
+    FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep, Trigger, condition,
+    render, render_text,
 };
 
 /// What a step's task did, as the store has it.
@@ -151,6 +152,9 @@ struct Planner<'a> {
     context: Value,
     steps: BTreeMap<String, StepState>,
     ended: BTreeMap<String, StepEnd>,
+    /// The text each routed step's task was chosen for: its params see it
+    /// as `route.text`.
+    route_texts: BTreeMap<String, String>,
 }
 
 /// Decides where run `run` (of definition `trigger`) stands, given its
@@ -173,6 +177,7 @@ pub fn plan(
         }),
         steps: BTreeMap::new(),
         ended: BTreeMap::new(),
+        route_texts: BTreeMap::new(),
     };
     let stop = if run.cancel.is_some() {
         Some((RunState::Canceled, None))
@@ -369,6 +374,12 @@ impl Planner<'_> {
                     };
                 }
                 let choice = self.run.routes.get(&step.id).cloned();
+                if let Some(c) = &choice {
+                    if !c.also.is_empty() {
+                        return self.route_parts(step, r, c);
+                    }
+                    self.route_texts.insert(step.id.clone(), c.text.clone());
+                }
                 self.task(
                     step,
                     || {
@@ -431,6 +442,10 @@ impl Planner<'_> {
             let (result, error) = (t.result.clone().unwrap_or(Value::Null), t.error.clone());
             return self.ended(step, state, result, error, Vec::new());
         }
+        // A routed step's params see the text it was routed for.
+        if let Some(text) = self.route_texts.get(&step.id) {
+            self.context["route"] = json!({ "text": text });
+        }
         let rendered = target()
             .map_err(|why| format!("step `{}`: {why}", step.id))
             .and_then(|(agent, action)| {
@@ -438,6 +453,9 @@ impl Planner<'_> {
                     .map(|params| (agent, action, params))
                     .map_err(|e| format!("step `{}` params: {e}", step.id))
             });
+        if let Some(context) = self.context.as_object_mut() {
+            context.remove("route");
+        }
         match rendered {
             Ok((agent, action, params)) => {
                 self.steps.insert(step.id.clone(), StepState::Running);
@@ -456,6 +474,45 @@ impl Planner<'_> {
                 self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new())
             }
         }
+    }
+
+    /// A route step whose request was split into parts: one task per
+    /// part (`<step>-part-<n>`), on the agent chosen for it, with the
+    /// step's params (`route.text` is the part), run at once as a fan-out
+    /// whose result is the list of theirs, in order.
+    fn route_parts(&mut self, step: &Step, r: &Route, first: &RouteChoice) -> Outcome {
+        let mut branches = Vec::new();
+        for (i, c) in std::iter::once(first).chain(&first.also).enumerate() {
+            let Ok(action) = c.skill.parse() else {
+                let e = error(
+                    "route_error",
+                    format!("step `{}`: the route chose an invalid skill", step.id),
+                );
+                return self.ended(step, StepState::Failed, Value::Null, Some(e), Vec::new());
+            };
+            let id = format!("{}-part-{}", step.id, i + 1);
+            self.route_texts.insert(id.clone(), c.text.clone());
+            branches.push(Step {
+                id,
+                when: None,
+                timeout: step.timeout,
+                max_attempts: step.max_attempts,
+                priority: step.priority,
+                on_failure: OnFailure::Fail,
+                kind: StepKind::Task(TaskStep {
+                    agent: c.agent.clone(),
+                    action,
+                    params: r.params.clone(),
+                    system_prompt: r.system_prompt.clone(),
+                }),
+            });
+        }
+        let parts = Parallel {
+            branches,
+            merge: Merge::List,
+            failure: FailurePolicy::FailFast,
+        };
+        self.parallel(step, &parts)
     }
 
     fn parallel(&mut self, step: &Step, p: &Parallel) -> Outcome {

@@ -188,8 +188,13 @@ pub struct RouteChoice {
     pub score: u32,
     /// What matched: the skill's trigger phrases, the agent's signals.
     pub matched: Vec<String>,
-    /// The text routed.
+    /// The text routed (its first part, when the request was split).
     pub text: String,
+    /// The choices for the request's further parts, when a registry's
+    /// multi-agent trigger phrase (`and also`, `then`) split it: each
+    /// part runs on the agent chosen for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<RouteChoice>,
 }
 
 /// A cancel asked for.

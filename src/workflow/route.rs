@@ -17,8 +17,74 @@ use super::record::RouteChoice;
 use crate::agent::{AgentCard, Catalog};
 use crate::envelope::AgentName;
 
+/// Chooses for each part of `text`, split at the registry's multi-agent
+/// trigger phrases (`find the notes and also draft a mail` is two
+/// requests): the first part's choice, with the others' in `also`. No
+/// choice when a part has none.
+pub fn choose_parts(text: &str, catalog: &Catalog, allowed: &[AgentName]) -> Option<RouteChoice> {
+    let parts = split(text, &catalog.routing.multi_agent_triggers);
+    let mut choices = Vec::with_capacity(parts.len());
+    for part in parts {
+        choices.push(choose(&part, catalog, allowed)?);
+    }
+    let mut first = choices.remove(0);
+    first.also = choices;
+    Some(first)
+}
+
+/// `text` cut at each of `phrases` found as whole words (case aside),
+/// the pieces trimmed, empty ones dropped; `text` whole when none is
+/// found.
+fn split(text: &str, phrases: &[String]) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    for phrase in phrases
+        .iter()
+        .map(|p| p.trim().to_lowercase())
+        .filter(|p| !p.is_empty())
+    {
+        for (at, _) in lower.match_indices(&phrase) {
+            let end = at + phrase.len();
+            let word_before = lower[..at]
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric);
+            let word_after = lower[end..]
+                .chars()
+                .next()
+                .is_some_and(char::is_alphanumeric);
+            if !word_before && !word_after && !cuts.iter().any(|(a, b)| at < *b && end > *a) {
+                cuts.push((at, end));
+            }
+        }
+    }
+    cuts.sort_unstable();
+    let mut parts = Vec::new();
+    let mut from = 0;
+    for (at, end) in cuts {
+        parts.push(text[from..at].to_string());
+        from = end;
+    }
+    parts.push(text[from..].to_string());
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|p| {
+            p.trim()
+                .trim_matches(|c: char| c == ',' || c == ';')
+                .trim()
+                .to_string()
+        })
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        vec![text.to_string()]
+    } else {
+        parts
+    }
+}
+
 /// Chooses among the catalog's agents (only `allowed` ones, unless it is
-/// empty), with its routing rules.
+/// empty), with its routing rules, for the whole of `text`.
 pub fn choose(text: &str, catalog: &Catalog, allowed: &[AgentName]) -> Option<RouteChoice> {
     let may = |card: &AgentCard| {
         if allowed.is_empty() {
@@ -34,6 +100,7 @@ pub fn choose(text: &str, catalog: &Catalog, allowed: &[AgentName]) -> Option<Ro
             score: 0,
             matched: vec![why],
             text: text.to_string(),
+            also: Vec::new(),
         })
     };
     let lower = text.to_lowercase();
@@ -116,6 +183,7 @@ fn scored(text: &str, cards: &BTreeMap<AgentName, &AgentCard>) -> Option<RouteCh
                     score,
                     matched,
                     text: text.to_string(),
+                    also: Vec::new(),
                 });
             }
         }
@@ -229,5 +297,39 @@ mod tests {
         let only: Vec<AgentName> = vec!["outlook-agent".parse().unwrap()];
         let c = choose("send the draft", &catalog, &only).unwrap();
         assert_eq!(c.agent.as_str(), "outlook-agent");
+    }
+
+    #[test]
+    fn a_multi_agent_phrase_splits_the_request() {
+        let mut catalog = cards();
+        catalog.routing.multi_agent_triggers = vec!["and also".into(), "then".into()];
+        let c = choose_parts(
+            "what did we decide about the project, and also send the draft by email",
+            &catalog,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.agent.as_str(), c.text.as_str()),
+            ("knowledge-agent", "what did we decide about the project")
+        );
+        let also: Vec<(&str, &str, &str)> = c
+            .also
+            .iter()
+            .map(|a| (a.agent.as_str(), a.skill.as_str(), a.text.as_str()))
+            .collect();
+        assert_eq!(
+            also,
+            [("outlook-agent", "send:draft", "send the draft by email")]
+        );
+        // A phrase inside a word does not cut; without one, one part.
+        assert_eq!(
+            split("authentication notes", &["then".into()]),
+            ["authentication notes"]
+        );
+        let c = choose_parts("what did we decide about the project", &catalog, &[]).unwrap();
+        assert!(c.also.is_empty());
+        // A part nothing matches: no choice.
+        assert!(choose_parts("what did we decide, then order a pizza", &catalog, &[]).is_none());
     }
 }

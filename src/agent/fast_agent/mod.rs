@@ -99,12 +99,7 @@ pub(super) fn read(file: &Path, text: &str) -> Loaded {
     } else {
         Format::AgentCardYaml
     };
-    let origin = Origin {
-        format,
-        file: file.to_path_buf(),
-        commit: None,
-        registry: None,
-    };
+    let origin = Origin::new(format, file);
     match card(file, value, body, origin) {
         Ok((made, warnings)) => {
             out.warnings.extend(warnings.into_iter().map(&at));
