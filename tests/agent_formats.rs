@@ -631,6 +631,7 @@ fn the_documented_examples_load_together() {
         names(&c),
         [
             "analyst",
+            "billing",
             "calendar-agent",
             "cooking-agent",
             "coordinator",

@@ -368,7 +368,7 @@ impl AgentCard {
             )),
             None => Err(DecodeError::invalid(
                 "invocation",
-                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin` or `a2a` invocation; a worker of your own needs none)",
+                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin`, `a2a` or `http` invocation; a worker of your own needs none)",
             )),
         }
     }

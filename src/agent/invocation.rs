@@ -68,10 +68,18 @@ pub enum Invocation {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         knowledge_path: Option<String>,
     },
-    /// An HTTP endpoint (the conventions list it as future): read, not run.
+    /// The agent's own HTTP service (the push-delegate pattern): each
+    /// task's envelope is POSTed to it with the task's token as the
+    /// bearer credential (`docs/agents.md`, "The http invocation").
     Http {
         /// The endpoint.
         url: String,
+        /// How long one request may take.
+        #[serde(default = "default_timeout", with = "humantime_serde")]
+        timeout: Duration,
+        /// How often a job it accepted (202) is read.
+        #[serde(default = "default_poll", with = "humantime_serde")]
+        poll: Duration,
     },
     /// A gRPC endpoint (the conventions list it as future): read, not run.
     Grpc {
@@ -173,18 +181,28 @@ impl Invocation {
                     format!("`{card}` is not an http(s) URL of the remote agent's card"),
                 ))
             }
-            Invocation::ClaudeSubprocess { .. }
-            | Invocation::Http { .. }
-            | Invocation::Grpc { .. } => Err(DecodeError::invalid(
-                "invocation.type",
-                format!(
-                    "`{}` is read but not run by `orchestrator worker` (it runs `command`, `builtin` and `a2a`); a worker of your own can serve the agent (docs/worker-protocol.md)",
-                    self.kind()
-                ),
-            )),
-            Invocation::Command { .. } | Invocation::Builtin { .. } | Invocation::A2a { .. } => {
-                Ok(())
+            Invocation::Http { url, .. }
+                if !reqwest::Url::parse(url)
+                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https")) =>
+            {
+                Err(DecodeError::invalid(
+                    "invocation.url",
+                    format!("`{url}` is not an http(s) URL of the agent's service"),
+                ))
             }
+            Invocation::ClaudeSubprocess { .. } | Invocation::Grpc { .. } => {
+                Err(DecodeError::invalid(
+                    "invocation.type",
+                    format!(
+                        "`{}` is read but not run by `orchestrator worker` (it runs `command`, `builtin`, `a2a` and `http`); a worker of your own can serve the agent (docs/worker-protocol.md)",
+                        self.kind()
+                    ),
+                ))
+            }
+            Invocation::Command { .. }
+            | Invocation::Builtin { .. }
+            | Invocation::A2a { .. }
+            | Invocation::Http { .. } => Ok(()),
         }
     }
 

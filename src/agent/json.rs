@@ -66,7 +66,12 @@ pub(super) fn read(file: &Path, text: &str) -> Loaded {
     // (a worker of one's own serves it), a warning in the same words.
     let runs_here = matches!(
         card.invocation,
-        Some(Invocation::Command { .. } | Invocation::Builtin { .. } | Invocation::A2a { .. })
+        Some(
+            Invocation::Command { .. }
+                | Invocation::Builtin { .. }
+                | Invocation::A2a { .. }
+                | Invocation::Http { .. }
+        )
     );
     if let Err(e) = card.runnable() {
         let d = Diagnostic::at(

@@ -298,6 +298,7 @@ mod tests {
         );
         envelope.header.token = Some(BearerToken::new("secret-token"));
         Task {
+            token: envelope.header.token.clone(),
             envelope,
             attempt: 2,
             resumed: true,

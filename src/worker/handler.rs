@@ -18,6 +18,9 @@ use crate::envelope::Envelope;
 pub struct Task {
     /// The envelope, without its token.
     pub envelope: Envelope,
+    /// The task's token (checked), for a handler that hands it on to the
+    /// agent's own service as its credential (`http`); shown redacted.
+    pub token: Option<crate::envelope::BearerToken>,
     /// Which attempt this is.
     pub attempt: u32,
     /// An earlier run of this attempt lost its lease (its worker died or
@@ -75,6 +78,7 @@ pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
         // `runnable` allows only the built-in handlers there are.
         Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
         a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
+        http @ Invocation::Http { .. } => Ok(Arc::new(super::http_agent::HttpHandler::new(http)?)),
         // `runnable` refuses the others.
         other => Err(format!("`{}` invocations are not run here", other.kind())),
     }

@@ -23,6 +23,7 @@ mod channel;
 mod command;
 mod delivery;
 mod handler;
+mod http_agent;
 mod intake;
 mod notes;
 mod outcome;

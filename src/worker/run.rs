@@ -61,6 +61,7 @@ pub(super) async fn run_task(
     let start_publisher = || Publisher::start(shared, &envelope, resumed, trace);
     let task = Task {
         envelope: envelope.without_token(),
+        token: envelope.header.token.clone(),
         attempt,
         resumed,
         agent_dir: shared.dir.clone(),

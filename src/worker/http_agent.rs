@@ -1,0 +1,353 @@
+//! The `http` invocation: the agent is an HTTP service of its own (the
+//! seed's push-delegate pattern). Each task's envelope (its token left
+//! out of the body) is POSTed to the card's `url`, with the task's token
+//! as the bearer credential, so the service checks it as a worker would.
+//!
+//! - A 2xx with a JSON body completes the task with that body as the
+//!   result (204: a null result).
+//! - 202 with a `Location` is a job: the location is kept as the task's
+//!   note before anything waits on it (a restarted worker polls it rather
+//!   than posting again), then read every `poll` (or the `Retry-After` it
+//!   gives) until it answers otherwise. A cancel of ours DELETEs it.
+//! - 429 and 503 are retryable failures that wait the `Retry-After` they
+//!   give; other 5xx, a refused connection and a timeout are retryable;
+//!   other 4xx fail, with the service's message.
+//! - A body over 1 MiB, or a 2xx body that is not JSON, fails the task.
+//!
+//! Each request carries `Idempotency-Key` (the task's), `Orch-Task-Id`,
+//! `Orch-Attempt` and the handler span's `traceparent`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::{Handler, Outcome, Task};
+use crate::agent::Invocation;
+use crate::event::ErrorInfo;
+
+/// The most a service's answer may hold.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How the handler reaches the agent's service.
+#[derive(Clone)]
+pub struct HttpHandler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: reqwest::Url,
+    http: reqwest::Client,
+    poll: Duration,
+}
+
+/// What one exchange with the service came to.
+enum Answer {
+    /// The task's result.
+    Done(Value),
+    /// A job to follow at this URL, after this long.
+    Job(reqwest::Url, Option<Duration>),
+    /// How the attempt ends otherwise.
+    End(Outcome),
+}
+
+impl HttpHandler {
+    /// The handler of an `http` invocation.
+    pub fn new(invocation: &Invocation) -> Result<HttpHandler, String> {
+        let Invocation::Http { url, timeout, poll } = invocation else {
+            return Err("not an `http` invocation".into());
+        };
+        let url = reqwest::Url::parse(url).map_err(|e| format!("invocation.url: {e}"))?;
+        let http = reqwest::Client::builder()
+            .timeout(*timeout)
+            // A job's location is followed by this handler, not by redirects.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(HttpHandler {
+            inner: Arc::new(Inner {
+                url,
+                http,
+                poll: *poll,
+            }),
+        })
+    }
+}
+
+impl Handler for HttpHandler {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.run(task).await })
+    }
+}
+
+/// What the note of a task handed to a service holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Note {
+    /// The job's location.
+    location: String,
+    /// The attempt that posted it.
+    attempt: u32,
+}
+
+impl Inner {
+    async fn run(&self, task: Task) -> Outcome {
+        let headers = match headers(&task) {
+            Ok(h) => h,
+            Err(why) => return Outcome::permanent("bad_request", why),
+        };
+        // A job this attempt posted before its worker died is followed,
+        // not posted again.
+        let kept = match task.notes.get().await {
+            Ok(n) => n.and_then(|v| serde_json::from_value::<Note>(v).ok()),
+            Err(why) => return Outcome::retryable("notes_unavailable", why),
+        };
+        let mut answer = match kept {
+            Some(n) if n.attempt == task.attempt => match reqwest::Url::parse(&n.location) {
+                Ok(url) => Answer::Job(url, None),
+                Err(_) => self.post(&task, &headers).await,
+            },
+            _ => self.post(&task, &headers).await,
+        };
+        let mut noted = None;
+        loop {
+            match answer {
+                Answer::Done(result) => return Outcome::completed(result),
+                Answer::End(outcome) => return outcome,
+                Answer::Job(url, after) => {
+                    if noted.as_ref() != Some(&url) {
+                        let note = Note {
+                            location: url.to_string(),
+                            attempt: task.attempt,
+                        };
+                        if let Err(why) = task.notes.set(&json!(note)).await {
+                            return Outcome::retryable("notes_unavailable", why);
+                        }
+                        noted = Some(url.clone());
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(after.unwrap_or(self.poll)) => {}
+                        () = task.cancel.cancelled() => {
+                            // Best effort: the service is told, the task is canceled either way.
+                            let _ = self.http.delete(url).headers(headers.clone()).send().await;
+                            return Outcome::Canceled;
+                        }
+                    }
+                    answer = tokio::select! {
+                        a = self.exchange(Method::GET, url.clone(), &headers, None) => a,
+                        () = task.cancel.cancelled() => {
+                            let _ = self.http.delete(url).headers(headers.clone()).send().await;
+                            return Outcome::Canceled;
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    /// Posts the task's envelope.
+    async fn post(&self, task: &Task, headers: &HeaderMap) -> Answer {
+        let body = serde_json::to_vec(&task.envelope).unwrap_or_default();
+        tokio::select! {
+            a = self.exchange(Method::POST, self.url.clone(), headers, Some(body)) => a,
+            () = task.cancel.cancelled() => Answer::End(Outcome::Canceled),
+        }
+    }
+
+    /// One request, and what its answer means.
+    async fn exchange(
+        &self,
+        method: Method,
+        url: reqwest::Url,
+        headers: &HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Answer {
+        let method_was_get = method == Method::GET;
+        let mut request = self
+            .http
+            .request(method, url.clone())
+            .headers(headers.clone());
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let why = if e.is_timeout() {
+                    "timed out".to_string()
+                } else {
+                    e.to_string()
+                };
+                return Answer::End(Outcome::retryable(
+                    "agent_unavailable",
+                    format!("{url}: {why}"),
+                ));
+            }
+        };
+        let status = response.status();
+        let retry_after = response.headers().get(RETRY_AFTER).and_then(retry_after);
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| url.join(l).ok());
+        let mut bytes = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Answer::End(Outcome::permanent(
+                            "output_too_large",
+                            format!("{url} answered with more than {MAX_BODY_BYTES} bytes"),
+                        ));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Answer::End(Outcome::retryable(
+                        "agent_unavailable",
+                        format!("{url}: {e}"),
+                    ));
+                }
+            }
+        }
+        match status {
+            StatusCode::ACCEPTED => match location {
+                Some(job) => Answer::Job(job, retry_after),
+                // A job already followed goes on at its location.
+                None if method_was_get => Answer::Job(url, retry_after),
+                None => Answer::End(Outcome::permanent(
+                    "bad_response",
+                    format!("{url} answered 202 without a Location to follow"),
+                )),
+            },
+            StatusCode::NO_CONTENT => Answer::Done(Value::Null),
+            s if s.is_success() => match serde_json::from_slice(&bytes) {
+                Ok(result) => Answer::Done(result),
+                Err(e) => Answer::End(Outcome::permanent(
+                    "bad_response",
+                    format!("{url} answered {s} with a body that is not JSON: {e}"),
+                )),
+            },
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                Answer::End(Outcome::Failed {
+                    error: ErrorInfo::new(
+                        "agent_busy",
+                        format!("{url} answered {status}: {}", said(&bytes)),
+                        true,
+                    ),
+                    retry_after,
+                })
+            }
+            s if s.is_server_error() => Answer::End(Outcome::retryable(
+                "agent_unavailable",
+                format!("{url} answered {s}: {}", said(&bytes)),
+            )),
+            s => Answer::End(Outcome::permanent(
+                "agent_refused",
+                format!("{url} answered {s}: {}", said(&bytes)),
+            )),
+        }
+    }
+}
+
+/// The headers every request of `task` carries.
+fn headers(task: &Task) -> Result<HeaderMap, String> {
+    let mut h = HeaderMap::new();
+    let value =
+        |s: &str| HeaderValue::from_str(s).map_err(|_| format!("`{s}` cannot be a header value"));
+    if let Some(token) = &task.token {
+        let mut v = value(&format!("Bearer {}", token.expose()))?;
+        v.set_sensitive(true);
+        h.insert("authorization", v);
+    }
+    h.insert(
+        "idempotency-key",
+        value(task.envelope.control.idempotency_key.as_str())?,
+    );
+    h.insert(
+        "orch-task-id",
+        value(&task.envelope.header.task_id.to_string())?,
+    );
+    h.insert("orch-attempt", value(&task.attempt.to_string())?);
+    for (name, v) in &task.trace {
+        h.insert(
+            name.to_ascii_lowercase()
+                .as_str()
+                .parse::<reqwest::header::HeaderName>()
+                .map_err(|e| e.to_string())?,
+            value(v)?,
+        );
+    }
+    Ok(h)
+}
+
+/// A `Retry-After`: seconds, or an HTTP date.
+fn retry_after(v: &HeaderValue) -> Option<Duration> {
+    let text = v.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+/// What an error body says: its `error.message` or `message` when JSON,
+/// else its text (at most 500 characters).
+fn said(bytes: &[u8]) -> String {
+    let text = match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => v
+            .pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string()),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return "(no body)".into();
+    }
+    text.chars().take(500).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(
+            retry_after(&HeaderValue::from_static("7")),
+            Some(Duration::from_secs(7))
+        );
+        let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+        let d = retry_after(&HeaderValue::from_str(&later).unwrap()).unwrap();
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
+        assert_eq!(retry_after(&HeaderValue::from_static("soon")), None);
+    }
+
+    #[test]
+    fn an_error_body_says_its_message() {
+        assert_eq!(
+            said(br#"{"error": {"message": "no such order"}}"#),
+            "no such order"
+        );
+        assert_eq!(said(br#"{"message": "quota"}"#), "quota");
+        assert_eq!(said(b"plain words\n"), "plain words");
+        assert_eq!(said(b""), "(no body)");
+    }
+}
