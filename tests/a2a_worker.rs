@@ -265,22 +265,7 @@ async fn a_killed_worker_resumes_the_remote_task_without_a_second_message() {
     let card: AgentCard = serde_json::from_value(card_json.clone()).unwrap();
     let sys = System::start(vec![card], fast_bus()).await;
     let agents = tempfile::tempdir().unwrap();
-    let dir = agents.path().join("remote");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("agent.json"), card_json.to_string()).unwrap();
-    let worker = |log: &str| {
-        common::process::orchestrator(
-            &[
-                "worker",
-                "--agent",
-                dir.to_str().unwrap(),
-                "--data-dir",
-                sys.data.path().to_str().unwrap(),
-            ],
-            &sys.nats.url(),
-            &agents.path().join(log),
-        )
-    };
+    let worker = |log: &str| sys.worker_process(agents.path(), &card_json, log);
     let mut first = worker("first.log");
     let id = sys
         .submit("remote", "paint", json!({"text": "steps 2 wait"}))

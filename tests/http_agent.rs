@@ -286,22 +286,7 @@ async fn a_job_is_followed_across_a_worker_kill_and_deleted_on_cancel() {
     let jobber: AgentCard = serde_json::from_value(card_value.clone()).unwrap();
     let sys = System::start(vec![jobber], fast_bus()).await;
     let agents = tempfile::tempdir().unwrap();
-    let dir = agents.path().join("jobber");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("agent.json"), card_value.to_string()).unwrap();
-    let worker = |log: &str| {
-        common::process::orchestrator(
-            &[
-                "worker",
-                "--agent",
-                dir.to_str().unwrap(),
-                "--data-dir",
-                sys.data.path().to_str().unwrap(),
-            ],
-            &sys.nats.url(),
-            &agents.path().join(log),
-        )
-    };
+    let worker = |log: &str| sys.worker_process(agents.path(), &card_value, log);
     let mut first = worker("first.log");
     let id = sys.submit("jobber", "go", json!({})).await;
     common::eventually("the job is read", Duration::from_secs(30), || async {

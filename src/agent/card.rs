@@ -198,18 +198,6 @@ pub enum Format {
     AgentCardYaml,
 }
 
-impl Format {
-    /// As listings show it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Format::AgentJson => "agent.json",
-            Format::PromptPack => "promptpack",
-            Format::AgentCardMarkdown => "agentcard.md",
-            Format::AgentCardYaml => "agentcard.yaml",
-        }
-    }
-}
-
 /// `agent.json` as written.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -267,7 +267,7 @@ impl Catalog {
             loaded_at: Some(Timestamp::now()),
             // Taken first: a file written while the others are read makes
             // the stamp older than what was read, so a watcher reads again.
-            stamp: crate::source::stamp(paths, is_agent_file),
+            stamp: stamp(paths),
             ..Catalog::default()
         };
         let mut per_file: Vec<(PathBuf, Loaded)> = Vec::new();
@@ -389,13 +389,10 @@ impl Catalog {
                     ));
                 }
             }
+            // (An `agent.json` has a prompt only with an invocation.)
             let prompt_only = agent.invocation.is_none()
                 && agent.prompt.as_ref().is_some_and(|p| p.pattern.is_none());
-            let from_json = agent
-                .origin
-                .as_ref()
-                .is_some_and(|o| o.format == super::card::Format::AgentJson);
-            if prompt_only && !from_json {
+            if prompt_only {
                 self.warnings.push(Diagnostic::file(
                     &file_of(agent),
                     format!("agent `{}` is a prompt for a model: it runs once LLM agents are built (not yet); its tasks wait until then", agent.name),
@@ -416,6 +413,11 @@ impl Catalog {
             }
         }
         self.entry = used.entry.or(used.default);
+    }
+
+    /// Whether no agent file changed since these were read.
+    pub fn unchanged(&self) -> bool {
+        stamp(&self.paths) == self.stamp
     }
 
     /// The agents listings show (not those only usable as tools), with
@@ -457,6 +459,12 @@ pub(crate) fn joined(base: &Path, path: &str) -> PathBuf {
         .components()
         .filter(|c| !matches!(c, std::path::Component::CurDir))
         .collect()
+}
+
+/// The stamp of the agent files under `paths`: an agent's folder is one
+/// level down, its knowledge and history files one or two more.
+fn stamp(paths: &[PathBuf]) -> crate::source::Stamp {
+    crate::source::stamp(paths, is_agent_file, 3)
 }
 
 fn canonical(p: &Path) -> PathBuf {

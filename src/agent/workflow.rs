@@ -21,12 +21,6 @@ pub struct CardWorkflow {
     pub instruction: Option<String>,
     /// How it runs its agents.
     pub pattern: Pattern,
-    /// The card says it is the default one.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub default: bool,
-    /// Left out of listings: used only as a tool.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub tool_only: bool,
     /// Where it was read from.
     pub origin: Origin,
 }

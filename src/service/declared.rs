@@ -4,7 +4,7 @@
 //! and a result against its `outputSchema` before the task completes.
 //! Replaced whole when the agent files change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -18,6 +18,9 @@ pub struct Declared {
     /// The agents and card workflows, with what was wrong in their files.
     pub catalog: Catalog,
     schemas: Schemas,
+    /// The agents with an `outputSchema` on some skill: only their
+    /// results need their task's action to be checked.
+    outputs: BTreeSet<AgentName>,
 }
 
 impl std::ops::Deref for Declared {
@@ -68,9 +71,15 @@ impl Declared {
                 }
             }
         }
+        let outputs = compiled
+            .iter()
+            .filter(|(_, c)| c.output.is_some())
+            .map(|((agent, _), _)| agent.clone())
+            .collect();
         Ok(Declared {
             catalog,
             schemas: Schemas(compiled),
+            outputs,
         })
     }
 
@@ -93,14 +102,15 @@ impl Declared {
         )
     }
 
+    /// Whether any agent declares an output schema.
+    pub(crate) fn checks_outputs(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     /// Whether any skill of `agent` declares an output schema (so a
     /// result of it needs its task's action to be checked).
     pub(crate) fn checks_output(&self, agent: &AgentName) -> bool {
-        self.schemas
-            .0
-            .range((agent.clone(), String::new())..)
-            .take_while(|((a, _), _)| a == agent)
-            .any(|(_, c)| c.output.is_some())
+        self.outputs.contains(agent)
     }
 
     /// Checks a result of `action` of `agent`; the first error names the

@@ -324,6 +324,9 @@ impl Applier {
         task_id: crate::envelope::TaskId,
         group: &mut [(Arrived, WorkerEvent)],
     ) {
+        if !self.agents.borrow().checks_outputs() {
+            return;
+        }
         let declared = self.agents.borrow().clone();
         let mut envelope = None;
         for (arrived, event) in group.iter_mut() {

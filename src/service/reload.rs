@@ -136,7 +136,7 @@ pub(crate) async fn reload(o: &Orchestrator, what: Watched) {
 /// off the async threads), then the triggers against them.
 async fn reload_agents(o: &Orchestrator) {
     let before = o.catalog();
-    if crate::source::stamp(&before.paths, is_agent_file) == before.stamp {
+    if before.unchanged() {
         return;
     }
     let git = o.config().git_options(true);

@@ -10,32 +10,30 @@ use std::time::SystemTime;
 /// a file was written, added or removed between them.
 pub type Stamp = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
-/// How deep below a directory given files are looked for.
-const DEPTH: usize = 3;
-
 /// The stamp of the files under `paths` (files, or directories searched
-/// a few levels down) for which `relevant` holds, sorted.
-pub fn stamp(paths: &[PathBuf], relevant: fn(&Path) -> bool) -> Stamp {
+/// `depth` levels down: 1 for a directory's own files) for which
+/// `relevant` holds, sorted.
+pub fn stamp(paths: &[PathBuf], relevant: fn(&Path) -> bool, depth: usize) -> Stamp {
     let mut out = Vec::new();
     for p in paths {
-        walk(p, relevant, 0, &mut out);
+        walk(p, relevant, 0, depth, &mut out);
     }
     out.sort();
     out
 }
 
-fn walk(path: &Path, relevant: fn(&Path) -> bool, depth: usize, out: &mut Stamp) {
+fn walk(path: &Path, relevant: fn(&Path) -> bool, level: usize, depth: usize, out: &mut Stamp) {
     let Ok(meta) = std::fs::metadata(path) else {
         return;
     };
     if meta.is_dir() {
-        if depth > DEPTH {
+        if level >= depth {
             return;
         }
         for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-            walk(&entry.path(), relevant, depth + 1, out);
+            walk(&entry.path(), relevant, level + 1, depth, out);
         }
-    } else if depth == 0 || relevant(path) {
+    } else if level == 0 || relevant(path) {
         out.push((path.to_path_buf(), meta.len(), meta.modified().ok()));
     }
 }

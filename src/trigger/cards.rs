@@ -210,8 +210,6 @@ mod tests {
             description: "d".into(),
             instruction: None,
             pattern,
-            default: false,
-            tool_only: false,
             origin: Origin::new(crate::agent::Format::AgentCardMarkdown, Path::new("w.md")),
         }
     }

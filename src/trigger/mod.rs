@@ -258,9 +258,10 @@ pub struct Triggers {
     pub stamp: crate::source::Stamp,
 }
 
-/// The stamp of the trigger files of `dir`.
+/// The stamp of the trigger files of `dir` (its own files, as loading
+/// reads them).
 pub fn stamp(dir: &Path) -> crate::source::Stamp {
-    crate::source::stamp(&[dir.to_path_buf()], is_trigger_file)
+    crate::source::stamp(&[dir.to_path_buf()], is_trigger_file, 1)
 }
 
 impl Triggers {

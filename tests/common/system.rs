@@ -252,6 +252,31 @@ impl System {
         (stop, self.workers.len() - 1)
     }
 
+    /// An `orchestrator worker` process (killed on drop) for the agent
+    /// `card`, its card written to `<dir>/<name>/agent.json`, on this
+    /// system's broker and keys; its log in `<dir>/<log>`.
+    pub fn worker_process(
+        &self,
+        dir: &std::path::Path,
+        card: &Value,
+        log: &str,
+    ) -> super::process::Proc {
+        let agent = dir.join(card["name"].as_str().unwrap());
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(agent.join("agent.json"), card.to_string()).unwrap();
+        super::process::orchestrator(
+            &[
+                "worker",
+                "--agent",
+                agent.to_str().unwrap(),
+                "--data-dir",
+                self.data.path().to_str().unwrap(),
+            ],
+            &self.nats.url(),
+            &dir.join(log),
+        )
+    }
+
     /// Waits for worker `index` to stop (after its token fired).
     pub async fn join_worker(&mut self, index: usize) {
         let (_, handle) = self.workers.remove(index);

@@ -206,16 +206,21 @@ fn card(
                 }
             }
         };
-    let flag = |v: &mut Map<String, Value>, k: &str, problems: &mut Vec<FieldProblem>| -> bool {
+    // A true-or-false attribute, `absent` when it is not given.
+    let flag = |v: &mut Map<String, Value>,
+                k: &str,
+                absent: bool,
+                problems: &mut Vec<FieldProblem>|
+     -> bool {
         match v.remove(k) {
-            None | Some(Value::Null) => false,
+            None | Some(Value::Null) => absent,
             Some(Value::Bool(b)) => b,
             Some(other) => {
                 problems.push(FieldProblem::new(
                     k,
                     format!("must be true or false, not {other}"),
                 ));
-                false
+                absent
             }
         }
     };
@@ -233,8 +238,8 @@ fn card(
         }
     };
     let description = string(&mut v, "description", &mut problems);
-    let default = flag(&mut v, "default", &mut problems);
-    let tool_only = flag(&mut v, "tool_only", &mut problems);
+    let default = flag(&mut v, "default", false, &mut problems);
+    let tool_only = flag(&mut v, "tool_only", false, &mut problems);
     if default && tool_only {
         problems.push(FieldProblem::new(
             "tool_only",
@@ -320,7 +325,7 @@ fn card(
                     "missing: the agents of the chain, in order",
                 ));
             }
-            let cumulative = flag(&mut v, "cumulative", &mut problems);
+            let cumulative = flag(&mut v, "cumulative", false, &mut problems);
             Some(Pattern::Chain {
                 sequence,
                 cumulative,
@@ -335,17 +340,7 @@ fn card(
                 ));
             }
             let fan_in = take("fan_in").into_iter().next();
-            let include_request = match v.remove("include_request") {
-                None | Some(Value::Null) => true,
-                Some(Value::Bool(b)) => b,
-                Some(other) => {
-                    problems.push(FieldProblem::new(
-                        "include_request",
-                        format!("must be true or false, not {other}"),
-                    ));
-                    true
-                }
-            };
+            let include_request = flag(&mut v, "include_request", true, &mut problems);
             Some(Pattern::Parallel {
                 fan_out,
                 fan_in,
@@ -397,6 +392,16 @@ fn card(
             .unwrap_or_else(|| format!("{kind} `{written_name}`"))
     });
     if let Some(pattern) = workflow {
+        // A card's workflow is a trigger: neither the entry agent nor a
+        // tool of another agent.
+        for (set, field) in [(default, "default"), (tool_only, "tool_only")] {
+            if set {
+                warnings.push(FieldProblem::new(
+                    field,
+                    format!("has no effect on a `{kind}` card: its workflow is a trigger"),
+                ));
+            }
+        }
         return Ok((
             Made::Workflow(Box::new(CardWorkflow {
                 name,
@@ -404,8 +409,6 @@ fn card(
                 description,
                 instruction,
                 pattern,
-                default,
-                tool_only,
                 origin,
             })),
             warnings,
