@@ -33,6 +33,7 @@ fn new_task(i: usize) -> NewTask {
         actor: "bench".into(),
         trace: None,
         step: None,
+        conversation: false,
     }
 }
 

@@ -13,8 +13,8 @@
 //!    `auth` and `agent`.
 //! 3. `service`: the orchestrator.
 //! 4. Infrastructure: `store` (sled), `bus` (NATS), `broker`.
-//! 5. Domain, read from files at most: `workflow`, `trigger`, `access`,
-//!    `agent`, `task`, `audit`.
+//! 5. Domain, read from files at most: `workflow`, `llm`, `trigger`,
+//!    `access`, `agent`, `task`, `audit`.
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
@@ -36,6 +36,9 @@
 //! - [`trigger`]: trigger definitions (`triggers/`) and `validate`.
 //! - [`workflow`]: workflow runs: their record and the pure plan of what a
 //!   run does next.
+//! - [`llm`]: agents that are prompts for a model: a conversation's first
+//!   request, the tools a card offers, the pure plan of what a
+//!   conversation does next, the `llm` settings.
 //! - [`redact`]: keeping sensitive param values out of error messages,
 //!   logs and the audit trail.
 //! - [`retry`]: backoff with jitter between tries of what keeps failing.
@@ -78,6 +81,7 @@ pub mod codec;
 pub mod envelope;
 pub mod event;
 pub mod http;
+pub mod llm;
 pub mod redact;
 pub mod retry;
 pub mod server;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
 use common::process::{Proc, free_port, orchestrator, run_args, wait_ready};
-use common::system::{System, card, fast_bus};
+use common::system::{System, card, fast_bus, in_process_worker};
 use futures::future::BoxFuture;
 use orchestrator::worker::{Handler, Outcome, Task};
 use serde_json::json;
@@ -130,39 +130,6 @@ fn slow_agent() -> (tempfile::TempDir, orchestrator::agent::AgentCard) {
     )
     .unwrap();
     (agents, slow)
-}
-
-/// A worker for `card` in this process (it outlives the orchestrator's
-/// crashes), checking task tokens with the key the orchestrator generated
-/// in `data`; stop it with the token.
-async fn in_process_worker(
-    nats: &NatsServer,
-    data: &Path,
-    card: orchestrator::agent::AgentCard,
-    handler: Arc<dyn Handler>,
-    concurrency: usize,
-) -> (
-    tokio_util::sync::CancellationToken,
-    tokio::task::JoinHandle<()>,
-) {
-    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
-        .await
-        .unwrap();
-    let verifier = orchestrator::auth::TokenSettings::default()
-        .verifier(data, card.name.as_str())
-        .unwrap()
-        .map(Arc::new);
-    let config = orchestrator::worker::WorkerConfig {
-        concurrency,
-        verifier,
-        ..Default::default()
-    };
-    let worker = orchestrator::worker::Worker::start(bus, card, ".".into(), handler, config)
-        .await
-        .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(worker.run(stop.clone()));
-    (stop, task)
 }
 
 /// Takes a while, so that tasks are in flight when the orchestrator dies.

@@ -176,7 +176,7 @@ async fn the_service_gets_the_envelope_and_the_token_and_answers() {
     let mut sys = System::start(vec![doer.clone()], fast_bus()).await;
     sys.worker(
         doer.clone(),
-        orchestrator::worker::handler_for(&doer).unwrap(),
+        orchestrator::worker::handler_for(&doer, &Default::default()).unwrap(),
     )
     .await;
     let id = sys.submit("doer", "go", json!({"order": 42})).await;
@@ -217,8 +217,11 @@ async fn busy_is_retried_and_refusals_fail_with_the_services_words() {
     .map(|(name, path)| card(name, &format!("{url}{path}")));
     let mut sys = System::start(cards.to_vec(), fast_bus()).await;
     for c in &cards {
-        sys.worker(c.clone(), orchestrator::worker::handler_for(c).unwrap())
-            .await;
+        sys.worker(
+            c.clone(),
+            orchestrator::worker::handler_for(c, &Default::default()).unwrap(),
+        )
+        .await;
     }
     let busy = sys.submit("busy", "go", json!({})).await;
     let refused = sys.submit("refuser", "go", json!({})).await;

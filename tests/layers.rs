@@ -12,7 +12,9 @@ const LAYERS: [&[&str]; 7] = [
     &["http", "worker"],
     &["service"],
     &["store", "bus", "broker"],
-    &["workflow", "trigger", "access", "agent", "task", "audit"],
+    &[
+        "workflow", "llm", "trigger", "access", "agent", "task", "audit",
+    ],
     &["claim", "auth", "telemetry"],
     &[
         "event", "artifact", "envelope", "codec", "redact", "retry", "target", "source",

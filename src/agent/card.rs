@@ -23,6 +23,18 @@ use super::skill::{Capability, Skill};
 use crate::codec::{DecodeError, Validate};
 use crate::envelope::AgentName;
 
+/// How a prompt with no invocation runs: as an `llm` agent with the
+/// worker's settings.
+static PROMPT_INVOCATION: std::sync::LazyLock<Invocation> =
+    std::sync::LazyLock::new(|| Invocation::Llm {
+        system_prompt: None,
+        model: None,
+        base_url: None,
+        api_key_env: None,
+        timeout: None,
+        params: Map::new(),
+    });
+
 /// One agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", from = "CardFile")]
@@ -350,14 +362,26 @@ impl AgentCard {
     pub fn runnable(&self) -> Result<&Invocation, DecodeError> {
         match &self.invocation {
             Some(invocation) => invocation.runnable().map(|()| invocation),
+            None if self.model_driven() => Ok(&PROMPT_INVOCATION),
             None if self.prompt.is_some() => Err(DecodeError::invalid(
-                "invocation",
-                "the agent is a prompt for a model: it runs once LLM agents are built (not yet); until then a worker of your own can serve it (docs/worker-protocol.md)",
+                "type",
+                "this workflow type needs a model to plan: it is not run yet (docs/llm.md)",
             )),
             None => Err(DecodeError::invalid(
                 "invocation",
-                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin`, `a2a` or `http` invocation; a worker of your own needs none)",
+                "missing: the card does not say how to run the agent (`orchestrator worker` needs a `command`, `builtin`, `a2a`, `http` or `llm` invocation; a worker of your own needs none)",
             )),
+        }
+    }
+
+    /// Whether the agent is a prompt for a model whose conversations the
+    /// orchestrator holds (`docs/llm.md`): an `llm` invocation, or a
+    /// prompt (an AgentCard, a PromptPack member) with no invocation.
+    pub fn model_driven(&self) -> bool {
+        match self.invocation {
+            Some(Invocation::Llm { .. }) => true,
+            None => self.prompt.as_ref().is_some_and(|p| p.pattern.is_none()),
+            Some(_) => false,
         }
     }
 

@@ -389,15 +389,6 @@ impl Catalog {
                     ));
                 }
             }
-            // (An `agent.json` has a prompt only with an invocation.)
-            let prompt_only = agent.invocation.is_none()
-                && agent.prompt.as_ref().is_some_and(|p| p.pattern.is_none());
-            if prompt_only {
-                self.warnings.push(Diagnostic::file(
-                    &file_of(agent),
-                    format!("agent `{}` is a prompt for a model: it runs once LLM agents are built (not yet); its tasks wait until then", agent.name),
-                ));
-            }
         }
         if let Some((file, routing)) = used.routing {
             match &routing.default_agent {

@@ -81,6 +81,37 @@ pub enum Invocation {
         #[serde(default = "default_poll", with = "humantime_serde")]
         poll: Duration,
     },
+    /// A prompt for an OpenAI-compatible Chat Completions endpoint
+    /// (`docs/llm.md`): the orchestrator holds the conversation and sends
+    /// each model call to the agent's worker as a turn; the worker sends it
+    /// to the endpoint with its key. Where a field is left out, the
+    /// worker's settings (`llm`) apply.
+    #[serde(rename_all = "camelCase")]
+    Llm {
+        /// The agent's instruction: a file, relative to the agent's
+        /// directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system_prompt: Option<String>,
+        /// The model, as the endpoint names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// The endpoint's base URL (`/chat/completions` is added).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
+        /// The variable of the worker's environment holding the API key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// How long one model call may take.
+        #[serde(
+            default,
+            with = "humantime_serde",
+            skip_serializing_if = "Option::is_none"
+        )]
+        timeout: Option<Duration>,
+        /// Parameters of each request (`temperature`, `max_tokens`, ...).
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        params: serde_json::Map<String, serde_json::Value>,
+    },
     /// A gRPC endpoint (the conventions list it as future): read, not run.
     Grpc {
         /// The endpoint.
@@ -194,15 +225,27 @@ impl Invocation {
                 Err(DecodeError::invalid(
                     "invocation.type",
                     format!(
-                        "`{}` is read but not run by `orchestrator worker` (it runs `command`, `builtin`, `a2a` and `http`); a worker of your own can serve the agent (docs/worker-protocol.md)",
+                        "`{}` is read but not run by `orchestrator worker` (it runs `command`, `builtin`, `a2a`, `http` and `llm`); a worker of your own can serve the agent (docs/worker-protocol.md)",
                         self.kind()
                     ),
+                ))
+            }
+            Invocation::Llm {
+                base_url: Some(url),
+                ..
+            } if !reqwest::Url::parse(url)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https")) =>
+            {
+                Err(DecodeError::invalid(
+                    "invocation.baseUrl",
+                    format!("`{url}` is not an http(s) URL of a Chat Completions endpoint"),
                 ))
             }
             Invocation::Command { .. }
             | Invocation::Builtin { .. }
             | Invocation::A2a { .. }
-            | Invocation::Http { .. } => Ok(()),
+            | Invocation::Http { .. }
+            | Invocation::Llm { .. } => Ok(()),
         }
     }
 
@@ -214,6 +257,7 @@ impl Invocation {
             Invocation::A2a { .. } => "a2a",
             Invocation::ClaudeSubprocess { .. } => "claude-subprocess",
             Invocation::Http { .. } => "http",
+            Invocation::Llm { .. } => "llm",
             Invocation::Grpc { .. } => "grpc",
         }
     }

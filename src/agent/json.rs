@@ -10,6 +10,7 @@ use super::invocation::Invocation;
 use super::prompt::Prompt;
 use crate::codec::Validate;
 use crate::source::{Diagnostic, FieldProblem, parse, read_strict};
+use serde_json::Map;
 
 /// Reads the card in `file` (an `agent.json`), whose text is `text`; in
 /// a file named `agent.json`, the card's name must be its directory's.
@@ -71,6 +72,7 @@ pub(super) fn read(file: &Path, text: &str) -> Loaded {
                 | Invocation::Builtin { .. }
                 | Invocation::A2a { .. }
                 | Invocation::Http { .. }
+                | Invocation::Llm { .. }
         )
     );
     if let Err(e) = card.runnable() {
@@ -87,28 +89,50 @@ pub(super) fn read(file: &Path, text: &str) -> Loaded {
         }
         out.warnings.push(d);
     }
-    // The conventions' system prompt file is the agent's instruction.
-    if let Some(Invocation::ClaudeSubprocess {
-        system_prompt: Some(prompt),
-        ..
-    }) = &card.invocation
-    {
-        let path = dir.join(prompt);
-        match std::fs::read_to_string(&path) {
-            Ok(instruction) => {
-                card.prompt = Some(Prompt {
-                    instruction: instruction.trim().to_string(),
-                    ..Prompt::default()
-                });
-            }
-            Err(e) => out.warnings.push(Diagnostic::at(
-                file,
-                text,
-                0,
-                "invocation.systemPrompt",
-                format!("{}: {e}", path.display()),
-            )),
+    // The conventions' system prompt file is the agent's instruction; an
+    // `llm` invocation's model and params are its prompt's.
+    let (file_name, model, request_params) = match &card.invocation {
+        Some(Invocation::ClaudeSubprocess { system_prompt, .. }) => {
+            (system_prompt.as_ref(), None, Map::new())
         }
+        Some(Invocation::Llm {
+            system_prompt,
+            model,
+            params,
+            ..
+        }) => (system_prompt.as_ref(), model.clone(), params.clone()),
+        _ => (None, None, Map::new()),
+    };
+    let llm = matches!(card.invocation, Some(Invocation::Llm { .. }));
+    let instruction = match file_name.map(|f| dir.join(f)) {
+        Some(path) => match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text.trim().to_string()),
+            Err(e) => {
+                let d = Diagnostic::at(
+                    file,
+                    text,
+                    0,
+                    "invocation.systemPrompt",
+                    format!("{}: {e}", path.display()),
+                );
+                // A model given no instruction would run as another agent.
+                if llm {
+                    out.errors.push(d);
+                    return out;
+                }
+                out.warnings.push(d);
+                None
+            }
+        },
+        None => None,
+    };
+    if instruction.is_some() || llm {
+        card.prompt = Some(Prompt {
+            instruction: instruction.unwrap_or_default(),
+            model,
+            request_params,
+            ..Prompt::default()
+        });
     }
     if let Some(deps) = &card.dependencies {
         for (i, k) in deps.knowledge.iter().enumerate() {

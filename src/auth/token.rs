@@ -11,7 +11,7 @@
 //! | `scope` | the task's required scopes, space-separated (RFC 8693) |
 //! | `jti` | the task id |
 //! | `iat`, `nbf`, `exp` | seconds since the epoch; `exp` = `nbf` + `token_ttl` |
-//! | `act` | the delegation chain, RFC 8693 style: `{"sub": "<iss>"}`, the orchestrator acting for `sub` |
+//! | `act` | the delegation chain, RFC 8693 style: `{"sub": "<iss>"}`, the orchestrator acting for `sub`; for a model's tool call, the calling agent acting through it (`{"sub": "<agent>", "act": {"sub": "<iss>"}}`), one level more per agent up the chain |
 //! | `env_sha256` | base64url SHA-256 of the canonical `{control, payload}` (see `canonical.rs`) |
 
 use std::collections::{HashMap, VecDeque};
@@ -66,6 +66,23 @@ pub struct Actor {
     /// Who it in turn acts for, if that was itself delegated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub act: Option<Box<Actor>>,
+}
+
+/// The delegation chain of a task: the orchestrator acting for the
+/// principal, and for a tool call each agent whose model called, the last
+/// (the current actor) outermost.
+fn chain(issuer: &str, callers: &[crate::envelope::AgentName]) -> Actor {
+    let mut act = Actor {
+        sub: issuer.to_string(),
+        act: None,
+    };
+    for caller in callers {
+        act = Actor {
+            sub: caller.to_string(),
+            act: Some(Box::new(act)),
+        };
+    }
+    act
 }
 
 impl TaskClaims {
@@ -123,10 +140,7 @@ impl Minter {
             iat: now,
             nbf: now,
             exp: now + self.ttl.as_secs().max(1),
-            act: Actor {
-                sub: self.issuer.clone(),
-                act: None,
-            },
+            act: chain(&self.issuer, &envelope.payload.meta.callers),
             env_sha256: envelope_hash(envelope)?,
         };
         self.sign(&claims)

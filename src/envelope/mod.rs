@@ -91,6 +91,23 @@ pub struct Meta {
     /// The step of that run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
+    /// For a model call of an agent that is a prompt: the conversation it
+    /// is a turn of (`docs/llm.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnOf>,
+    /// For a tool call: the agents whose models called, the first caller
+    /// first; the token's `act` chain names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<AgentName>,
+}
+
+/// Which conversation a model call belongs to (`payload.meta.turn`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnOf {
+    /// The task whose conversation it is.
+    pub task: TaskId,
+    /// Its number, from 1.
+    pub n: u32,
 }
 
 /// The envelope's delivery part.

@@ -39,6 +39,16 @@ pub struct TaskView {
     pub attempt: u32,
     /// Its attempt budget.
     pub max_attempts: u32,
+    /// The task that caused it (a tool call's: the conversation's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<String>,
+    /// The orchestrator holds its conversation with a model
+    /// (`docs/llm.md`): its model calls and tool calls are tasks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conversation: bool,
+    /// For a model call: the conversation it is a turn of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<crate::envelope::TurnOf>,
     /// The result, once completed.
     pub result: Option<Value>,
     /// The last error.
@@ -67,6 +77,14 @@ impl TaskView {
             state: r.status.state,
             attempt: r.status.attempt,
             max_attempts: r.status.max_attempts,
+            causation_id: r
+                .envelope
+                .header
+                .causation_id
+                .as_ref()
+                .map(|c| c.to_string()),
+            conversation: r.status.conversation,
+            turn: r.envelope.payload.meta.turn.clone(),
             result: r.status.result.clone(),
             error: r.status.error.clone(),
             history: r.history.clone(),

@@ -86,6 +86,9 @@ pub struct ServiceConfig {
     pub deliveries: DeliverySettings,
     /// Reading the agent files (docs/agents.md).
     pub agents: AgentSettings,
+    /// Model calls: where workers send them, and the orchestrator's
+    /// bounds on a conversation (docs/llm.md).
+    pub llm: crate::llm::LlmSettings,
 }
 
 /// How agent files are read (`agents` in the file; every field
@@ -257,6 +260,7 @@ impl Default for ServiceConfig {
             a2a: A2aSettings::default(),
             deliveries: DeliverySettings::default(),
             agents: AgentSettings::default(),
+            llm: crate::llm::LlmSettings::default(),
         }
     }
 }

@@ -256,6 +256,7 @@ impl Applier {
         };
         self.scrub_errors(task_id, &mut group);
         self.check_outputs(task_id, &mut group);
+        let forwarded = self.turn_progress(task_id, &group);
         let changes = group
             .iter()
             .map(|(a, e)| change_for(e, self.subject_agent(&a.msg.subject)))
@@ -293,10 +294,55 @@ impl Applier {
                 Err(e) => self.failed(arrived, &e.to_string()).await,
             }
         }
+        // Flushed with the turn's own changes, before their acks.
+        if let Some((conversation, changes)) = forwarded
+            && let Err(e) = self.store.apply_all_deferred(conversation, changes).await
+        {
+            warn!(task_id = %conversation, error = %e, "a turn's progress not shown on its conversation");
+        }
         if !applied.is_empty() {
             let this = self.clone();
             tokio::spawn(async move { this.after_applied(applied).await });
         }
+    }
+
+    /// The progress reports of a model call, for its conversation's task
+    /// too (`docs/llm.md`): each turn's attempt counts as a run of its own
+    /// there, so its reports are kept in their order. Read only for a
+    /// group that carries progress.
+    fn turn_progress(
+        &self,
+        task_id: crate::envelope::TaskId,
+        group: &[(Arrived, WorkerEvent)],
+    ) -> Option<(crate::envelope::TaskId, Vec<Change>)> {
+        if !group.iter().any(|(_, e)| e.progress.is_some()) {
+            return None;
+        }
+        let turn = self.store.envelope(task_id).ok()??.payload.meta.turn?;
+        let changes = group
+            .iter()
+            .filter(|(_, e)| e.progress.is_some())
+            .map(|(arrived, e)| {
+                let reporter = self.subject_agent(&arrived.msg.subject);
+                let instance = format!(
+                    "{}/turn-{}.{}",
+                    e.instance.as_deref().unwrap_or("worker"),
+                    turn.n,
+                    e.attempt.get()
+                );
+                Change {
+                    run: Some(json!({ "instance": instance })),
+                    progress: e.progress.clone(),
+                    reporter: reporter.clone(),
+                    ..Change::new(
+                        TaskEvent::Start,
+                        actor(reporter.as_ref()),
+                        format!("turn {} of the conversation", turn.n),
+                    )
+                }
+            })
+            .collect();
+        Some((turn.task, changes))
     }
 
     /// Scrubs the task's secret param values from reported error messages

@@ -13,6 +13,7 @@
 mod answer;
 mod caller;
 mod config;
+mod conversations;
 mod declared;
 mod deliveries;
 mod dlq;
@@ -302,6 +303,10 @@ impl Orchestrator {
     ) -> Result<Submitted, ServiceError> {
         let mut skill_scopes = Vec::new();
         let declared = self.catalog();
+        // A task for an agent that is a prompt is a conversation the
+        // orchestrator holds; its turns are tasks for the agent too.
+        let turn = meta.turn.is_some();
+        let mut conversation = false;
         if !declared.agents.is_empty() {
             let card = declared
                 .agents
@@ -314,6 +319,7 @@ impl Orchestrator {
                 });
             };
             skill_scopes.clone_from(&skill.scopes);
+            conversation = !turn && card.model_driven();
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
@@ -331,7 +337,7 @@ impl Orchestrator {
             format_args!("`{}` on `{}`", request.action, request.to),
             envelope.control.required_scopes.iter().map(|s| s.as_str()),
         )?;
-        self.check_params(&declared, &request).map_err(|e| {
+        self.check_params(&declared, &request, turn).map_err(|e| {
             // A refusal's message may quote a value.
             let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
             ServiceError::BadInput(e.scrubbed(&secrets))
@@ -361,11 +367,18 @@ impl Orchestrator {
                 // publish of the task.
                 trace: Some(StoredTrace::of(&tracing::Span::current())),
                 step,
+                conversation,
             })
             .await?;
         if let Submitted::Created(record) = &submitted {
             self.inner.deadlines.watch(&record.envelope).await;
-            self.inner.publisher.now(record).await;
+            if conversation {
+                self.inner
+                    .engine
+                    .nudge(crate::workflow::RunId::of_conversation(record.task_id()));
+            } else {
+                self.inner.publisher.now(record).await;
+            }
             if record.envelope.control.response_mode == crate::envelope::ResponseMode::Callback {
                 self.callback_owed(record.task_id());
             }
@@ -381,9 +394,13 @@ impl Orchestrator {
         &self,
         declared: &Declared,
         request: &TaskRequest,
+        turn: bool,
     ) -> Result<(), crate::codec::DecodeError> {
         crate::codec::check_depth("params", request.params.values(), 1)?;
-        declared.check_params(&request.to, request.action.as_str(), &request.params)?;
+        // A turn's params are the model request the orchestrator built.
+        if !turn {
+            declared.check_params(&request.to, request.action.as_str(), &request.params)?;
+        }
         let mut path = String::from("params");
         for (name, value) in &request.params {
             path.truncate("params".len());

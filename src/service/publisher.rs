@@ -261,6 +261,7 @@ impl Loop {
         if status.state != TaskState::Submitted
             || status.attempt != due.attempt
             || status.published_seq.is_some()
+            || status.conversation
         {
             return Ok(None);
         }

@@ -162,6 +162,10 @@ impl Reaper {
     async fn check(&self, record: &TaskStatus) {
         let task_id = record.task_id;
         let attempt = record.attempt;
+        // The orchestrator holds it: its turns and calls are checked.
+        if record.conversation {
+            return;
+        }
         if record.state == TaskState::Submitted && record.published_seq.is_none() {
             // Never acknowledged by the broker (or its scheduling was lost).
             self.publisher

@@ -173,7 +173,12 @@ impl Orchestrator {
                     if let Some(envelope) = store.readable(status.task_id, envelope)? {
                         self.inner.deadlines.watch(&envelope).await;
                     }
-                    if status.state == TaskState::Submitted && status.published_seq.is_none() {
+                    if status.conversation {
+                        self.inner
+                            .engine
+                            .nudge(crate::workflow::RunId::of_conversation(status.task_id));
+                    } else if status.state == TaskState::Submitted && status.published_seq.is_none()
+                    {
                         self.inner
                             .publisher
                             .at(status.task_id, status.attempt, status.retry_at, true)

@@ -77,7 +77,7 @@ impl Engine {
     }
 
     /// Nudges `run` when `task` ends (once per task).
-    fn watch(&self, o: &Orchestrator, task: TaskId, run: RunId) {
+    pub(super) fn watch(&self, o: &Orchestrator, task: TaskId, run: RunId) {
         if !lock(&self.watched).insert(task) {
             return;
         }
@@ -184,7 +184,7 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
 }
 
 /// Whether a failed submit may succeed later (the store or the broker).
-fn passing(e: &ServiceError) -> bool {
+pub(super) fn passing(e: &ServiceError) -> bool {
     matches!(
         e,
         ServiceError::Bus(_) | ServiceError::Store(StoreError::Io(_))
@@ -195,7 +195,8 @@ fn passing(e: &ServiceError) -> bool {
 async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
     let store = o.store();
     let Some(run) = store.run(id)? else {
-        return Ok(());
+        // A conversation's steps are linked under its task's id.
+        return super::conversations::advance(o, id).await;
     };
     if run.state.is_terminal() {
         return Ok(());
@@ -409,6 +410,7 @@ async fn start_step(
         system_prompt,
         run_id: Some(run.run_id.to_string()),
         step_id: Some(step_id.to_string()),
+        ..Meta::default()
     };
     let caller = Caller::new(run.started_by.clone(), run.grants.clone());
     let link = StepLink {

@@ -252,6 +252,7 @@ impl WholeRecord {
             requested_by: self.history.first().map(|h| h.actor.clone()),
             trace_id: self.trace_id,
             trace_parent: self.trace_parent,
+            conversation: false,
             published_seq: self.published_seq,
             retry_at: self.retry_at,
             progress: None,

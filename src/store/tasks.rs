@@ -31,6 +31,9 @@ pub struct NewTask {
     /// The workflow step this task is: a step is one task forever, so a
     /// second submit for the same step returns the first task.
     pub step: Option<super::StepLink>,
+    /// The orchestrator holds the task's conversation with a model: it is
+    /// never published.
+    pub conversation: bool,
 }
 
 pub(super) fn abort(e: StoreError) -> Abort {
@@ -76,6 +79,7 @@ impl Store {
             requested_by: Some(new.actor.clone()),
             trace_id: trace_id.clone(),
             trace_parent: new.trace.clone(),
+            conversation: new.conversation,
             published_seq: None,
             retry_at: None,
             progress: None,

@@ -162,6 +162,11 @@ pub struct TaskStatus {
     /// of the task is its child, so all its attempts are in one trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<crate::telemetry::context::StoredTrace>,
+    /// The orchestrator holds this task's conversation with a model
+    /// (`docs/llm.md`): it is never published; its model calls and tool
+    /// calls are tasks of their own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conversation: bool,
     /// The task stream's sequence of the current attempt's envelope, once
     /// the broker acknowledged it; `None`: not published yet (recovery
     /// publishes it).

@@ -221,6 +221,54 @@ static RUNNING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     )
 });
 
+static MODEL_CALLS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_llm_calls_total",
+        "Model calls that answered, by trigger, agent and model (docs/llm.md).",
+        &["trigger", "agent", "model"],
+    )
+});
+
+static MODEL_TOKENS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_llm_tokens_total",
+        "Tokens model calls spent, by trigger, agent, model and kind (input, output).",
+        &["trigger", "agent", "model", "kind"],
+    )
+});
+
+static MODEL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    histogram_vec(
+        "orch_llm_call_duration_seconds",
+        "How long model calls took, by agent and model.",
+        &["agent", "model"],
+        LATENCY,
+    )
+});
+
+/// A model call of `agent` (for `trigger`, empty when none) answered.
+pub fn model_called(
+    trigger: &str,
+    agent: &str,
+    model: &str,
+    input: u64,
+    output: u64,
+    took: Duration,
+) {
+    MODEL_CALLS
+        .with_label_values(&[trigger, agent, model])
+        .inc();
+    MODEL_TOKENS
+        .with_label_values(&[trigger, agent, model, "input"])
+        .inc_by(input);
+    MODEL_TOKENS
+        .with_label_values(&[trigger, agent, model, "output"])
+        .inc_by(output);
+    MODEL_SECONDS
+        .with_label_values(&[agent, model])
+        .observe(took.as_secs_f64());
+}
+
 /// A task entered the state named `state`; a final one (`ended`) also
 /// observes its end-to-end latency.
 pub fn task_entered(agent: &str, state: &str, ended: bool, created_at: &Timestamp) {

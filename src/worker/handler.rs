@@ -63,8 +63,12 @@ impl Handler for EchoHandler {
     }
 }
 
-/// The handler a card's `invocation` names ([`AgentCard::runnable`]).
-pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
+/// The handler a card's `invocation` names ([`AgentCard::runnable`]);
+/// an `llm` one takes what its card leaves out from `llm`.
+pub fn handler_for(
+    card: &AgentCard,
+    llm: &crate::llm::LlmSettings,
+) -> Result<Arc<dyn Handler>, String> {
     match card.runnable().map_err(|e| e.to_string())? {
         Invocation::Command {
             command,
@@ -79,6 +83,9 @@ pub fn handler_for(card: &AgentCard) -> Result<Arc<dyn Handler>, String> {
         Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
         a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
         http @ Invocation::Http { .. } => Ok(Arc::new(super::http_agent::HttpHandler::new(http)?)),
+        llm_call @ Invocation::Llm { .. } => {
+            Ok(Arc::new(super::llm::LlmHandler::new(llm_call, llm)?))
+        }
         // `runnable` refuses the others.
         other => Err(format!("`{}` invocations are not run here", other.kind())),
     }

@@ -25,12 +25,15 @@ use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{Handler, Outcome, Task};
+use super::{Handler, Outcome, Task, upstream};
 use crate::agent::Invocation;
-use crate::event::ErrorInfo;
 
-/// The most a service's answer may hold.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// How this handler names its service's failures.
+const CODES: upstream::Codes = upstream::Codes {
+    busy: "agent_busy",
+    unavailable: "agent_unavailable",
+    refused: "agent_refused",
+};
 
 /// How the handler reaches the agent's service.
 #[derive(Clone)]
@@ -175,48 +178,24 @@ impl Inner {
                 .header("content-type", "application/json")
                 .body(body);
         }
-        let mut response = match request.send().await {
+        let response = match request.send().await {
             Ok(r) => r,
-            Err(e) => {
-                let why = if e.is_timeout() {
-                    "timed out".to_string()
-                } else {
-                    e.to_string()
-                };
-                return Answer::End(Outcome::retryable(
-                    "agent_unavailable",
-                    format!("{url}: {why}"),
-                ));
-            }
+            Err(e) => return Answer::End(upstream::unreachable(&e, &url, &CODES)),
         };
         let status = response.status();
-        let retry_after = response.headers().get(RETRY_AFTER).and_then(retry_after);
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(upstream::retry_after);
         let location = response
             .headers()
             .get(LOCATION)
             .and_then(|l| l.to_str().ok())
             .and_then(|l| url.join(l).ok());
-        let mut bytes = Vec::new();
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    if bytes.len() + chunk.len() > MAX_BODY_BYTES {
-                        return Answer::End(Outcome::permanent(
-                            "output_too_large",
-                            format!("{url} answered with more than {MAX_BODY_BYTES} bytes"),
-                        ));
-                    }
-                    bytes.extend_from_slice(&chunk);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    return Answer::End(Outcome::retryable(
-                        "agent_unavailable",
-                        format!("{url}: {e}"),
-                    ));
-                }
-            }
-        }
+        let bytes = match upstream::body(response, &url, &CODES).await {
+            Ok(b) => b,
+            Err(outcome) => return Answer::End(outcome),
+        };
         match status {
             StatusCode::ACCEPTED => match location {
                 Some(job) => Answer::Job(job, retry_after),
@@ -235,24 +214,7 @@ impl Inner {
                     format!("{url} answered {s} with a body that is not JSON: {e}"),
                 )),
             },
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-                Answer::End(Outcome::Failed {
-                    error: ErrorInfo::new(
-                        "agent_busy",
-                        format!("{url} answered {status}: {}", said(&bytes)),
-                        true,
-                    ),
-                    retry_after,
-                })
-            }
-            s if s.is_server_error() => Answer::End(Outcome::retryable(
-                "agent_unavailable",
-                format!("{url} answered {s}: {}", said(&bytes)),
-            )),
-            s => Answer::End(Outcome::permanent(
-                "agent_refused",
-                format!("{url} answered {s}: {}", said(&bytes)),
-            )),
+            s => Answer::End(upstream::failure(s, retry_after, &bytes, &url, &CODES)),
         }
     }
 }
@@ -286,68 +248,4 @@ fn headers(task: &Task) -> Result<HeaderMap, String> {
         );
     }
     Ok(h)
-}
-
-/// A `Retry-After`: seconds, or an HTTP date.
-fn retry_after(v: &HeaderValue) -> Option<Duration> {
-    let text = v.to_str().ok()?.trim();
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    Some(
-        at.duration_since(std::time::SystemTime::now())
-            .unwrap_or_default(),
-    )
-}
-
-/// What an error body says: its `error.message` or `message` when JSON,
-/// else its text (at most 500 characters).
-fn said(bytes: &[u8]) -> String {
-    let text = match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => v
-            .pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("error"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| v.to_string()),
-        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
-    };
-    let text = text.trim();
-    if text.is_empty() {
-        return "(no body)".into();
-    }
-    text.chars().take(500).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        assert_eq!(
-            retry_after(&HeaderValue::from_static("7")),
-            Some(Duration::from_secs(7))
-        );
-        let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
-        let d = retry_after(&HeaderValue::from_str(&later).unwrap()).unwrap();
-        assert!(
-            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
-            "{d:?}"
-        );
-        assert_eq!(retry_after(&HeaderValue::from_static("soon")), None);
-    }
-
-    #[test]
-    fn an_error_body_says_its_message() {
-        assert_eq!(
-            said(br#"{"error": {"message": "no such order"}}"#),
-            "no such order"
-        );
-        assert_eq!(said(br#"{"message": "quota"}"#), "quota");
-        assert_eq!(said(b"plain words\n"), "plain words");
-        assert_eq!(said(b""), "(no body)");
-    }
 }

@@ -25,11 +25,13 @@ mod delivery;
 mod handler;
 mod http_agent;
 mod intake;
+mod llm;
 mod notes;
 mod outcome;
 mod progress;
 mod remote;
 mod run;
+mod upstream;
 
 pub use channel::PROGRESS_FD;
 pub use command::{CommandHandler, EXIT_RETRY};

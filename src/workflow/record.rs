@@ -26,6 +26,17 @@ impl RunId {
         RunId(TaskId::new())
     }
 
+    /// The id a conversation's turns and tool calls are linked under (as
+    /// steps): its task's (`docs/llm.md`).
+    pub fn of_conversation(task: TaskId) -> Self {
+        RunId(task)
+    }
+
+    /// The task of a conversation's id.
+    pub fn task(self) -> TaskId {
+        self.0
+    }
+
     /// The 16 bytes of the id, in time order.
     pub fn as_bytes(&self) -> &[u8; 16] {
         self.0.as_bytes()

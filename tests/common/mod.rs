@@ -84,6 +84,7 @@ pub fn new_task(env: Envelope) -> NewTask {
             tracestate: None,
         }),
         step: None,
+        conversation: false,
     }
 }
 
@@ -171,6 +172,7 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
 
 pub mod a2a;
 pub mod cluster;
+pub mod llm;
 pub mod nats;
 pub mod process;
 pub mod receiver;

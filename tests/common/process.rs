@@ -42,9 +42,20 @@ pub fn run_args(agents: &Path, data: &Path, port: u16, extra: &[&str]) -> Vec<St
 
 /// Runs `orchestrator ARGS` with `NATS_URL` set, logging to `log`.
 pub fn orchestrator(args: &[impl AsRef<std::ffi::OsStr>], nats_url: &str, log: &Path) -> Proc {
+    orchestrator_with_env(args, nats_url, log, &[])
+}
+
+/// [`orchestrator`], with these variables in its environment too.
+pub fn orchestrator_with_env(
+    args: &[impl AsRef<std::ffi::OsStr>],
+    nats_url: &str,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> Proc {
     let log = std::fs::File::create(log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args(args)
+        .envs(env.iter().copied())
         .env("NATS_URL", nats_url)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())

@@ -375,3 +375,36 @@ impl Drop for System {
         }
     }
 }
+
+/// A worker for `card` in this process (it outlives the orchestrator's
+/// crashes), checking task tokens with the key the orchestrator generated
+/// in `data`; stop it with the token.
+pub async fn in_process_worker(
+    nats: &NatsServer,
+    data: &std::path::Path,
+    card: orchestrator::agent::AgentCard,
+    handler: Arc<dyn Handler>,
+    concurrency: usize,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
+        .await
+        .unwrap();
+    let verifier = orchestrator::auth::TokenSettings::default()
+        .verifier(data, card.name.as_str())
+        .unwrap()
+        .map(Arc::new);
+    let config = orchestrator::worker::WorkerConfig {
+        concurrency,
+        verifier,
+        ..Default::default()
+    };
+    let worker = orchestrator::worker::Worker::start(bus, card, ".".into(), handler, config)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(worker.run(stop.clone()));
+    (stop, task)
+}

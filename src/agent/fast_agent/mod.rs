@@ -418,7 +418,7 @@ fn card(
     if let Some(p) = &pattern {
         warnings.push(FieldProblem::new(
             "type",
-            format!("`{p}` needs a model: the card is loaded and checked, and runs once LLM agents are built (not yet)"),
+            format!("`{p}` plans with a model: the card is loaded and checked, and does not run yet (docs/llm.md)"),
         ));
     }
     let mut card = AgentCard::new(name.clone(), "0.0.0", description.clone());

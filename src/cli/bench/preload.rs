@@ -74,6 +74,7 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
             actor: "bench".into(),
             trace: None,
             step: None,
+            conversation: false,
         })
         .await
         .map_err(|e| e.to_string())?;

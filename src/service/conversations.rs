@@ -1,0 +1,416 @@
+//! Conversations with a model (`docs/llm.md`): carries out what
+//! [`crate::llm::plan`] decides for a task whose agent is a prompt.
+//!
+//! Such a task is held by the orchestrator, never published. Its model
+//! calls (turns) and its tool calls are tasks of their own, linked to it
+//! as steps under [`RunId::of_conversation`] in the transaction that
+//! creates them, so a second submit of one returns the first: the
+//! workflow engine's queue advances conversations too (nudged when the
+//! task, a turn or a call ends, and at start for every live one), and a
+//! restart plans from the same stored facts.
+//!
+//! - A turn is a task to the agent itself, carrying the whole Chat
+//!   Completions request (`payload.meta.turn` says whose and which); its
+//!   worker sends it to the model.
+//! - A tool call is a task to the agent and skill the tool stands for:
+//!   the same correlation id, caused by the conversation's task, acting
+//!   for its principal with at most its scopes (a skill needing more is
+//!   refused), its params the call's arguments (checked against the
+//!   skill's schema).
+//! - A call to anything else is refused, and the model told why (audited
+//!   as `llm.tool_refused`); so is one past `llm.max_depth` conversations
+//!   deep.
+//! - When the task ends (canceled, past its deadline), its running turns
+//!   and calls are canceled.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use tracing::{info, warn};
+
+use super::{Caller, Orchestrator, ServiceError, TaskRequest};
+use crate::access::Grants;
+use crate::envelope::{Meta, TaskId, TurnOf};
+use crate::event::ErrorInfo;
+use crate::llm::plan::{self, Limits, Next};
+use crate::llm::{ToolCall, request};
+use crate::store::{Applied, Change, StepLink};
+use crate::task::{TaskEvent, TaskState, TaskStatus};
+use crate::workflow::{RunId, StepTask};
+
+/// Plans the conversation of `task` once and acts on the plan; nothing
+/// for a task that holds none.
+pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
+    let task = id.task();
+    let store = o.store();
+    let Some(status) = store.status(task)? else {
+        return Ok(());
+    };
+    if !status.conversation {
+        return Ok(());
+    }
+    let engine = &o.inner.engine;
+    let mut steps = BTreeMap::new();
+    for (step, s) in store.run_tasks(id)? {
+        if !s.state.is_terminal() {
+            engine.watch(o, s.task_id, id);
+        }
+        steps.insert(step, StepTask::from(&s));
+    }
+    if status.state.is_terminal() {
+        // Canceled, or past its deadline: what still runs for it stops.
+        let caller = Caller::new(format!("task:{task}"), Grants::all());
+        for t in steps.values().filter(|t| !t.state.is_terminal()) {
+            match o.cancel(t.task_id, &caller).await {
+                Ok(_) | Err(ServiceError::NotCancelable { .. }) => {}
+                Err(e) => {
+                    warn!(task_id = %t.task_id, error = %e, "a conversation's task not canceled")
+                }
+            }
+        }
+        return Ok(());
+    }
+    engine.watch(o, task, id);
+    let Some(envelope) = store.envelope(task)? else {
+        return Ok(());
+    };
+    let declared = o.catalog();
+    let Some(card) = declared.agents.get(&status.agent) else {
+        let error = ErrorInfo::new(
+            "unknown_agent",
+            format!("agent `{}` is no longer declared", status.agent),
+            false,
+        );
+        return end(o, &status, Err(error)).await;
+    };
+    let settings = &o.config().llm;
+    let limits = Limits {
+        max_turns: request::max_turns(card).unwrap_or(settings.max_turns),
+        token_budget: settings.token_budget,
+    };
+    let last = last_request(o, &steps)?;
+    let depth = depth(o, &envelope)?;
+    let grants = Grants::new(
+        envelope
+            .control
+            .required_scopes
+            .iter()
+            .map(|s| s.as_str().to_string()),
+    );
+    let refuse = |call: &ToolCall| -> Option<String> {
+        let (agent, skill) = match request::resolve(card, &declared.catalog, &call.function.name) {
+            Ok(found) => found,
+            Err(why) => return Some(why),
+        };
+        let params = match arguments(call) {
+            Ok(p) => p,
+            Err(why) => return Some(why),
+        };
+        if agent.model_driven() && depth >= settings.max_depth {
+            return Some(format!(
+                "`{}` holds a conversation of its own, and this one is {depth} deep already (llm.max_depth)",
+                agent.name
+            ));
+        }
+        let needed: Vec<&str> = agent
+            .skill(&skill)
+            .map(|s| s.scopes.iter().map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        let missing = grants.missing(needed);
+        if !missing.is_empty() {
+            return Some(format!(
+                "`{}` needs the scopes {} that this task does not hold",
+                call.function.name,
+                missing.join(", ")
+            ));
+        }
+        declared
+            .check_params(&agent.name, &skill, &params)
+            .err()
+            .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
+    };
+    let next = plan::plan(&steps, last.as_ref(), &refuse, limits);
+    let caller = Caller::new(
+        status
+            .requested_by
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
+        grants.clone(),
+    );
+    let started = match next {
+        Next::Wait => Ok(()),
+        Next::First => {
+            let first = request::first(card, &envelope, &declared.catalog);
+            let started = start_turn(o, &status, &envelope, 1, first, &caller).await;
+            if started.is_ok() && status.state == TaskState::Submitted {
+                let change =
+                    Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
+                o.store().apply(task, change).await?;
+            }
+            started
+        }
+        Next::Turn {
+            n,
+            request,
+            refused,
+        } => {
+            for (id, tool, why) in &refused {
+                audit_refusal(o, &status, id, tool, why).await;
+            }
+            start_turn(o, &status, &envelope, n, request, &caller).await
+        }
+        Next::Calls { n, calls } => {
+            let mut started = Ok(());
+            for (i, call) in calls {
+                started = start_call(o, &status, &envelope, card, n, i, &call, &caller).await;
+                if started.is_err() {
+                    break;
+                }
+            }
+            started
+        }
+        Next::Complete(text) => {
+            let action = envelope.payload.action.as_str();
+            let result = answer(card, action, text).and_then(|v| {
+                declared
+                    .check_result(&status.agent, action, &v)
+                    .map(|()| v)
+                    .map_err(|e| ErrorInfo::new("invalid_output", e.to_string(), false))
+            });
+            end(o, &status, result).await
+        }
+        Next::Fail(error) => end(o, &status, Err(error)).await,
+    };
+    match started {
+        // The store or the broker: the engine tries again shortly.
+        Err(e) if super::workflows::passing(&e) => Err(e),
+        // Refused (the agent files changed since the plan): it would be
+        // refused again.
+        Err(e) => {
+            let error = ErrorInfo::new("step_refused", e.to_string(), false);
+            end(o, &status, Err(error)).await
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// The request of the last turn, read from its envelope.
+fn last_request(
+    o: &Orchestrator,
+    steps: &BTreeMap<String, StepTask>,
+) -> Result<Option<Map<String, Value>>, ServiceError> {
+    let last = steps
+        .iter()
+        .filter_map(|(k, t)| Some((k.strip_prefix("turn-")?.parse::<u32>().ok()?, t)))
+        .max_by_key(|(n, _)| *n);
+    let Some((_, turn)) = last else {
+        return Ok(None);
+    };
+    Ok(o.store().envelope(turn.task_id)?.map(|e| e.payload.params))
+}
+
+/// How many conversations up the causation chain `envelope`'s task is.
+fn depth(o: &Orchestrator, envelope: &crate::envelope::Envelope) -> Result<u32, ServiceError> {
+    let mut depth = 0;
+    let mut cause = envelope.header.causation_id.clone();
+    // A chain is finite (each cause was created before), but bounded all
+    // the same.
+    for _ in 0..64 {
+        let Some(id) = cause.and_then(|c| c.as_str().parse::<TaskId>().ok()) else {
+            break;
+        };
+        let Some(status) = o.store().status(id)? else {
+            break;
+        };
+        if status.conversation {
+            depth += 1;
+        }
+        cause = o.store().envelope(id)?.and_then(|e| e.header.causation_id);
+    }
+    Ok(depth)
+}
+
+/// A tool call's arguments: a JSON object (empty text is none).
+fn arguments(call: &ToolCall) -> Result<Map<String, Value>, String> {
+    let text = call.function.arguments.trim();
+    if text.is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(format!(
+            "the arguments of `{}` must be a JSON object, not {other}",
+            call.function.name
+        )),
+        Err(e) => Err(format!(
+            "the arguments of `{}` are not JSON: {e}",
+            call.function.name
+        )),
+    }
+}
+
+/// The task's result from the model's last text: parsed as JSON when the
+/// skill declares an output schema.
+fn answer(card: &crate::agent::AgentCard, action: &str, text: String) -> Result<Value, ErrorInfo> {
+    let schema = card.skill(action).and_then(|s| s.output_schema.as_ref());
+    if schema.is_none() {
+        return Ok(Value::String(text));
+    }
+    let trimmed = text
+        .trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim();
+    serde_json::from_str(trimmed).map_err(|e| {
+        ErrorInfo::new(
+            "invalid_output",
+            format!("the skill `{action}` declares an output schema, and the model's answer is not JSON: {e}"),
+            false,
+        )
+    })
+}
+
+/// Submits turn `n` of `status`'s conversation.
+async fn start_turn(
+    o: &Orchestrator,
+    status: &TaskStatus,
+    envelope: &crate::envelope::Envelope,
+    n: u32,
+    request: Map<String, Value>,
+    caller: &Caller,
+) -> Result<(), ServiceError> {
+    let task = status.task_id;
+    let request = TaskRequest {
+        to: status.agent.clone(),
+        action: envelope.payload.action.clone(),
+        params: request,
+        idempotency_key: format!("llm:{task}:turn-{n}").parse().ok(),
+        priority: Some(envelope.control.priority),
+        response_mode: None,
+        required_scopes: Vec::new(),
+        callback_url: None,
+        deadline: envelope.control.deadline,
+        max_attempts: Some(envelope.control.max_attempts),
+        correlation_id: Some(envelope.header.correlation_id.clone()),
+    };
+    let meta = Meta {
+        trigger_id: envelope.payload.meta.trigger_id.clone(),
+        turn: Some(TurnOf { task, n }),
+        ..Meta::default()
+    };
+    let link = StepLink {
+        run: RunId::of_conversation(task),
+        step: plan::turn_step(n),
+    };
+    let submitted = o
+        .submit_with(request, meta, Some(task), Some(link), caller)
+        .await?;
+    o.inner.engine.watch(
+        o,
+        submitted.record().task_id(),
+        RunId::of_conversation(task),
+    );
+    Ok(())
+}
+
+/// Submits the `i`th tool call of turn `n` (one the plan did not refuse).
+#[allow(clippy::too_many_arguments)]
+async fn start_call(
+    o: &Orchestrator,
+    status: &TaskStatus,
+    envelope: &crate::envelope::Envelope,
+    card: &crate::agent::AgentCard,
+    n: u32,
+    i: usize,
+    call: &ToolCall,
+    caller: &Caller,
+) -> Result<(), ServiceError> {
+    let task = status.task_id;
+    let declared = o.catalog();
+    // The plan refused what does not resolve or parse.
+    let (Ok((agent, skill)), Ok(params)) = (
+        request::resolve(card, &declared.catalog, &call.function.name),
+        arguments(call),
+    ) else {
+        return Ok(());
+    };
+    let request = TaskRequest {
+        to: agent.name.clone(),
+        action: skill.parse().map_err(|e: String| {
+            ServiceError::BadInput(crate::codec::DecodeError::invalid("action", e))
+        })?,
+        params,
+        idempotency_key: format!("llm:{task}:turn-{n}.call-{i}").parse().ok(),
+        priority: Some(envelope.control.priority),
+        response_mode: None,
+        required_scopes: Vec::new(),
+        callback_url: None,
+        deadline: envelope.control.deadline,
+        max_attempts: None,
+        correlation_id: Some(envelope.header.correlation_id.clone()),
+    };
+    let mut callers = envelope.payload.meta.callers.clone();
+    callers.push(status.agent.clone());
+    let meta = Meta {
+        trigger_id: envelope.payload.meta.trigger_id.clone(),
+        system_prompt: envelope.payload.meta.system_prompt.clone(),
+        callers,
+        ..Meta::default()
+    };
+    let link = StepLink {
+        run: RunId::of_conversation(task),
+        step: plan::call_step(n, i),
+    };
+    let submitted = o
+        .submit_with(request, meta, Some(task), Some(link), caller)
+        .await?;
+    let child = submitted.record().task_id();
+    info!(task_id = %task, tool = %call.function.name, child = %child, "tool call");
+    o.inner.engine.watch(o, child, RunId::of_conversation(task));
+    Ok(())
+}
+
+/// Records that the model called a tool it may not.
+async fn audit_refusal(o: &Orchestrator, status: &TaskStatus, id: &str, tool: &str, why: &str) {
+    let task = status.task_id;
+    warn!(task_id = %task, tool, why, "a tool call was refused");
+    let entry = crate::audit::AuditEntry {
+        actor: "orchestrator".into(),
+        kind: "llm.tool_refused".into(),
+        task_id: Some(task),
+        correlation_id: Some(status.correlation_id.clone()),
+        trace_id: status.trace_id.clone(),
+        detail: json!({"call": id, "tool": tool, "why": why}),
+    };
+    if let Err(e) = o.store().audit(entry).await {
+        warn!(task_id = %task, error = %e, "a refused tool call was not audited");
+    }
+}
+
+/// Ends the conversation's task with its answer or error.
+async fn end(
+    o: &Orchestrator,
+    status: &TaskStatus,
+    outcome: Result<Value, ErrorInfo>,
+) -> Result<(), ServiceError> {
+    let mut change = match outcome {
+        Ok(result) => {
+            let mut c = Change::new(TaskEvent::Complete, "orchestrator", "the model answered");
+            c.result = Some(result);
+            c
+        }
+        Err(error) => {
+            let mut c = Change::new(TaskEvent::Fail, "orchestrator", error.message.clone());
+            c.error = Some(error);
+            c
+        }
+    };
+    change.attempt = Some(status.attempt);
+    // A task that moved meanwhile (canceled) keeps its state.
+    if let Applied::Ignored { reason, .. } = o.store().apply(status.task_id, change).await? {
+        info!(task_id = %status.task_id, "the conversation's end was not recorded: {reason}");
+    }
+    o.store().flush().await?;
+    Ok(())
+}
