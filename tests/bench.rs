@@ -97,6 +97,32 @@ fn an_a2a_bench_measures_the_gateway_beside_rest() {
     );
 }
 
+/// `--llm`: conversations of one model call and of one tool call run to
+/// completion against the bench's model, and the orchestrator's CPU for
+/// each is given beside a plain task's.
+#[test]
+fn an_llm_bench_measures_model_calls_and_tool_calls() {
+    let server = NatsServer::start();
+    let got = bench(&[
+        "--tasks",
+        "30",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--llm",
+        "--nats-url",
+        &server.url(),
+        "--json",
+    ]);
+    assert_eq!(count(&got, "/llm/model_call/throughput/count"), 30);
+    assert_eq!(count(&got, "/llm/tool_call/throughput/count"), 30);
+    let us = &got["llm"]["orchestrator_us"];
+    for what in ["plain_task", "model_call", "tool_call"] {
+        assert!(us[what].as_f64() > Some(0.0), "{what}: {got:#}");
+    }
+}
+
 /// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill
 /// run's tasks all completed across a kill that did happen (another
 /// leader was named after it).

@@ -454,3 +454,66 @@ async fn canceling_a_conversation_cancels_the_tool_call_it_waits_for() {
     assert_eq!(call["state"], "canceled", "{call:#}");
     assert_eq!(model.calls(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_totalled() {
+    let model = Model::serve(|r| match last_role(r).as_str() {
+        "user" => Reply::Calls(vec![("helper".into(), json!({}))]),
+        _ => Reply::Text("Bonjour.".into()),
+    })
+    .await;
+    let writer = prompt_card("writer", "write", "You write about {{topic}}.", &["helper"]);
+    let helper = card("helper", &["help"]);
+    let cards = vec![writer.clone(), helper.clone()];
+    let mut sys = System::start(cards.clone(), fast_bus()).await;
+    sys.stop_orchestrator().await;
+    let dir = sys.data.path().join("triggers");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("explain.yaml"),
+        "id: explain\ndefault_system_prompt: Answer in French.\nsteps:\n  - { id: write, agent: writer, action: write, params: { topic: \"{{ input.topic }}\" } }\n",
+    )
+    .unwrap();
+    let triggers = orchestrator::trigger::Triggers::load(&dir, &Default::default());
+    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
+    sys.triggers = triggers;
+    sys.start_orchestrator(cards).await;
+    sys.worker(
+        writer.clone(),
+        handler_for(&writer, &settings(&model, false)).unwrap(),
+    )
+    .await;
+    sys.worker(helper, Arc::new(EchoHandler)).await;
+    let (status, run) = sys
+        .post(
+            "/v1/triggers/explain/runs",
+            json!({"input": {"topic": "rust"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run:#}");
+    let (_, run) = sys
+        .get(&format!(
+            "/v1/runs/{}?wait=30s",
+            run["run_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(run["state"], "completed", "{run:#}");
+    assert_eq!(run["steps"][0]["result"], "Bonjour.");
+    // The seed's rule: the trigger's prompt first, then the instruction.
+    assert_eq!(
+        model.requests()[0]["messages"][0]["content"],
+        "Answer in French.\n\nYou write about rust."
+    );
+    // Two model calls of 11 tokens in and 7 out each (the stub's).
+    assert_eq!(
+        run["model_use"],
+        json!({"model_calls": 2, "input_tokens": 22, "output_tokens": 14})
+    );
+    let (_, step) = sys
+        .get(&format!(
+            "/v1/tasks/{}",
+            run["steps"][0]["task_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(step["model_use"], run["model_use"]);
+}

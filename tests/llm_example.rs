@@ -92,4 +92,7 @@ async fn the_example_packs_entry_delegates_to_its_member_through_a_tool_call() {
         5,
         "two conversations, three model calls: {tasks:#?}"
     );
+    // Its cost counts the researcher's model call too.
+    assert_eq!(done["model_use"]["model_calls"], 3);
+    assert_eq!(research[0]["model_use"]["model_calls"], 1);
 }

@@ -49,6 +49,9 @@ pub struct TaskView {
     /// For a model call: the conversation it is a turn of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<crate::envelope::TurnOf>,
+    /// For a conversation: what its model calls cost so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_use: Option<crate::llm::Totals>,
     /// The result, once completed.
     pub result: Option<Value>,
     /// The last error.
@@ -85,6 +88,11 @@ impl TaskView {
                 .map(|c| c.to_string()),
             conversation: r.status.conversation,
             turn: r.envelope.payload.meta.turn.clone(),
+            model_use: if r.status.conversation {
+                o.model_use(r.task_id()).ok().flatten()
+            } else {
+                None
+            },
             result: r.status.result.clone(),
             error: r.status.error.clone(),
             history: r.history.clone(),

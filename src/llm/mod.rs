@@ -97,3 +97,24 @@ pub struct TurnResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
 }
+
+/// What the model calls of a conversation cost, those of the
+/// conversations its tool calls held included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Model calls that answered.
+    pub model_calls: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+impl Totals {
+    /// Adds `other`.
+    pub fn add(&mut self, other: Totals) {
+        self.model_calls += other.model_calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}

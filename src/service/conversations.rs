@@ -414,3 +414,40 @@ async fn end(
     o.store().flush().await?;
     Ok(())
 }
+
+impl Orchestrator {
+    /// What the model calls of `task`'s conversation cost, with those of
+    /// the conversations its tool calls held (none when it holds none).
+    pub fn model_use(&self, task: TaskId) -> Result<Option<crate::llm::Totals>, ServiceError> {
+        let store = self.store();
+        if !store.status(task)?.is_some_and(|s| s.conversation) {
+            return Ok(None);
+        }
+        let mut totals = crate::llm::Totals::default();
+        // Each conversation at most once (a chain is finite, but bounded
+        // all the same).
+        let mut todo = vec![task];
+        let mut seen = 0;
+        while let Some(t) = todo.pop() {
+            seen += 1;
+            if seen > 10_000 {
+                break;
+            }
+            for (step, status) in store.run_tasks(RunId::of_conversation(t))? {
+                if step.contains(".call-") {
+                    if status.conversation {
+                        todo.push(status.task_id);
+                    }
+                } else if let Ok(turn) = plan::read_turn(&StepTask::from(&status)) {
+                    let usage = turn.usage.unwrap_or_default();
+                    totals.add(crate::llm::Totals {
+                        model_calls: 1,
+                        input_tokens: usage.prompt_tokens,
+                        output_tokens: usage.completion_tokens,
+                    });
+                }
+            }
+        }
+        Ok(Some(totals))
+    }
+}

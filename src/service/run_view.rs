@@ -60,6 +60,10 @@ pub struct RunView {
     pub cancel: Option<CancelRequest>,
     /// Every step, in definition order (branches after their step).
     pub steps: Vec<StepView>,
+    /// What the model calls of its steps' conversations cost
+    /// (`docs/llm.md`), when any step holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_use: Option<crate::llm::Totals>,
     /// When it started.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -168,6 +172,12 @@ impl Orchestrator {
                 });
             }
         }
+        let mut model_use: Option<crate::llm::Totals> = None;
+        for status in statuses.values().filter(|s| s.conversation) {
+            if let Some(used) = self.model_use(status.task_id)? {
+                model_use.get_or_insert_default().add(used);
+            }
+        }
         let trace_id = run.trace.as_ref().and_then(|t| t.trace_id());
         Ok(RunView {
             run_id: run.run_id,
@@ -186,6 +196,7 @@ impl Orchestrator {
             deadline: run.deadline,
             cancel: run.cancel,
             steps,
+            model_use,
             created_at: run.created_at,
             updated_at: run.updated_at,
         })

@@ -7,14 +7,15 @@
 //! and the full path as deployed, with `orchestrator run` and
 //! `orchestrator worker` as processes of their own, driven over HTTP.
 //! `--cluster` measures replication and a leader kill instead (see
-//! `cluster`); `--a2a` and `--push` add the A2A face and push
-//! notifications (see `a2a` and `push`).
+//! `cluster`); `--a2a`, `--push` and `--llm` add the A2A face, push
+//! notifications and LLM agents (see `a2a`, `push` and `llm`).
 
 mod a2a;
 mod bare;
 mod cluster;
 mod cpu;
 mod inproc;
+mod llm;
 mod preload;
 mod procs;
 mod push;
@@ -80,6 +81,16 @@ pub struct BenchArgs {
     /// terminal notification.
     #[arg(long, conflicts_with = "cluster")]
     push: bool,
+    /// Also measure LLM agents: the deployed path again with an agent that
+    /// is a prompt for a model (against a model server in the bench),
+    /// conversations of one model call and of one tool call: the
+    /// orchestrator's CPU for each, beside a plain task's.
+    #[arg(long, conflicts_with = "cluster")]
+    llm: bool,
+    /// The model server the deployed path's LLM agent calls (set by
+    /// `--llm`'s run, not a flag).
+    #[arg(skip)]
+    llm_model: Option<String>,
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
@@ -230,6 +241,12 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         false => None,
     };
+    let llm = match args.llm {
+        true => {
+            Some(llm::measure(&url, &format!("benchl{tag}"), dir.path(), &brokers, args).await?)
+        }
+        false => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -263,6 +280,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "concurrency": args.concurrency,
                 "a2a": a2a.as_ref().map(|a| a.json(&cpu)),
                 "push": push.as_ref().map(|p| p.json(&cpu)),
+                "llm": llm.as_ref().map(|l| l.json(&cpu)),
             })
         );
     } else {
@@ -314,6 +332,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         if let Some(push) = &push {
             push.print(args, &cpu);
+        }
+        if let Some(llm) = &llm {
+            llm.print(args, &cpu);
         }
         print_cpu("CPU per message, bare JetStream", &bare_cpu);
         if let Some(rss) = orchestrator_rss {

@@ -18,6 +18,9 @@ use super::{BenchArgs, Client, Figures, echo_card, measure};
 pub(super) struct Deployed {
     run: Child,
     worker: Child,
+    /// With `llm_model`: the worker of the agent `asker`, a prompt for
+    /// that model calling `echo`.
+    llm_worker: Option<Child>,
     pub(super) client: reqwest::Client,
     pub(super) http: String,
     kind: Client,
@@ -27,6 +30,9 @@ impl Drop for Deployed {
     fn drop(&mut self) {
         let _ = self.run.start_kill();
         let _ = self.worker.start_kill();
+        if let Some(w) = &mut self.llm_worker {
+            let _ = w.start_kill();
+        }
     }
 }
 
@@ -87,6 +93,10 @@ impl Deployed {
     }
 
     /// The worker process's id.
+    pub(super) fn llm_worker_pid(&self) -> Option<u32> {
+        self.llm_worker.as_ref().and_then(Child::id)
+    }
+
     pub(super) fn worker_pid(&self) -> Option<u32> {
         self.worker.id()
     }
@@ -112,6 +122,16 @@ impl Deployed {
         };
         let card = serde_json::to_value(echo_card(args.concurrency)?).map_err(|e| e.to_string())?;
         write(&agents.join("echo/agent.json"), &card)?;
+        if let Some(model) = &args.llm_model {
+            let asker = json!({
+                "name": "asker", "version": "1.0.0", "description": "asks the echo agent",
+                "skills": [{"id": "ask", "description": "ask"}],
+                "invocation": {"type": "llm", "model": "bench", "baseUrl": model},
+                "dependencies": {"agents": ["echo"]},
+                "delivery": {"concurrency": args.concurrency},
+            });
+            write(&agents.join("asker/agent.json"), &asker)?;
+        }
         if args.client == Client::A2a {
             // An agent no worker serves: its tasks wait, to be subscribed to.
             write(&agents.join("idle/agent.json"), &super::a2a::idle_card())?;
@@ -129,6 +149,8 @@ impl Deployed {
             };
         let mut settings = json!({
             "bus": {"prefix": prefix, "replicas": replicas},
+            // Answers as one body: streamed text would add progress events.
+            "llm": {"stream": false},
             "http_max_in_flight": in_flight,
             // Every client is the one principal `bench`.
             "http_max_in_flight_per_principal": in_flight,
@@ -209,6 +231,23 @@ impl Deployed {
             ],
             "worker.log",
         )?;
+        let llm_worker = match &args.llm_model {
+            Some(_) => Some(spawn(
+                &[
+                    &"worker",
+                    &"--agent",
+                    &agents.join("asker"),
+                    &"--config",
+                    &config,
+                    &"--nats-url",
+                    &url,
+                    &"--verify-key",
+                    &keys.verify,
+                ],
+                "llm-worker.log",
+            )?),
+            None => None,
+        };
         let mut headers = reqwest::header::HeaderMap::new();
         let bearer = format!("Bearer {api_key}")
             .parse()
@@ -222,6 +261,7 @@ impl Deployed {
         Ok(Deployed {
             run,
             worker,
+            llm_worker,
             client,
             http,
             kind: args.client,
@@ -240,12 +280,35 @@ impl Deployed {
         i: usize,
         resend: bool,
     ) -> impl std::future::Future<Output = Result<Ended, String>> + Send + 'static {
+        self.task_to(i, resend, None)
+    }
+
+    /// A conversation of the LLM agent `asker` (`llm_model`), its user
+    /// message `text`, over REST.
+    pub(super) fn conversation(
+        &self,
+        i: usize,
+        text: &str,
+    ) -> impl std::future::Future<Output = Result<Ended, String>> + Send + 'static {
+        self.task_to(i, false, Some(("asker", "ask", json!({"text": text}))))
+    }
+
+    /// [`Deployed::task`], to `to` (agent, action, params) when given.
+    fn task_to(
+        &self,
+        i: usize,
+        resend: bool,
+        to: Option<(&'static str, &'static str, Value)>,
+    ) -> impl std::future::Future<Output = Result<Ended, String>> + Send + 'static {
         let (client, http, kind) = (self.client.clone(), self.http.clone(), self.kind);
         async move {
-            if kind == Client::A2a {
+            if kind == Client::A2a && to.is_none() {
                 return super::a2a::send(&client, &http, i).await;
             }
-            let mut body = json!({"to": "echo", "action": "echo", "params": {"i": i}});
+            let mut body = match &to {
+                Some((to, action, params)) => json!({"to": to, "action": action, "params": params}),
+                None => json!({"to": "echo", "action": "echo", "params": {"i": i}}),
+            };
             if resend {
                 body["idempotency_key"] = json!(format!("bench-{}", uuid::Uuid::now_v7().simple()));
             }

@@ -1,0 +1,170 @@
+//! `orchestrator bench --llm`: what the orchestration of LLM agents costs
+//! (`docs/llm.md`), in the same run as the plain task path. The deployed
+//! path again, with an agent that is a prompt for a model (its worker a
+//! process of its own) calling the echo agent as its tool, against a model
+//! server in the bench that answers at once (not streamed). Two runs of
+//! conversations: one model call each, and one tool call each (a model
+//! call, the echo task, a second model call). Measured: conversations per
+//! second, and each process's CPU per conversation; from them, the
+//! orchestrator's CPU for a model call and for a tool call, beside a plain
+//! task's.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::cpu::{CpuPerTask, Processes, print_cpu};
+use super::procs::Deployed;
+use super::{BenchArgs, Figures};
+use crate::cli::output::outln;
+
+/// The model: a tool call to `echo` when the user asks for one and no tool
+/// answered yet, else a short text.
+async fn model() -> Result<String, String> {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|axum::Json(r): axum::Json<Value>| async move {
+            let messages = r["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or_default();
+            let message = if last["role"] == "user" && last["content"] == "call" {
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "echo", "arguments": "{\"n\":1}"}}]})
+            } else {
+                json!({"role": "assistant", "content": "done"})
+            };
+            axum::Json(json!({
+                "id": "bench", "object": "chat.completion", "model": "bench",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = format!(
+        "http://{}/v1",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}
+
+/// One kind of conversation, measured.
+pub(super) struct Run {
+    figures: Figures,
+    cpu: CpuPerTask,
+}
+
+/// What the LLM runs measured.
+pub(super) struct Measured {
+    /// One model call per conversation.
+    answer: Run,
+    /// One tool call per conversation.
+    tool: Run,
+}
+
+/// Starts the deployed path with an LLM agent under `dir/llm` and
+/// measures both kinds of conversation.
+pub(super) async fn measure(
+    url: &str,
+    prefix: &str,
+    dir: &Path,
+    brokers: &[u32],
+    args: &BenchArgs,
+) -> Result<Measured, String> {
+    let llm_args = BenchArgs {
+        llm_model: Some(model().await?),
+        ..args.clone()
+    };
+    let deployed = Deployed::start(url, prefix, &dir.join("llm"), 1, &llm_args, None).await?;
+    let processes = Processes {
+        orchestrator: deployed.orchestrator_pid(),
+        // The LLM agent's worker: the echo worker's CPU is the plain
+        // path's, and the tool calls' share of it is not counted here.
+        worker: deployed.llm_worker_pid(),
+        brokers: brokers.to_vec(),
+        client: std::process::id(),
+    };
+    let deployed = Arc::new(deployed);
+    let mut runs = Vec::new();
+    for (label, text) in [
+        ("llm, a model call", "answer"),
+        ("llm, a tool call", "call"),
+    ] {
+        let d = Arc::clone(&deployed);
+        let one = move |i: usize| {
+            let d = Arc::clone(&d);
+            async move {
+                let ended = d.conversation(i, text).await?;
+                if ended.state != "completed" {
+                    return Err(format!("a conversation ended {}", ended.state));
+                }
+                Ok(ended.latency)
+            }
+        };
+        let before = processes.cpu();
+        let figures = super::measure(label, args.tasks, args.concurrency, one).await?;
+        let cpu = CpuPerTask::between(before, processes.cpu(), figures.count);
+        runs.push(Run { figures, cpu });
+    }
+    let tool = runs.pop().ok_or("no tool run")?;
+    let answer = runs.pop().ok_or("no answer run")?;
+    Ok(Measured { answer, tool })
+}
+
+impl Measured {
+    /// The orchestrator's CPU for a model call (a conversation of one) and
+    /// for a tool call (what one adds: the tool's task and a second model
+    /// call), in µs.
+    fn overheads(&self) -> (Option<f64>, Option<f64>) {
+        let one = self.answer.cpu.orchestrator_us;
+        let tool = self.tool.cpu.orchestrator_us;
+        (one, tool.zip(one).map(|(t, o)| t - o))
+    }
+
+    pub(super) fn json(&self, rest: &CpuPerTask) -> Value {
+        let (model_call, tool_call) = self.overheads();
+        json!({
+            "model_call": {"throughput": self.answer.figures, "cpu_per_conversation": self.answer.cpu},
+            "tool_call": {"throughput": self.tool.figures, "cpu_per_conversation": self.tool.cpu},
+            "orchestrator_us": {
+                "plain_task": rest.orchestrator_us,
+                "model_call": model_call,
+                "tool_call": tool_call,
+            },
+        })
+    }
+
+    pub(super) fn print(&self, args: &BenchArgs, rest: &CpuPerTask) {
+        outln!(
+            "LLM agents, as deployed (HTTP client → `run` → model-call task → `worker` (llm) → model in the bench → `run`):"
+        );
+        for (what, run) in [
+            ("one model call", &self.answer),
+            ("one tool call", &self.tool),
+        ] {
+            outln!(
+                "  conversations of {what}: {} at {} in flight, {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+                run.figures.count,
+                args.concurrency,
+                run.figures.per_second,
+                run.figures.p50_ms,
+                run.figures.p99_ms
+            );
+            print_cpu(&format!("  CPU per conversation of {what}"), &run.cpu);
+        }
+        let (model_call, tool_call) = self.overheads();
+        if let (Some(plain), Some(m), Some(t)) = (rest.orchestrator_us, model_call, tool_call) {
+            outln!(
+                "  orchestrator CPU: a plain task {plain:.0} µs; a model call {m:.0} µs ({:.0} % of a plain task); a tool call {t:.0} µs (its task and the model call after it: {:.0} % of two plain tasks)",
+                m / plain * 100.0,
+                t / (2.0 * plain) * 100.0
+            );
+        }
+    }
+}
