@@ -72,12 +72,13 @@ pub enum Next {
     Fail(ErrorInfo),
 }
 
-/// Decides from `steps` (the conversation's tasks by step), `last` (the
-/// request of its last turn), `refuse` (why a call may not run, if so)
+/// Decides from `steps` (the conversation's tasks by step), `last` (reads
+/// the request of its last turn, only when the next turn needs it),
+/// `refuse` (why a call may not run, if so)
 /// and `limits`.
 pub fn plan(
     steps: &BTreeMap<String, StepTask>,
-    last: Option<&Map<String, Value>>,
+    last: &dyn Fn() -> Option<Map<String, Value>>,
     refuse: &dyn Fn(&ToolCall) -> Option<String>,
     limits: Limits,
 ) -> Next {
@@ -151,14 +152,13 @@ pub fn plan(
     if running {
         return Next::Wait;
     }
-    let Some(last) = last else {
+    let Some(mut request) = last() else {
         return Next::Fail(ErrorInfo::new(
             "bad_turn",
             format!("turn {n}'s request cannot be read"),
             false,
         ));
     };
-    let mut request = last.clone();
     let messages = request
         .entry("messages")
         .or_insert_with(|| Value::Array(Vec::new()));
@@ -262,9 +262,9 @@ mod tests {
     #[test]
     fn a_conversation_starts_with_its_first_turn_and_waits_for_it() {
         let mut steps = BTreeMap::new();
-        assert_eq!(plan(&steps, None, &none, LIMITS), Next::First);
+        assert_eq!(plan(&steps, &|| None, &none, LIMITS), Next::First);
         steps.insert(turn_step(1), step(TaskState::Working, None));
-        assert_eq!(plan(&steps, None, &none, LIMITS), Next::Wait);
+        assert_eq!(plan(&steps, &|| None, &none, LIMITS), Next::Wait);
     }
 
     #[test]
@@ -274,7 +274,7 @@ mod tests {
             step(TaskState::Completed, Some(said("hi", 5))),
         )]);
         assert_eq!(
-            plan(&steps, None, &none, LIMITS),
+            plan(&steps, &|| None, &none, LIMITS),
             Next::Complete("hi".into())
         );
     }
@@ -284,7 +284,7 @@ mod tests {
         let mut t = step(TaskState::Failed, None);
         t.error = Some(ErrorInfo::new("model_refused", "bad key", false));
         let steps = BTreeMap::from([(turn_step(1), t)]);
-        let Next::Fail(e) = plan(&steps, None, &none, LIMITS) else {
+        let Next::Fail(e) = plan(&steps, &|| None, &none, LIMITS) else {
             panic!()
         };
         assert_eq!(e.code.as_str(), "model_refused");
@@ -296,9 +296,9 @@ mod tests {
             turn_step(1),
             step(TaskState::Completed, Some(calls(&["a", "b"], 10))),
         )]);
-        let last = json!({"messages": [{"role": "user", "content": "q"}]});
-        let last = last.as_object().unwrap();
-        let Next::Calls { n, calls: started } = plan(&steps, Some(last), &none, LIMITS) else {
+        let request = json!({"messages": [{"role": "user", "content": "q"}]});
+        let last = || request.as_object().cloned();
+        let Next::Calls { n, calls: started } = plan(&steps, &last, &none, LIMITS) else {
             panic!()
         };
         assert_eq!((n, started.len()), (1, 2));
@@ -306,12 +306,12 @@ mod tests {
             call_step(1, 1),
             step(TaskState::Completed, Some(json!({"b": 2}))),
         );
-        let Next::Calls { calls: started, .. } = plan(&steps, Some(last), &none, LIMITS) else {
+        let Next::Calls { calls: started, .. } = plan(&steps, &last, &none, LIMITS) else {
             panic!()
         };
         assert_eq!(started.iter().map(|c| c.0).collect::<Vec<_>>(), [0]);
         steps.insert(call_step(1, 0), step(TaskState::Working, None));
-        assert_eq!(plan(&steps, Some(last), &none, LIMITS), Next::Wait);
+        assert_eq!(plan(&steps, &last, &none, LIMITS), Next::Wait);
         steps.insert(
             call_step(1, 0),
             step(TaskState::Completed, Some(json!("A"))),
@@ -320,7 +320,7 @@ mod tests {
             n,
             request,
             refused,
-        } = plan(&steps, Some(last), &none, LIMITS)
+        } = plan(&steps, &last, &none, LIMITS)
         else {
             panic!()
         };
@@ -346,11 +346,12 @@ mod tests {
             turn_step(1),
             step(TaskState::Completed, Some(calls(&["evil"], 1))),
         )]);
-        let last = json!({"messages": []});
+        let request = json!({"messages": []});
+        let last = || request.as_object().cloned();
         let refuse = |c: &ToolCall| (c.function.name == "evil").then(|| "not offered".to_string());
         let Next::Turn {
             request, refused, ..
-        } = plan(&steps, last.as_object(), &refuse, LIMITS)
+        } = plan(&steps, &last, &refuse, LIMITS)
         else {
             panic!()
         };
@@ -374,7 +375,7 @@ mod tests {
             );
             steps.insert(call_step(n, 0), step(TaskState::Completed, Some(json!(1))));
         }
-        let Next::Fail(e) = plan(&steps, None, &none, LIMITS) else {
+        let Next::Fail(e) = plan(&steps, &|| None, &none, LIMITS) else {
             panic!()
         };
         assert_eq!(e.code.as_str(), "turn_limit");
@@ -382,7 +383,7 @@ mod tests {
             max_turns: 10,
             token_budget: Some(25),
         };
-        let Next::Fail(e) = plan(&steps, None, &none, budget) else {
+        let Next::Fail(e) = plan(&steps, &|| None, &none, budget) else {
             panic!()
         };
         assert_eq!(e.code.as_str(), "token_budget");

@@ -88,8 +88,6 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         max_turns: request::max_turns(card).unwrap_or(settings.max_turns),
         token_budget: settings.token_budget,
     };
-    let last = last_request(o, &steps)?;
-    let depth = depth(o, &envelope)?;
     let grants = Grants::new(
         envelope
             .control
@@ -97,39 +95,58 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             .iter()
             .map(|s| s.as_str().to_string()),
     );
-    let refuse = |call: &ToolCall| -> Option<String> {
-        let (agent, skill) = match request::resolve(card, &declared.catalog, &call.function.name) {
-            Ok(found) => found,
-            Err(why) => return Some(why),
+    let next = {
+        // Read only when a plan needs them: the last request when the next
+        // turn starts, the depth when a call reaches a conversation.
+        let last = || match last_request(o, &steps) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(task_id = %task, error = %e, "a conversation's last request cannot be read");
+                None
+            }
         };
-        let params = match arguments(call) {
-            Ok(p) => p,
-            Err(why) => return Some(why),
+        let depth = std::cell::OnceCell::new();
+        let refuse = |call: &ToolCall| -> Option<String> {
+            let (agent, skill) =
+                match request::resolve(card, &declared.catalog, &call.function.name) {
+                    Ok(found) => found,
+                    Err(why) => return Some(why),
+                };
+            let params = match arguments(call) {
+                Ok(p) => p,
+                Err(why) => return Some(why),
+            };
+            if agent.model_driven() {
+                match depth.get_or_init(|| depth_of(o, &envelope).map_err(|e| e.to_string())) {
+                    Ok(d) if *d >= settings.max_depth => {
+                        return Some(format!(
+                            "`{}` holds a conversation of its own, and this one is {d} deep already (llm.max_depth)",
+                            agent.name
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Some(format!("the chain of callers cannot be read: {e}")),
+                }
+            }
+            let needed: Vec<&str> = agent
+                .skill(&skill)
+                .map(|s| s.scopes.iter().map(|x| x.as_str()).collect())
+                .unwrap_or_default();
+            let missing = grants.missing(needed);
+            if !missing.is_empty() {
+                return Some(format!(
+                    "`{}` needs the scopes {} that this task does not hold",
+                    call.function.name,
+                    missing.join(", ")
+                ));
+            }
+            declared
+                .check_params(&agent.name, &skill, &params)
+                .err()
+                .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
         };
-        if agent.model_driven() && depth >= settings.max_depth {
-            return Some(format!(
-                "`{}` holds a conversation of its own, and this one is {depth} deep already (llm.max_depth)",
-                agent.name
-            ));
-        }
-        let needed: Vec<&str> = agent
-            .skill(&skill)
-            .map(|s| s.scopes.iter().map(|x| x.as_str()).collect())
-            .unwrap_or_default();
-        let missing = grants.missing(needed);
-        if !missing.is_empty() {
-            return Some(format!(
-                "`{}` needs the scopes {} that this task does not hold",
-                call.function.name,
-                missing.join(", ")
-            ));
-        }
-        declared
-            .check_params(&agent.name, &skill, &params)
-            .err()
-            .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
+        plan::plan(&steps, &last, &refuse, limits)
     };
-    let next = plan::plan(&steps, last.as_ref(), &refuse, limits);
     let caller = Caller::new(
         status
             .requested_by
@@ -137,17 +154,14 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             .unwrap_or_else(|| "unknown".into()),
         grants.clone(),
     );
+    // Working from its first model call on (also when a crash came
+    // between that call's submit and this move).
+    let goes_on = !matches!(next, Next::Complete(_) | Next::Fail(_));
     let started = match next {
         Next::Wait => Ok(()),
         Next::First => {
             let first = request::first(card, &envelope, &declared.catalog);
-            let started = start_turn(o, &status, &envelope, 1, first, &caller).await;
-            if started.is_ok() && status.state == TaskState::Submitted {
-                let change =
-                    Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
-                o.store().apply(task, change).await?;
-            }
-            started
+            start_turn(o, &status, &envelope, 1, first, &caller).await
         }
         Next::Turn {
             n,
@@ -190,6 +204,11 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             let error = ErrorInfo::new("step_refused", e.to_string(), false);
             end(o, &status, Err(error)).await
         }
+        Ok(()) if goes_on && status.state == TaskState::Submitted => {
+            let change = Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
+            o.store().apply(task, change).await?;
+            Ok(())
+        }
         Ok(()) => Ok(()),
     }
 }
@@ -210,7 +229,7 @@ fn last_request(
 }
 
 /// How many conversations up the causation chain `envelope`'s task is.
-fn depth(o: &Orchestrator, envelope: &crate::envelope::Envelope) -> Result<u32, ServiceError> {
+fn depth_of(o: &Orchestrator, envelope: &crate::envelope::Envelope) -> Result<u32, ServiceError> {
     let mut depth = 0;
     let mut cause = envelope.header.causation_id.clone();
     // A chain is finite (each cause was created before), but bounded all
