@@ -278,6 +278,7 @@ impl crate::codec::Validate for ServiceConfig {
             ("http_max_connections", self.http_max_connections),
             ("a2a.max_streams", self.a2a.max_streams),
             ("deliveries.max_in_flight", self.deliveries.max_in_flight),
+            ("llm.max_turns", self.llm.max_turns as usize),
             (
                 "deliveries.max_attempts",
                 self.deliveries.max_attempts as usize,
