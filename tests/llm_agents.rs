@@ -517,3 +517,38 @@ async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_tota
         .await;
     assert_eq!(step["model_use"], run["model_use"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_stream_to_an_llm_agent_carries_the_models_text_as_it_comes() {
+    let model = Model::serve(|_| Reply::Text("Streams carry the text.".into())).await;
+    let writer = prompt_card("writer", "write", "Write.", &[]);
+    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
+    sys.worker(
+        writer.clone(),
+        handler_for(&writer, &settings(&model, true)).unwrap(),
+    )
+    .await;
+    let send = json!({"message": common::a2a::message(
+        "m-llm", json!([{"text": "what do streams carry?"}]), json!({"skillId": "writer/write"}))});
+    let mut stream = common::a2a::open_stream(&sys, "SendStreamingMessage", send, None).await;
+    let mut events = Vec::new();
+    while events
+        .last()
+        .is_none_or(|e: &Value| common::a2a::kind(e) != "completed")
+    {
+        let got = common::a2a::read_events(&mut stream, 1).await;
+        events.extend(got.into_iter().map(|(_, e)| e));
+    }
+    let streamed: String = events
+        .iter()
+        .filter(|e| common::a2a::kind(e) == "artifact")
+        .filter(|e| e["result"]["artifactUpdate"]["artifact"]["artifactId"] == "answer")
+        .filter_map(|e| e["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, "Streams carry the text.", "{events:#?}");
+    // The A2A text part is the user message.
+    assert_eq!(
+        model.requests()[0]["messages"][1]["content"],
+        "what do streams carry?"
+    );
+}
