@@ -41,16 +41,7 @@ async fn model() -> Result<String, String> {
             }))
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}/v1",
-        listener.local_addr().map_err(|e| e.to_string())?
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let url = super::serve_loopback(app, "/v1").await?;
     Ok(url)
 }
 

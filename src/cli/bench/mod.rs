@@ -350,6 +350,22 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Serves `app` on a port of 127.0.0.1 until the bench ends; its URL,
+/// `path` added.
+async fn serve_loopback(app: axum::Router, path: &str) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = format!(
+        "http://{}{path}",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}
+
 /// Runs `count` operations with at most `concurrency` at once.
 async fn measure<F, Fut>(
     label: &str,

@@ -217,26 +217,12 @@ impl Deployed {
             ],
             "run.log",
         )?;
-        let worker = spawn(
-            &[
-                &"worker",
-                &"--agent",
-                &agents.join("echo"),
-                &"--config",
-                &config,
-                &"--nats-url",
-                &url,
-                &"--verify-key",
-                &keys.verify,
-            ],
-            "worker.log",
-        )?;
-        let llm_worker = match &args.llm_model {
-            Some(_) => Some(spawn(
+        let worker_of = |agent: &str, log: &str| {
+            spawn(
                 &[
                     &"worker",
                     &"--agent",
-                    &agents.join("asker"),
+                    &agents.join(agent),
                     &"--config",
                     &config,
                     &"--nats-url",
@@ -244,8 +230,12 @@ impl Deployed {
                     &"--verify-key",
                     &keys.verify,
                 ],
-                "llm-worker.log",
-            )?),
+                log,
+            )
+        };
+        let worker = worker_of("echo", "worker.log")?;
+        let llm_worker = match &args.llm_model {
+            Some(_) => Some(worker_of("asker", "llm-worker.log")?),
             None => None,
         };
         let mut headers = reqwest::header::HeaderMap::new();

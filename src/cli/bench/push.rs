@@ -61,16 +61,7 @@ async fn receiver() -> Result<(String, Arc<Mutex<Seen>>), String> {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}/hook",
-        listener.local_addr().map_err(|e| e.to_string())?
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let url = super::serve_loopback(app, "/hook").await?;
     Ok((url, seen))
 }
 
