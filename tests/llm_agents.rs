@@ -516,6 +516,14 @@ async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_tota
         ))
         .await;
     assert_eq!(step["model_use"], run["model_use"]);
+    // `runs get` prints them.
+    let server = (sys.http.clone(), sys.admin_key.clone());
+    let out = common::cli(&server, &["runs", "get", run["run_id"].as_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("models   2 calls, 22 tokens in, 14 out"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
