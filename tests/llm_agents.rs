@@ -560,3 +560,19 @@ async fn an_a2a_stream_to_an_llm_agent_carries_the_models_text_as_it_comes() {
         "what do streams carry?"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_a2a_client_streams_an_llm_agents_text_and_gets_its_answer() {
+    let model = Model::serve(|_| Reply::Text("Streams carry the text.".into())).await;
+    let writer = prompt_card("writer", "write", "Write.", &[]);
+    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
+    sys.worker(
+        writer.clone(),
+        handler_for(&writer, &settings(&model, true)).unwrap(),
+    )
+    .await;
+    let key = sys.admin_key.clone().unwrap();
+    let names = common::a2a::sdk_checks("sdk_llm.py", &sys, &key).await;
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(model.calls(), 2);
+}
