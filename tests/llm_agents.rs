@@ -46,6 +46,16 @@ fn settings(model: &Model, stream: bool) -> LlmSettings {
     }
 }
 
+/// A system whose one agent is the prompt `writer` (skill `write`, its
+/// instruction `instruction`), its worker pointed at `model`.
+async fn writer_system(model: &Model, instruction: &str, stream: bool) -> System {
+    let writer = prompt_card("writer", "write", instruction, &[]);
+    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
+    let handler = handler_for(&writer, &settings(model, stream)).unwrap();
+    sys.worker(writer, handler).await;
+    sys
+}
+
 /// The tasks of `correlation`, oldest first.
 async fn correlated(sys: &System, correlation: &str) -> Vec<Value> {
     let (_, page) = sys
@@ -57,13 +67,7 @@ async fn correlated(sys: &System, correlation: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_answers_through_a_turn_task_with_its_instruction_and_streamed_progress() {
     let model = Model::serve(|_| Reply::Text("Rust is a language about ownership.".into())).await;
-    let writer = prompt_card("writer", "write", "You write about {{topic}}.", &[]);
-    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
-    sys.worker(
-        writer.clone(),
-        handler_for(&writer, &settings(&model, true)).unwrap(),
-    )
-    .await;
+    let sys = writer_system(&model, "You write about {{topic}}.", true).await;
     let id = sys
         .submit("writer", "write", json!({"topic": "rust"}))
         .await;
@@ -336,13 +340,7 @@ async fn provider_faults_are_retried_after_their_wait_or_fail_with_the_providers
         }
     })
     .await;
-    let writer = prompt_card("writer", "write", "Write.", &[]);
-    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
-    sys.worker(
-        writer.clone(),
-        handler_for(&writer, &settings(&model, false)).unwrap(),
-    )
-    .await;
+    let sys = writer_system(&model, "Write.", false).await;
     let busy = sys.submit("writer", "write", json!({"text": "busy"})).await;
     let done = sys.wait_terminal(&busy, Duration::from_secs(30)).await;
     assert_eq!(done["state"], "completed", "{done:#}");
@@ -529,13 +527,7 @@ async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_tota
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_stream_to_an_llm_agent_carries_the_models_text_as_it_comes() {
     let model = Model::serve(|_| Reply::Text("Streams carry the text.".into())).await;
-    let writer = prompt_card("writer", "write", "Write.", &[]);
-    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
-    sys.worker(
-        writer.clone(),
-        handler_for(&writer, &settings(&model, true)).unwrap(),
-    )
-    .await;
+    let sys = writer_system(&model, "Write.", true).await;
     let send = json!({"message": common::a2a::message(
         "m-llm", json!([{"text": "what do streams carry?"}]), json!({"skillId": "writer/write"}))});
     let mut stream = common::a2a::open_stream(&sys, "SendStreamingMessage", send, None).await;
@@ -564,13 +556,7 @@ async fn an_a2a_stream_to_an_llm_agent_carries_the_models_text_as_it_comes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_a2a_client_streams_an_llm_agents_text_and_gets_its_answer() {
     let model = Model::serve(|_| Reply::Text("Streams carry the text.".into())).await;
-    let writer = prompt_card("writer", "write", "Write.", &[]);
-    let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
-    sys.worker(
-        writer.clone(),
-        handler_for(&writer, &settings(&model, true)).unwrap(),
-    )
-    .await;
+    let sys = writer_system(&model, "Write.", true).await;
     let key = sys.admin_key.clone().unwrap();
     let names = common::a2a::sdk_checks("sdk_llm.py", &sys, &key).await;
     assert_eq!(names.len(), 3, "{names:?}");

@@ -35,7 +35,7 @@ use crate::event::ErrorInfo;
 use crate::llm::plan::{self, Limits, Next};
 use crate::llm::{ToolCall, request};
 use crate::store::{Applied, Change, StepLink};
-use crate::task::{TaskEvent, TaskState, TaskStatus};
+use crate::task::{Submitted, TaskEvent, TaskState, TaskStatus};
 use crate::workflow::{RunId, StepTask};
 
 /// Plans the conversation of `task` once and acts on the plan; nothing
@@ -161,17 +161,23 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         Next::Wait => Ok(()),
         Next::First => {
             let first = request::first(card, &envelope, &declared.catalog);
-            start_turn(o, &status, &envelope, 1, first, &caller).await
+            start_turn(o, &status, &envelope, 1, first, &caller)
+                .await
+                .map(|_| ())
         }
         Next::Turn {
             n,
             request,
             refused,
         } => {
-            for (id, tool, why) in &refused {
-                audit_refusal(o, &status, id, tool, why).await;
+            let created = start_turn(o, &status, &envelope, n, request, &caller).await;
+            // Once: with the turn that tells the model, not at every plan.
+            if matches!(created, Ok(true)) {
+                for (id, tool, why) in &refused {
+                    audit_refusal(o, &status, id, tool, why).await;
+                }
             }
-            start_turn(o, &status, &envelope, n, request, &caller).await
+            created.map(|_| ())
         }
         Next::Calls { n, calls } => {
             let mut started = Ok(());
@@ -290,7 +296,8 @@ fn answer(card: &crate::agent::AgentCard, action: &str, text: String) -> Result<
     })
 }
 
-/// Submits turn `n` of `status`'s conversation.
+/// Submits turn `n` of `status`'s conversation; whether this submit made
+/// it (not an earlier one).
 async fn start_turn(
     o: &Orchestrator,
     status: &TaskStatus,
@@ -298,7 +305,7 @@ async fn start_turn(
     n: u32,
     request: Map<String, Value>,
     caller: &Caller,
-) -> Result<(), ServiceError> {
+) -> Result<bool, ServiceError> {
     let task = status.task_id;
     let request = TaskRequest {
         to: status.agent.clone(),
@@ -330,7 +337,7 @@ async fn start_turn(
         submitted.record().task_id(),
         RunId::of_conversation(task),
     );
-    Ok(())
+    Ok(matches!(submitted, Submitted::Created(_)))
 }
 
 /// Submits the `i`th tool call of turn `n` (one the plan did not refuse).
