@@ -93,7 +93,8 @@ fn card_for(card_url: &str) -> Value {
 async fn system(remote: &Remote) -> (System, AgentCard) {
     let card: AgentCard = serde_json::from_value(card_for(&remote.card_url())).unwrap();
     let mut sys = System::start(vec![card.clone()], fast_bus()).await;
-    let handler = orchestrator::worker::handler_for(&card, &Default::default()).unwrap();
+    let handler =
+        orchestrator::worker::handler_for(&card, &Default::default(), &Default::default()).unwrap();
     sys.worker(card.clone(), handler).await;
     (sys, card)
 }
@@ -238,7 +239,7 @@ async fn a_remote_that_is_down_is_a_retryable_failure() {
     let mut sys = System::start(vec![card.clone()], fast_bus()).await;
     sys.worker(
         card.clone(),
-        orchestrator::worker::handler_for(&card, &Default::default()).unwrap(),
+        orchestrator::worker::handler_for(&card, &Default::default(), &Default::default()).unwrap(),
     )
     .await;
     let (status, t) = sys

@@ -42,7 +42,7 @@ fn echo_agent(dir: &Path, name: &str, context: &str) {
 async fn workers(sys: &mut System, dir: &Path, names: &[&str]) {
     for name in names {
         let card = Catalog::one(&dir.join(name), None).unwrap();
-        let handler = handler_for(&card, &Default::default()).unwrap();
+        let handler = handler_for(&card, &Default::default(), &Default::default()).unwrap();
         sys.worker(card, handler).await;
     }
 }

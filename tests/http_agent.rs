@@ -176,7 +176,7 @@ async fn the_service_gets_the_envelope_and_the_token_and_answers() {
     let mut sys = System::start(vec![doer.clone()], fast_bus()).await;
     sys.worker(
         doer.clone(),
-        orchestrator::worker::handler_for(&doer, &Default::default()).unwrap(),
+        orchestrator::worker::handler_for(&doer, &Default::default(), &Default::default()).unwrap(),
     )
     .await;
     let id = sys.submit("doer", "go", json!({"order": 42})).await;
@@ -219,7 +219,7 @@ async fn busy_is_retried_and_refusals_fail_with_the_services_words() {
     for c in &cards {
         sys.worker(
             c.clone(),
-            orchestrator::worker::handler_for(c, &Default::default()).unwrap(),
+            orchestrator::worker::handler_for(c, &Default::default(), &Default::default()).unwrap(),
         )
         .await;
     }

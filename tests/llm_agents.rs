@@ -51,7 +51,7 @@ fn settings(model: &Model, stream: bool) -> LlmSettings {
 async fn writer_system(model: &Model, instruction: &str, stream: bool) -> System {
     let writer = prompt_card("writer", "write", instruction, &[]);
     let mut sys = System::start(vec![writer.clone()], fast_bus()).await;
-    let handler = handler_for(&writer, &settings(model, stream)).unwrap();
+    let handler = handler_for(&writer, &settings(model, stream), &Default::default()).unwrap();
     sys.worker(writer, handler).await;
     sys
 }
@@ -177,7 +177,7 @@ async fn tool_calls_are_child_tasks_run_at_once_and_their_results_go_back_to_the
     .await;
     sys.worker(
         planner.clone(),
-        handler_for(&planner, &settings(&model, false)).unwrap(),
+        handler_for(&planner, &settings(&model, false), &Default::default()).unwrap(),
     )
     .await;
     // Each tool's task waits for the other: calls run one after the
@@ -282,7 +282,7 @@ async fn a_call_to_a_tool_the_card_does_not_offer_runs_nothing_and_the_model_is_
     .await;
     sys.worker(
         planner.clone(),
-        handler_for(&planner, &settings(&model, true)).unwrap(),
+        handler_for(&planner, &settings(&model, true), &Default::default()).unwrap(),
     )
     .await;
     sys.worker(vault, Arc::new(EchoHandler)).await;
@@ -388,7 +388,7 @@ async fn a_model_that_never_stops_calling_tools_is_stopped_at_the_turn_bound() {
     .await;
     sys.worker(
         looper.clone(),
-        handler_for(&looper, &settings(&model, false)).unwrap(),
+        handler_for(&looper, &settings(&model, false), &Default::default()).unwrap(),
     )
     .await;
     sys.worker(helper, Arc::new(EchoHandler)).await;
@@ -421,7 +421,7 @@ async fn canceling_a_conversation_cancels_the_tool_call_it_waits_for() {
     let mut sys = System::start(vec![asker.clone(), helper.clone()], fast_bus()).await;
     sys.worker(
         asker.clone(),
-        handler_for(&asker, &settings(&model, false)).unwrap(),
+        handler_for(&asker, &settings(&model, false), &Default::default()).unwrap(),
     )
     .await;
     let canceled = Arc::new(AtomicUsize::new(0));
@@ -478,7 +478,7 @@ async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_tota
     sys.start_orchestrator(cards).await;
     sys.worker(
         writer.clone(),
-        handler_for(&writer, &settings(&model, false)).unwrap(),
+        handler_for(&writer, &settings(&model, false), &Default::default()).unwrap(),
     )
     .await;
     sys.worker(helper, Arc::new(EchoHandler)).await;

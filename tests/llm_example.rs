@@ -38,8 +38,11 @@ async fn the_example_packs_entry_delegates_to_its_member_through_a_tool_call() {
     };
     for name in ["coordinator", "researcher"] {
         let card = Catalog::one(&pack.join("research.pack.yaml"), Some(name)).unwrap();
-        sys.worker(card.clone(), handler_for(&card, &settings).unwrap())
-            .await;
+        sys.worker(
+            card.clone(),
+            handler_for(&card, &settings, &Default::default()).unwrap(),
+        )
+        .await;
     }
     let id = sys
         .submit(

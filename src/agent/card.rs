@@ -403,6 +403,37 @@ impl AgentCard {
             .unwrap_or_default()
     }
 
+    /// The MCP servers whose tools the agent's model is offered
+    /// (`docs/llm.md`, "MCP tools"), each with whether the agent cannot
+    /// work without it: an AgentCard's `servers` (all needed, as
+    /// fast-agent has them), then `dependencies.mcps` (needed when
+    /// `required`).
+    pub fn mcp_servers(&self) -> Vec<(&str, bool)> {
+        let mut out: Vec<(&str, bool)> = Vec::new();
+        if let Some(p) = &self.prompt {
+            out.extend(p.servers.iter().map(|s| (s.as_str(), true)));
+        }
+        for m in self.dependencies.iter().flat_map(|d| &d.mcps) {
+            if !out.iter().any(|(s, _)| *s == m.name) {
+                out.push((m.name.as_str(), m.required));
+            }
+        }
+        out
+    }
+
+    /// Whether the agent's model may call `server`'s tool `tool` (as the
+    /// model names it): the server is one of [`Self::mcp_servers`] and
+    /// the card's `tools` filter for it, if any, lets the tool through.
+    pub fn mcp_allows(&self, server: &str, tool: &str) -> bool {
+        let named = self.mcp_servers().iter().any(|(s, _)| *s == server);
+        let filter = self
+            .prompt
+            .as_ref()
+            .and_then(|p| p.tools.get(server))
+            .map(Vec::as_slice);
+        named && crate::llm::mcp::allowed(filter, tool)
+    }
+
     /// The agent's name for people: its display name, or its id.
     pub fn label(&self) -> &str {
         self.display_name.as_deref().unwrap_or(self.name.as_str())

@@ -383,7 +383,7 @@ async fn run_worker(
     dir: PathBuf,
 ) -> ExitCode {
     // The card's own problem first: nothing else matters until it can run.
-    let handler = match handler_for(&card, &config.llm) {
+    let handler = match handler_for(&card, &config.llm, &config.mcp) {
         Ok(h) => h,
         Err(e) => return fail(format!("{}: {e}", args.agent.display())),
     };

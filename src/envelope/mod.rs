@@ -99,6 +99,19 @@ pub struct Meta {
     /// first; the token's `act` chain names them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callers: Vec<AgentName>,
+    /// For a model's call of an MCP server's tool: the server and the
+    /// tool, which the calling agent's worker runs (`docs/llm.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpCall>,
+}
+
+/// An MCP server's tool a model called (`payload.meta.mcp`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCall {
+    /// The server, as the settings' `mcp.servers` name it.
+    pub server: String,
+    /// The tool, as the model named it.
+    pub tool: String,
 }
 
 /// Which conversation a model call belongs to (`payload.meta.turn`).

@@ -10,8 +10,10 @@
 //!   history, the user message, the tools) and the names of tools.
 //! - [`plan`]: what a conversation does next, from its stored turns and
 //!   calls.
+//! - [`mcp`]: MCP servers' tools: the `mcp` settings, names, filters.
 //! - [`settings`]: the `llm` settings.
 
+pub mod mcp;
 pub mod plan;
 pub mod request;
 pub mod settings;

@@ -188,13 +188,27 @@ pub fn tool_name(agent: &AgentCard, skill: &str) -> String {
         .collect()
 }
 
-/// The agent and skill the tool `name` of `card` stands for, or why the
-/// model may not call it.
-pub fn resolve<'c>(
+/// What a tool of a card's model stands for.
+#[derive(Debug, Clone, Copy)]
+pub enum Tool<'c, 'n> {
+    /// A skill of an agent the card may call.
+    Agent(&'c AgentCard, &'c str),
+    /// A tool of an MCP server the card names (`mcp__<server>__<tool>`).
+    Mcp {
+        /// The server.
+        server: &'n str,
+        /// The tool, as the model names it.
+        tool: &'n str,
+    },
+}
+
+/// What the tool `name` of `card` stands for, or why the model may not
+/// call it.
+pub fn resolve<'c, 'n>(
     card: &AgentCard,
     catalog: &'c Catalog,
-    name: &str,
-) -> Result<(&'c AgentCard, String), String> {
+    name: &'n str,
+) -> Result<Tool<'c, 'n>, String> {
     for called in card.calls() {
         let Some(agent) = catalog.agents.get(called) else {
             continue;
@@ -204,20 +218,30 @@ pub fn resolve<'c>(
             .iter()
             .find(|s| tool_name(agent, &s.id) == name)
         {
-            return Ok((agent, skill.id.clone()));
+            return Ok(Tool::Agent(agent, skill.id.as_str()));
         }
     }
+    if let Some((server, tool)) = super::mcp::parse(name) {
+        if card.mcp_allows(server, tool) {
+            return Ok(Tool::Mcp { server, tool });
+        }
+        if card.mcp_servers().iter().any(|(s, _)| *s == server) {
+            return Err(format!(
+                "`{tool}` of the MCP server `{server}` is not a tool of agent `{}`: its `tools` filter leaves it out",
+                card.name
+            ));
+        }
+    }
+    let servers = card.mcp_servers();
+    let mut may: Vec<String> = card.calls().iter().map(|a| format!("`{a}`")).collect();
+    may.extend(servers.iter().map(|(s, _)| format!("the MCP server `{s}`")));
     Err(format!(
         "`{name}` is not a tool of agent `{}`: it may call only {}",
         card.name,
-        if card.calls().is_empty() {
+        if may.is_empty() {
             "no agent".to_string()
         } else {
-            card.calls()
-                .iter()
-                .map(|a| format!("`{a}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            may.join(", ")
         }
     ))
 }

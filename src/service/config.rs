@@ -89,6 +89,9 @@ pub struct ServiceConfig {
     /// Model calls: where workers send them, and the orchestrator's
     /// bounds on a conversation (docs/llm.md).
     pub llm: crate::llm::LlmSettings,
+    /// The MCP servers a worker may start for its agent's model
+    /// (docs/llm.md, "MCP tools").
+    pub mcp: crate::llm::mcp::McpSettings,
 }
 
 /// How agent files are read (`agents` in the file; every field
@@ -261,6 +264,7 @@ impl Default for ServiceConfig {
             deliveries: DeliverySettings::default(),
             agents: AgentSettings::default(),
             llm: crate::llm::LlmSettings::default(),
+            mcp: crate::llm::mcp::McpSettings::default(),
         }
     }
 }
@@ -291,6 +295,7 @@ impl crate::codec::Validate for ServiceConfig {
             ));
         }
         self.bus.check()?;
+        crate::codec::Validate::validate(&self.mcp)?;
         let timeouts = [
             ("http_request_timeout", self.http_request_timeout),
             ("http_body_timeout", self.http_body_timeout),

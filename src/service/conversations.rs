@@ -30,10 +30,11 @@ use tracing::{info, warn};
 
 use super::{Caller, Orchestrator, ServiceError, TaskRequest};
 use crate::access::Grants;
-use crate::envelope::{Meta, TaskId, TurnOf};
+use crate::envelope::{McpCall, Meta, TaskId, TurnOf};
 use crate::event::ErrorInfo;
+use crate::llm::ToolCall;
 use crate::llm::plan::{self, Limits, Next};
-use crate::llm::{ToolCall, request};
+use crate::llm::request::{self, Tool};
 use crate::store::{Applied, Change, StepLink};
 use crate::task::{Submitted, TaskEvent, TaskState, TaskStatus};
 use crate::workflow::{RunId, StepTask};
@@ -107,14 +108,17 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         };
         let depth = std::cell::OnceCell::new();
         let refuse = |call: &ToolCall| -> Option<String> {
-            let (agent, skill) =
-                match request::resolve(card, &declared.catalog, &call.function.name) {
-                    Ok(found) => found,
-                    Err(why) => return Some(why),
-                };
+            let tool = match request::resolve(card, &declared.catalog, &call.function.name) {
+                Ok(found) => found,
+                Err(why) => return Some(why),
+            };
             let params = match arguments(call) {
                 Ok(p) => p,
                 Err(why) => return Some(why),
+            };
+            // An MCP server checks its own tool's arguments.
+            let Tool::Agent(agent, skill) = tool else {
+                return None;
             };
             if agent.model_driven() {
                 match depth.get_or_init(|| depth_of(o, &envelope).map_err(|e| e.to_string())) {
@@ -129,7 +133,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
                 }
             }
             let needed: Vec<&str> = agent
-                .skill(&skill)
+                .skill(skill)
                 .map(|s| s.scopes.iter().map(|x| x.as_str()).collect())
                 .unwrap_or_default();
             let missing = grants.missing(needed);
@@ -141,7 +145,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
                 ));
             }
             declared
-                .check_params(&agent.name, &skill, &params)
+                .check_params(&agent.name, skill, &params)
                 .err()
                 .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
         };
@@ -355,15 +359,28 @@ async fn start_call(
     let task = status.task_id;
     let declared = o.catalog();
     // The plan refused what does not resolve or parse.
-    let (Ok((agent, skill)), Ok(params)) = (
+    let (Ok(tool), Ok(params)) = (
         request::resolve(card, &declared.catalog, &call.function.name),
         arguments(call),
     ) else {
         return Ok(());
     };
+    // An agent's skill is a task of that agent; an MCP server's tool is
+    // one of the calling agent, whose worker has the server.
+    let (to, action, mcp) = match tool {
+        Tool::Agent(agent, skill) => (agent.name.clone(), skill, None),
+        Tool::Mcp { server, tool } => (
+            status.agent.clone(),
+            envelope.payload.action.as_str(),
+            Some(McpCall {
+                server: server.into(),
+                tool: tool.into(),
+            }),
+        ),
+    };
     let request = TaskRequest {
-        to: agent.name.clone(),
-        action: skill.parse().map_err(|e: String| {
+        to,
+        action: action.parse().map_err(|e: String| {
             ServiceError::BadInput(crate::codec::DecodeError::invalid("action", e))
         })?,
         params,
@@ -382,6 +399,7 @@ async fn start_call(
         trigger_id: envelope.payload.meta.trigger_id.clone(),
         system_prompt: envelope.payload.meta.system_prompt.clone(),
         callers,
+        mcp,
         ..Meta::default()
     };
     let link = StepLink {

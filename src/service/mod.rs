@@ -304,8 +304,9 @@ impl Orchestrator {
         let mut skill_scopes = Vec::new();
         let declared = self.catalog();
         // A task for an agent that is a prompt is a conversation the
-        // orchestrator holds; its turns are tasks for the agent too.
-        let turn = meta.turn.is_some();
+        // orchestrator holds; its turns and its MCP tool calls are tasks
+        // for the agent too, their params built from the model's words.
+        let turn = meta.turn.is_some() || meta.mcp.is_some();
         let mut conversation = false;
         if !declared.agents.is_empty() {
             let card = declared

@@ -112,20 +112,25 @@ impl Store {
         // alone: it needs no index entry (one key less per lone task).
         let correlation_key = (!task_id.is_written_as(record.correlation_id().as_str()))
             .then(|| keys::correlation(record.correlation_id(), task_id));
+        let mut detail = json!({
+            "agent": record.agent(),
+            "action": record.action(),
+            "attempt": attempt,
+            "max_attempts": record.status.max_attempts,
+            "priority": record.envelope.control.priority,
+            "idempotency_key": key,
+        });
+        // A model's call of an MCP server's tool names the server and tool.
+        if let Some(mcp) = &record.envelope.payload.meta.mcp {
+            detail["mcp"] = json!(mcp);
+        }
         let entry = AuditEntry {
             actor: new.actor.clone(),
             kind: "task.submitted".into(),
             task_id: Some(task_id),
             correlation_id: Some(record.correlation_id().clone()),
             trace_id,
-            detail: json!({
-                "agent": record.agent(),
-                "action": record.action(),
-                "attempt": attempt,
-                "max_attempts": record.status.max_attempts,
-                "priority": record.envelope.control.priority,
-                "idempotency_key": key,
-            }),
+            detail,
         };
         let now_secs = now.unix_seconds();
         let step = new.step;

@@ -64,10 +64,12 @@ impl Handler for EchoHandler {
 }
 
 /// The handler a card's `invocation` names ([`AgentCard::runnable`]);
-/// an `llm` one takes what its card leaves out from `llm`.
+/// an `llm` one takes what its card leaves out from `llm`, and the MCP
+/// servers its card names from `mcp`.
 pub fn handler_for(
     card: &AgentCard,
     llm: &crate::llm::LlmSettings,
+    mcp: &crate::llm::mcp::McpSettings,
 ) -> Result<Arc<dyn Handler>, String> {
     match card.runnable().map_err(|e| e.to_string())? {
         Invocation::Command {
@@ -84,7 +86,8 @@ pub fn handler_for(
         a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
         http @ Invocation::Http { .. } => Ok(Arc::new(super::http_agent::HttpHandler::new(http)?)),
         llm_call @ Invocation::Llm { .. } => {
-            Ok(Arc::new(super::llm::LlmHandler::new(llm_call, llm)?))
+            let tools = super::mcp::McpTools::new(card, mcp)?;
+            Ok(Arc::new(super::llm::LlmHandler::new(llm_call, llm, tools)?))
         }
         // `runnable` refuses the others.
         other => Err(format!("`{}` invocations are not run here", other.kind())),

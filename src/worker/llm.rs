@@ -47,6 +47,8 @@ pub struct LlmHandler {
 }
 
 struct Inner {
+    /// The MCP servers whose tools the model is offered.
+    mcp: Option<super::mcp::McpTools>,
     url: reqwest::Url,
     key: Option<HeaderValue>,
     model: Option<String>,
@@ -56,8 +58,13 @@ struct Inner {
 
 impl LlmHandler {
     /// The handler of an `llm` invocation, what it leaves out taken from
-    /// `settings`; the key read from the environment now.
-    pub fn new(invocation: &Invocation, settings: &LlmSettings) -> Result<LlmHandler, String> {
+    /// `settings`, offering the tools of `mcp`; the key read from the
+    /// environment now.
+    pub fn new(
+        invocation: &Invocation,
+        settings: &LlmSettings,
+        mcp: Option<super::mcp::McpTools>,
+    ) -> Result<LlmHandler, String> {
         let Invocation::Llm {
             model,
             base_url,
@@ -93,6 +100,7 @@ impl LlmHandler {
             .map_err(|e| e.to_string())?;
         Ok(LlmHandler {
             inner: Arc::new(Inner {
+                mcp,
                 url,
                 key,
                 model: model.clone().or_else(|| settings.model.clone()),
@@ -118,6 +126,16 @@ impl Handler for LlmHandler {
 
 impl Inner {
     async fn call(&self, task: &Task) -> Outcome {
+        if let Some(call) = &task.envelope.payload.meta.mcp {
+            let params = task.envelope.payload.params.clone();
+            return match &self.mcp {
+                Some(mcp) => mcp.call(&call.server, &call.tool, params).await,
+                None => Outcome::permanent(
+                    "mcp_refused",
+                    "this agent's card names no MCP server this worker has",
+                ),
+            };
+        }
         if task.envelope.payload.meta.turn.is_none() {
             return Outcome::permanent(
                 "not_a_turn",
@@ -136,6 +154,17 @@ impl Inner {
                         "no model: name one in the card (`model`, `invocation.model`) or in the settings' `llm.model`",
                     );
                 }
+            }
+        }
+        if let Some(mcp) = &self.mcp {
+            let offered = match mcp.offered().await {
+                Ok(tools) => tools,
+                Err(outcome) => return outcome,
+            };
+            if !offered.is_empty()
+                && let Value::Array(tools) = body.entry("tools").or_insert_with(|| json!([]))
+            {
+                tools.extend(offered);
             }
         }
         if self.stream {

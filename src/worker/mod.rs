@@ -26,6 +26,7 @@ mod handler;
 mod http_agent;
 mod intake;
 mod llm;
+mod mcp;
 mod notes;
 mod outcome;
 mod progress;
