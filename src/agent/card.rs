@@ -363,9 +363,9 @@ impl AgentCard {
         match &self.invocation {
             Some(invocation) => invocation.runnable().map(|()| invocation),
             None if self.model_driven() => Ok(&PROMPT_INVOCATION),
-            None if self.prompt.is_some() => Err(DecodeError::invalid(
+            None if self.held().is_some() => Err(DecodeError::invalid(
                 "type",
-                "this workflow type needs a model to plan: it is not run yet (docs/llm.md)",
+                "this type runs in the orchestrator: its steps are tasks of the agents it names, so it needs no worker of its own (docs/llm.md)",
             )),
             None => Err(DecodeError::invalid(
                 "invocation",
@@ -374,15 +374,28 @@ impl AgentCard {
         }
     }
 
-    /// Whether the agent is a prompt for a model whose conversations the
-    /// orchestrator holds (`docs/llm.md`): an `llm` invocation, or a
-    /// prompt (an AgentCard, a PromptPack member) with no invocation.
-    pub fn model_driven(&self) -> bool {
-        match self.invocation {
-            Some(Invocation::Llm { .. }) => true,
-            None => self.prompt.as_ref().is_some_and(|p| p.pattern.is_none()),
-            Some(_) => false,
+    /// How the orchestrator holds this agent's tasks (`docs/llm.md`):
+    /// an `llm` invocation, or a prompt (an AgentCard, a PromptPack
+    /// member) with no invocation, by its type; `None` for an agent whose
+    /// tasks are published to its workers.
+    pub fn held(&self) -> Option<crate::llm::patterns::Kind> {
+        use crate::llm::patterns::Kind;
+        let of = |p: &super::Prompt| Kind::of(p.pattern.as_deref(), &p.attributes).ok();
+        match (&self.invocation, &self.prompt) {
+            (Some(Invocation::Llm { .. }), p) => Some(
+                p.as_ref()
+                    .and_then(of)
+                    .unwrap_or(Kind::Conversation(Default::default())),
+            ),
+            (None, Some(p)) => of(p),
+            _ => None,
         }
+    }
+
+    /// Whether the agent is a prompt for a model whose conversations the
+    /// orchestrator holds, each model call a task for its worker.
+    pub fn model_driven(&self) -> bool {
+        self.held().is_some_and(|k| k.calls_a_model())
     }
 
     /// The skills, legacy capabilities among them.

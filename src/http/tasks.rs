@@ -52,6 +52,10 @@ pub struct TaskView {
     /// For a conversation: what its model calls cost so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_use: Option<crate::llm::Totals>,
+    /// For a task the orchestrator holds: its steps (model calls, tool
+    /// calls, a pattern's steps), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::service::HeldStep>,
     /// The result, once completed.
     pub result: Option<Value>,
     /// The last error.
@@ -92,6 +96,11 @@ impl TaskView {
                 o.model_use(r.task_id()).ok().flatten()
             } else {
                 None
+            },
+            steps: if r.status.conversation {
+                o.held_steps(r.task_id()).unwrap_or_default()
+            } else {
+                Vec::new()
             },
             result: r.status.result.clone(),
             error: r.status.error.clone(),

@@ -8,12 +8,15 @@
 //!
 //! - [`request`]: the first request of a conversation (system prompt,
 //!   history, the user message, the tools) and the names of tools.
+//! - [`patterns`]: the AgentCard types that need a model, and the
+//!   planners of those that are not one conversation.
 //! - [`plan`]: what a conversation does next, from its stored turns and
 //!   calls.
 //! - [`mcp`]: MCP servers' tools: the `mcp` settings, names, filters.
 //! - [`settings`]: the `llm` settings.
 
 pub mod mcp;
+pub mod patterns;
 pub mod plan;
 pub mod request;
 pub mod settings;

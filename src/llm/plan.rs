@@ -40,6 +40,9 @@ pub struct Limits {
     pub max_turns: u32,
     /// Tokens, at most.
     pub token_budget: Option<u64>,
+    /// A router: the first turn must call a tool, whose result (once its
+    /// call ends) is the answer.
+    pub route: bool,
 }
 
 /// What to do.
@@ -68,6 +71,8 @@ pub enum Next {
     Wait,
     /// The conversation's answer: the model's last text.
     Complete(String),
+    /// A router's answer: the result of the agent its model called.
+    Routed(Value),
     /// The conversation fails.
     Fail(ErrorInfo),
 }
@@ -106,6 +111,9 @@ pub fn plan(
         }
     };
     let message = result.message;
+    if limits.route {
+        return route(steps, n, &message, refuse);
+    }
     if message.tool_calls.is_empty() {
         return Next::Complete(message.content.unwrap_or_default());
     }
@@ -170,6 +178,47 @@ pub fn plan(
         n: n + 1,
         request,
         refused,
+    }
+}
+
+/// A router's next step once its model answered: its first call runs
+/// and its result is the answer; a model that calls none, or calls what
+/// may not be, fails the task.
+fn route(
+    steps: &BTreeMap<String, StepTask>,
+    n: u32,
+    message: &AssistantMessage,
+    refuse: &dyn Fn(&ToolCall) -> Option<String>,
+) -> Next {
+    let Some(call) = message.tool_calls.first() else {
+        return Next::Fail(ErrorInfo::new(
+            "no_route",
+            format!(
+                "the router's model chose no agent: {}",
+                message.content.as_deref().unwrap_or_default()
+            ),
+            false,
+        ));
+    };
+    if let Some(why) = refuse(call) {
+        return Next::Fail(ErrorInfo::new("no_route", why, false));
+    }
+    match steps.get(&call_step(n, 0)) {
+        None => Next::Calls {
+            n,
+            calls: vec![(0, call.clone())],
+        },
+        Some(t) if !t.state.is_terminal() => Next::Wait,
+        Some(t) if t.state == TaskState::Completed => {
+            Next::Routed(t.result.clone().unwrap_or(Value::Null))
+        }
+        Some(t) => Next::Fail(t.error.clone().unwrap_or_else(|| {
+            ErrorInfo::new(
+                "step_failed",
+                format!("the agent routed to ended {}", t.state),
+                false,
+            )
+        })),
     }
 }
 
@@ -253,6 +302,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_turns: 3,
         token_budget: None,
+        route: false,
     };
 
     fn none(_: &ToolCall) -> Option<String> {
@@ -382,6 +432,7 @@ mod tests {
         let budget = Limits {
             max_turns: 10,
             token_budget: Some(25),
+            route: false,
         };
         let Next::Fail(e) = plan(&steps, &|| None, &none, budget) else {
             panic!()

@@ -18,6 +18,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::patterns::Conversation;
 use crate::agent::{AgentCard, Catalog};
 use crate::envelope::Envelope;
 
@@ -41,13 +42,21 @@ const SENT: [&str; 14] = [
 ];
 
 /// The first Chat Completions request of `card`'s conversation for the
-/// task of `envelope`, its tools found in `catalog`.
-pub fn first(card: &AgentCard, envelope: &Envelope, catalog: &Catalog) -> Map<String, Value> {
+/// task of `envelope`, its tools found in `catalog`, as its type
+/// (`pattern`) has it: a planner's or a router's brief after the
+/// trigger's system prompt, and a router's model made to call one tool.
+pub fn first(
+    card: &AgentCard,
+    envelope: &Envelope,
+    catalog: &Catalog,
+    pattern: &Conversation,
+) -> Map<String, Value> {
     let params = &envelope.payload.params;
     let prompt = card.prompt.clone().unwrap_or_default();
     let instruction = fill(&prompt.instruction, params);
     let system = [
         envelope.payload.meta.system_prompt.as_deref().unwrap_or(""),
+        pattern.preamble.unwrap_or(""),
         instruction.as_str(),
     ]
     .iter()
@@ -77,6 +86,10 @@ pub fn first(card: &AgentCard, envelope: &Envelope, catalog: &Catalog) -> Map<St
     let tools = tools(card, catalog);
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+        if pattern.route {
+            body.insert("tool_choice".into(), json!("required"));
+            body.insert("parallel_tool_calls".into(), json!(false));
+        }
     }
     body
 }
@@ -91,8 +104,9 @@ pub fn max_turns(card: &AgentCard) -> Option<u32> {
         .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
-/// The user message of `params`.
-fn user_message(params: &Map<String, Value>) -> String {
+/// The user message of `params`: a lone string param as it is, any
+/// other params as their JSON.
+pub fn user_message(params: &Map<String, Value>) -> String {
     match params.values().next() {
         Some(Value::String(s)) if params.len() == 1 => s.clone(),
         _ => Value::Object(params.clone()).to_string(),

@@ -30,9 +30,10 @@ use tracing::{info, warn};
 
 use super::{Caller, Orchestrator, ServiceError, TaskRequest};
 use crate::access::Grants;
-use crate::envelope::{McpCall, Meta, TaskId, TurnOf};
+use crate::envelope::{AgentName, McpCall, Meta, TaskId, TurnOf};
 use crate::event::ErrorInfo;
 use crate::llm::ToolCall;
+use crate::llm::patterns::{Conversation, Kind};
 use crate::llm::plan::{self, Limits, Next};
 use crate::llm::request::{self, Tool};
 use crate::store::{Applied, Change, StepLink};
@@ -84,11 +85,6 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         );
         return end(o, &status, Err(error)).await;
     };
-    let settings = &o.config().llm;
-    let limits = Limits {
-        max_turns: request::max_turns(card).unwrap_or(settings.max_turns),
-        token_budget: settings.token_budget,
-    };
     let grants = Grants::new(
         envelope
             .control
@@ -96,10 +92,97 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             .iter()
             .map(|s| s.as_str().to_string()),
     );
+    let caller = Caller::new(
+        status
+            .requested_by
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
+        grants.clone(),
+    );
+    let Some(kind) = card.held() else {
+        let error = ErrorInfo::new(
+            "unknown_agent",
+            format!(
+                "agent `{}` is no longer one the orchestrator holds tasks of",
+                status.agent
+            ),
+            false,
+        );
+        return end(o, &status, Err(error)).await;
+    };
+    let held = Held {
+        o,
+        status: &status,
+        envelope: &envelope,
+        card,
+        declared: &declared,
+        caller: &caller,
+    };
+    let (started, goes_on) = match kind {
+        Kind::Conversation(c) => converse(&held, &steps, &c, &grants).await,
+        other => super::patterns::advance(&held, &steps, &other).await,
+    };
+    match started {
+        // The store or the broker: the engine tries again shortly.
+        Err(e) if super::workflows::passing(&e) => Err(e),
+        // Refused (the agent files changed since the plan): it would be
+        // refused again.
+        Err(e) => {
+            let error = ErrorInfo::new("step_refused", e.to_string(), false);
+            end(o, &status, Err(error)).await
+        }
+        // Working from its first step on (also when a crash came between
+        // that step's submit and this move).
+        Ok(()) if goes_on && status.state == TaskState::Submitted => {
+            let change = Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
+            o.store().apply(task, change).await?;
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// What a held task's planners act with.
+pub(super) struct Held<'a> {
+    pub o: &'a Orchestrator,
+    pub status: &'a TaskStatus,
+    pub envelope: &'a crate::envelope::Envelope,
+    pub card: &'a crate::agent::AgentCard,
+    pub declared: &'a super::Declared,
+    /// Its steps act for the task's principal, with at most its scopes.
+    pub caller: &'a Caller,
+}
+
+/// Plans a conversation once and acts on the plan: whether it acted, and
+/// whether the conversation goes on.
+async fn converse(
+    held: &Held<'_>,
+    steps: &BTreeMap<String, StepTask>,
+    pattern: &Conversation,
+    grants: &Grants,
+) -> (Result<(), ServiceError>, bool) {
+    let Held {
+        o,
+        status,
+        envelope,
+        card,
+        declared,
+        caller,
+    } = *held;
+    let task = status.task_id;
+    let settings = &o.config().llm;
+    let limits = Limits {
+        max_turns: pattern
+            .max_turns
+            .or_else(|| request::max_turns(card))
+            .unwrap_or(settings.max_turns),
+        token_budget: settings.token_budget,
+        route: pattern.route,
+    };
     let next = {
         // Read only when a plan needs them: the last request when the next
         // turn starts, the depth when a call reaches a conversation.
-        let last = || match last_request(o, &steps) {
+        let last = || match last_request(o, steps) {
             Ok(r) => r,
             Err(e) => {
                 warn!(task_id = %task, error = %e, "a conversation's last request cannot be read");
@@ -120,8 +203,8 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             let Tool::Agent(agent, skill) = tool else {
                 return None;
             };
-            if agent.model_driven() {
-                match depth.get_or_init(|| depth_of(o, &envelope).map_err(|e| e.to_string())) {
+            if agent.held().is_some() {
+                match depth.get_or_init(|| depth_of(o, envelope).map_err(|e| e.to_string())) {
                     Ok(d) if *d >= settings.max_depth => {
                         return Some(format!(
                             "`{}` holds a conversation of its own, and this one is {d} deep already (llm.max_depth)",
@@ -149,23 +232,14 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
                 .err()
                 .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
         };
-        plan::plan(&steps, &last, &refuse, limits)
+        plan::plan(steps, &last, &refuse, limits)
     };
-    let caller = Caller::new(
-        status
-            .requested_by
-            .clone()
-            .unwrap_or_else(|| "unknown".into()),
-        grants.clone(),
-    );
-    // Working from its first model call on (also when a crash came
-    // between that call's submit and this move).
-    let goes_on = !matches!(next, Next::Complete(_) | Next::Fail(_));
+    let goes_on = !matches!(next, Next::Complete(_) | Next::Routed(_) | Next::Fail(_));
     let started = match next {
         Next::Wait => Ok(()),
         Next::First => {
-            let first = request::first(card, &envelope, &declared.catalog);
-            start_turn(o, &status, &envelope, 1, first, &caller)
+            let first = request::first(card, envelope, &declared.catalog, pattern);
+            start_turn(o, status, envelope, 1, first, caller)
                 .await
                 .map(|_| ())
         }
@@ -174,11 +248,11 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             request,
             refused,
         } => {
-            let created = start_turn(o, &status, &envelope, n, request, &caller).await;
+            let created = start_turn(o, status, envelope, n, request, caller).await;
             // Once: with the turn that tells the model, not at every plan.
             if matches!(created, Ok(true)) {
                 for (id, tool, why) in &refused {
-                    audit_refusal(o, &status, id, tool, why).await;
+                    audit_refusal(o, status, id, tool, why).await;
                 }
             }
             created.map(|_| ())
@@ -186,7 +260,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         Next::Calls { n, calls } => {
             let mut started = Ok(());
             for (i, call) in calls {
-                started = start_call(o, &status, &envelope, card, n, i, &call, &caller).await;
+                started = start_call(held, n, i, &call).await;
                 if started.is_err() {
                     break;
                 }
@@ -195,32 +269,29 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         }
         Next::Complete(text) => {
             let action = envelope.payload.action.as_str();
-            let result = answer(card, action, text).and_then(|v| {
-                declared
-                    .check_result(&status.agent, action, &v)
-                    .map(|()| v)
-                    .map_err(|e| ErrorInfo::new("invalid_output", e.to_string(), false))
-            });
-            end(o, &status, result).await
+            let result = answer(card, action, text);
+            finish(held, result).await
         }
-        Next::Fail(error) => end(o, &status, Err(error)).await,
+        Next::Routed(result) => finish(held, Ok(result)).await,
+        Next::Fail(error) => end(o, status, Err(error)).await,
     };
-    match started {
-        // The store or the broker: the engine tries again shortly.
-        Err(e) if super::workflows::passing(&e) => Err(e),
-        // Refused (the agent files changed since the plan): it would be
-        // refused again.
-        Err(e) => {
-            let error = ErrorInfo::new("step_refused", e.to_string(), false);
-            end(o, &status, Err(error)).await
-        }
-        Ok(()) if goes_on && status.state == TaskState::Submitted => {
-            let change = Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
-            o.store().apply(task, change).await?;
-            Ok(())
-        }
-        Ok(()) => Ok(()),
-    }
+    (started, goes_on)
+}
+
+/// Ends a held task with `result`, checked against its skill's output
+/// schema, or with its error.
+pub(super) async fn finish(
+    held: &Held<'_>,
+    result: Result<Value, ErrorInfo>,
+) -> Result<(), ServiceError> {
+    let action = held.envelope.payload.action.as_str();
+    let result = result.and_then(|v| {
+        held.declared
+            .check_result(&held.status.agent, action, &v)
+            .map(|()| v)
+            .map_err(|e| ErrorInfo::new("invalid_output", e.to_string(), false))
+    });
+    end(held.o, held.status, result).await
 }
 
 /// The request of the last turn, read from its envelope.
@@ -345,22 +416,15 @@ async fn start_turn(
 }
 
 /// Submits the `i`th tool call of turn `n` (one the plan did not refuse).
-#[allow(clippy::too_many_arguments)]
 async fn start_call(
-    o: &Orchestrator,
-    status: &TaskStatus,
-    envelope: &crate::envelope::Envelope,
-    card: &crate::agent::AgentCard,
+    held: &Held<'_>,
     n: u32,
     i: usize,
     call: &ToolCall,
-    caller: &Caller,
 ) -> Result<(), ServiceError> {
-    let task = status.task_id;
-    let declared = o.catalog();
     // The plan refused what does not resolve or parse.
     let (Ok(tool), Ok(params)) = (
-        request::resolve(card, &declared.catalog, &call.function.name),
+        request::resolve(held.card, &held.declared.catalog, &call.function.name),
         arguments(call),
     ) else {
         return Ok(());
@@ -370,21 +434,46 @@ async fn start_call(
     let (to, action, mcp) = match tool {
         Tool::Agent(agent, skill) => (agent.name.clone(), skill, None),
         Tool::Mcp { server, tool } => (
-            status.agent.clone(),
-            envelope.payload.action.as_str(),
+            held.status.agent.clone(),
+            held.envelope.payload.action.as_str(),
             Some(McpCall {
                 server: server.into(),
                 tool: tool.into(),
             }),
         ),
     };
+    let child = submit_step(held, plan::call_step(n, i), to, action, params, mcp).await?;
+    info!(task_id = %held.status.task_id, tool = %call.function.name, child = %child, "tool call");
+    Ok(())
+}
+
+/// Submits step `step` of a held task: a task of `to`'s skill `action`
+/// with `params`, caused by the held task, in its correlation, acting for
+/// its principal with at most its scopes, its idempotency key
+/// `llm:<task>:<step>`, linked to it as that step; the task's id.
+pub(super) async fn submit_step(
+    held: &Held<'_>,
+    step: String,
+    to: AgentName,
+    action: &str,
+    params: Map<String, Value>,
+    mcp: Option<McpCall>,
+) -> Result<TaskId, ServiceError> {
+    let Held {
+        o,
+        status,
+        envelope,
+        caller,
+        ..
+    } = *held;
+    let task = status.task_id;
     let request = TaskRequest {
         to,
         action: action.parse().map_err(|e: String| {
             ServiceError::BadInput(crate::codec::DecodeError::invalid("action", e))
         })?,
         params,
-        idempotency_key: format!("llm:{task}:turn-{n}.call-{i}").parse().ok(),
+        idempotency_key: format!("llm:{task}:{step}").parse().ok(),
         priority: Some(envelope.control.priority),
         response_mode: None,
         required_scopes: Vec::new(),
@@ -404,15 +493,14 @@ async fn start_call(
     };
     let link = StepLink {
         run: RunId::of_conversation(task),
-        step: plan::call_step(n, i),
+        step,
     };
     let submitted = o
         .submit_with(request, meta, Some(task), Some(link), caller)
         .await?;
     let child = submitted.record().task_id();
-    info!(task_id = %task, tool = %call.function.name, child = %child, "tool call");
     o.inner.engine.watch(o, child, RunId::of_conversation(task));
-    Ok(())
+    Ok(child)
 }
 
 /// Records that the model called a tool it may not.
@@ -457,41 +545,4 @@ async fn end(
     }
     o.store().flush().await?;
     Ok(())
-}
-
-impl Orchestrator {
-    /// What the model calls of `task`'s conversation cost, with those of
-    /// the conversations its tool calls held (none when it holds none).
-    pub fn model_use(&self, task: TaskId) -> Result<Option<crate::llm::Totals>, ServiceError> {
-        let store = self.store();
-        if !store.status(task)?.is_some_and(|s| s.conversation) {
-            return Ok(None);
-        }
-        let mut totals = crate::llm::Totals::default();
-        // Each conversation at most once (a chain is finite, but bounded
-        // all the same).
-        let mut todo = vec![task];
-        let mut seen = 0;
-        while let Some(t) = todo.pop() {
-            seen += 1;
-            if seen > 10_000 {
-                break;
-            }
-            for (step, status) in store.run_tasks(RunId::of_conversation(t))? {
-                if step.contains(".call-") {
-                    if status.conversation {
-                        todo.push(status.task_id);
-                    }
-                } else if let Ok(turn) = plan::read_turn(&StepTask::from(&status)) {
-                    let usage = turn.usage.unwrap_or_default();
-                    totals.add(crate::llm::Totals {
-                        model_calls: 1,
-                        input_tokens: usage.prompt_tokens,
-                        output_tokens: usage.completion_tokens,
-                    });
-                }
-            }
-        }
-        Ok(Some(totals))
-    }
 }

@@ -21,7 +21,9 @@ mod error;
 mod event_triggers;
 mod events;
 mod follow;
+mod held_view;
 mod orphans;
+mod patterns;
 mod publisher;
 mod quarantine;
 mod readiness;
@@ -48,6 +50,7 @@ pub use deliveries::{
 pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
+pub use held_view::HeldStep;
 pub use registry::{AgentFilter, AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;
@@ -320,7 +323,7 @@ impl Orchestrator {
                 });
             };
             skill_scopes.clone_from(&skill.scopes);
-            conversation = !turn && card.model_driven();
+            conversation = !turn && card.held().is_some();
         }
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;

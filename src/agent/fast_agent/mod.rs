@@ -347,7 +347,8 @@ fn card(
                 include_request,
             })
         }
-        "router" => {
+        // With a model, a router is a prompt whose model picks.
+        "router" if !v.contains_key("model") => {
             let agents = take("agents");
             if agents.is_empty() {
                 problems.push(FieldProblem::new(
@@ -359,6 +360,12 @@ fn card(
         }
         _ => None,
     };
+    // The one agent a pattern names for a role stays named for it.
+    for key in ["generator", "evaluator", "worker"] {
+        if let Some(n) = refs.get(key).and_then(|names| names.first()) {
+            v.insert(key.into(), Value::String(n.to_string()));
+        }
+    }
     let calls: Vec<AgentName> = refs.into_values().flatten().collect();
     // History files, relative to the card.
     let (history, history_files) = attributes::messages(file, &mut v, &mut problems);
@@ -415,11 +422,8 @@ fn card(
         ));
     }
     let pattern = (kind != "agent").then(|| kind.clone());
-    if let Some(p) = &pattern {
-        warnings.push(FieldProblem::new(
-            "type",
-            format!("`{p}` plans with a model: the card is loaded and checked, and does not run yet (docs/llm.md)"),
-        ));
+    if let Err((field, why)) = crate::llm::patterns::Kind::of(pattern.as_deref(), &v) {
+        return Err(vec![FieldProblem::new(field, why)]);
     }
     let mut card = AgentCard::new(name.clone(), "0.0.0", description.clone());
     if written_name != name.as_str() {
