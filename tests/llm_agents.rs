@@ -327,6 +327,8 @@ async fn provider_faults_are_retried_after_their_wait_or_fail_with_the_providers
             .to_string();
         let i = count.fetch_add(1, Ordering::SeqCst);
         match text.as_str() {
+            // 1 s: ten times the retry policy's first delay here (and
+            // its longest, which caps it).
             "busy" if i == 0 => {
                 Reply::Status(429, json!({"error": {"message": "slow down"}}), Some(1))
             }
@@ -358,6 +360,10 @@ async fn provider_faults_are_retried_after_their_wait_or_fail_with_the_providers
         retry["reason"].as_str().unwrap().contains("slow down"),
         "{retry:#}"
     );
+    // The second call came after the provider's wait, not the policy's.
+    let at = model.times();
+    let waited = at[1] - at[0];
+    assert!(waited >= Duration::from_millis(950), "{waited:?}");
 
     for (text, code, words) in [
         ("bad", "model_refused", "context length exceeded"),

@@ -38,6 +38,8 @@ pub struct Seen {
     pub requests: Vec<Value>,
     /// Each request's `Authorization` header.
     pub auth: Vec<Option<String>>,
+    /// When each request came.
+    pub at: Vec<std::time::Instant>,
 }
 
 /// The running server.
@@ -89,6 +91,11 @@ impl Model {
         self.seen.lock().unwrap().auth.clone()
     }
 
+    /// When each request came.
+    pub fn times(&self) -> Vec<std::time::Instant> {
+        self.seen.lock().unwrap().at.clone()
+    }
+
     /// Lets held answers go.
     pub fn open(&self) {
         self.gate.send_replace(true);
@@ -129,6 +136,7 @@ async fn answer(
     {
         let mut seen = s.seen.lock().unwrap();
         seen.requests.push(request.clone());
+        seen.at.push(std::time::Instant::now());
         seen.auth.push(
             headers
                 .get("authorization")

@@ -2,12 +2,15 @@
 //! (`docs/llm.md`), in the same run as the plain task path. The deployed
 //! path again, with an agent that is a prompt for a model (its worker a
 //! process of its own) calling the echo agent as its tool, against a model
-//! server in the bench that answers at once (not streamed). Two runs of
-//! conversations: one model call each, and one tool call each (a model
-//! call, the echo task, a second model call). Measured: conversations per
-//! second, and each process's CPU per conversation; from them, the
-//! orchestrator's CPU for a model call and for a tool call, beside a plain
-//! task's.
+//! server in the bench that answers at once (not streamed). Three runs of
+//! conversations: one model call each; one tool call each (a model call,
+//! the echo task, a second model call); two tool calls at once each (the
+//! same with two echo tasks). Measured: conversations per second, and each
+//! process's CPU per conversation; from them, the orchestrator's CPU for a
+//! conversation of one model call, for a tool call (the two-call run less
+//! the one-call run: one more tool task and its planning, the same model
+//! calls) and for the model call that reads tool results (the one-call run
+//! less the first run, less a tool call), beside a plain task's.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,20 +22,29 @@ use super::procs::Deployed;
 use super::{BenchArgs, Figures};
 use crate::cli::output::outln;
 
-/// The model: a tool call to `echo` when the user asks for one and no tool
-/// answered yet, else a short text.
+/// The model: a tool call to `echo` when the user asks for one (`call`),
+/// two at once (`call2`), and no tool answered yet, else a short text.
 async fn model() -> Result<String, String> {
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(|axum::Json(r): axum::Json<Value>| async move {
             let messages = r["messages"].as_array().cloned().unwrap_or_default();
             let last = messages.last().cloned().unwrap_or_default();
-            let message = if last["role"] == "user" && last["content"] == "call" {
-                json!({"role": "assistant", "content": null, "tool_calls": [{
-                    "id": "call_1", "type": "function",
-                    "function": {"name": "echo", "arguments": "{\"n\":1}"}}]})
-            } else {
+            let calls = match (last["role"].as_str(), last["content"].as_str()) {
+                (Some("user"), Some("call")) => 1,
+                (Some("user"), Some("call2")) => 2,
+                _ => 0,
+            };
+            let message = if calls == 0 {
                 json!({"role": "assistant", "content": "done"})
+            } else {
+                let tool_calls: Vec<Value> = (1..=calls)
+                    .map(|n| {
+                        json!({"id": format!("call_{n}"), "type": "function",
+                            "function": {"name": "echo", "arguments": format!("{{\"n\":{n}}}")}})
+                    })
+                    .collect();
+                json!({"role": "assistant", "content": null, "tool_calls": tool_calls})
             };
             axum::Json(json!({
                 "id": "bench", "object": "chat.completion", "model": "bench",
@@ -57,6 +69,8 @@ pub(super) struct Measured {
     answer: Run,
     /// One tool call per conversation.
     tool: Run,
+    /// Two tool calls at once per conversation.
+    two: Run,
 }
 
 /// Starts the deployed path with an LLM agent under `dir/llm` and
@@ -86,6 +100,7 @@ pub(super) async fn measure(
     for (label, text) in [
         ("llm, a model call", "answer"),
         ("llm, a tool call", "call"),
+        ("llm, two tool calls", "call2"),
     ] {
         let d = Arc::clone(&deployed);
         let one = move |i: usize| {
@@ -103,30 +118,41 @@ pub(super) async fn measure(
         let cpu = CpuPerTask::between(before, processes.cpu(), figures.count);
         runs.push(Run { figures, cpu });
     }
+    let two = runs.pop().ok_or("no two-call run")?;
     let tool = runs.pop().ok_or("no tool run")?;
     let answer = runs.pop().ok_or("no answer run")?;
-    Ok(Measured { answer, tool })
+    Ok(Measured { answer, tool, two })
 }
 
 impl Measured {
-    /// The orchestrator's CPU for a model call (a conversation of one) and
-    /// for a tool call (what one adds: the tool's task and a second model
-    /// call), in µs.
-    fn overheads(&self) -> (Option<f64>, Option<f64>) {
+    /// The orchestrator's CPU, in µs: for a conversation of one model call
+    /// (its task and one turn), for a tool call (one more tool task and its
+    /// planning: two calls at once less one), and for the model call that
+    /// reads tool results (one call less a conversation of one model call,
+    /// less a tool call).
+    fn overheads(&self) -> Overheads {
         let one = self.answer.cpu.orchestrator_us;
         let tool = self.tool.cpu.orchestrator_us;
-        (one, tool.zip(one).map(|(t, o)| t - o))
+        let two = self.two.cpu.orchestrator_us;
+        let tool_call = two.zip(tool).map(|(t, o)| t - o);
+        Overheads {
+            model_call: one,
+            tool_call,
+            next_turn: tool.zip(one).zip(tool_call).map(|((t, o), c)| t - o - c),
+        }
     }
 
     pub(super) fn json(&self, rest: &CpuPerTask) -> Value {
-        let (model_call, tool_call) = self.overheads();
+        let o = self.overheads();
         json!({
             "model_call": {"throughput": self.answer.figures, "cpu_per_conversation": self.answer.cpu},
             "tool_call": {"throughput": self.tool.figures, "cpu_per_conversation": self.tool.cpu},
+            "two_tool_calls": {"throughput": self.two.figures, "cpu_per_conversation": self.two.cpu},
             "orchestrator_us": {
                 "plain_task": rest.orchestrator_us,
-                "model_call": model_call,
-                "tool_call": tool_call,
+                "model_call": o.model_call,
+                "tool_call": o.tool_call,
+                "turn_after_tools": o.next_turn,
             },
         })
     }
@@ -138,6 +164,7 @@ impl Measured {
         for (what, run) in [
             ("one model call", &self.answer),
             ("one tool call", &self.tool),
+            ("two tool calls at once", &self.two),
         ] {
             outln!(
                 "  conversations of {what}: {} at {} in flight, {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
@@ -149,13 +176,23 @@ impl Measured {
             );
             print_cpu(&format!("  CPU per conversation of {what}"), &run.cpu);
         }
-        let (model_call, tool_call) = self.overheads();
-        if let (Some(plain), Some(m), Some(t)) = (rest.orchestrator_us, model_call, tool_call) {
+        let o = self.overheads();
+        if let (Some(plain), Some(m), Some(t), Some(n)) =
+            (rest.orchestrator_us, o.model_call, o.tool_call, o.next_turn)
+        {
             outln!(
-                "  orchestrator CPU: a plain task {plain:.0} µs; a model call {m:.0} µs ({:.0} % of a plain task); a tool call {t:.0} µs (its task and the model call after it: {:.0} % of two plain tasks)",
+                "  orchestrator CPU: a plain task {plain:.0} µs; a conversation of one model call {m:.0} µs ({:.0} % of a plain task); a tool call {t:.0} µs ({:.0} % of a plain task); the model call that reads the tools' results {n:.0} µs ({:.0} %)",
                 m / plain * 100.0,
-                t / (2.0 * plain) * 100.0
+                t / plain * 100.0,
+                n / plain * 100.0
             );
         }
     }
+}
+
+/// The orchestrator's CPU for each part of a conversation, in µs.
+struct Overheads {
+    model_call: Option<f64>,
+    tool_call: Option<f64>,
+    next_turn: Option<f64>,
 }
