@@ -65,6 +65,24 @@ fn mcp_card(name: &str, servers: &[&str], tools: &[(&str, &[&str])]) -> AgentCar
     c
 }
 
+/// Settings with the test server as `notes` over stdio, writing its calls
+/// to `calls`, its environment also `env`.
+fn stdio_notes(calls: &Path, env: &[(&str, &str)]) -> McpSettings {
+    let mut vars = BTreeMap::from([("MCP_CALLS".to_string(), calls.display().to_string())]);
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    McpSettings {
+        servers: BTreeMap::from([(
+            "notes".to_string(),
+            McpServer {
+                command: Some(python()),
+                args: vec![server_script(), "stdio".into()],
+                env: vars,
+                ..McpServer::default()
+            },
+        )]),
+    }
+}
+
 fn llm(model: &Model) -> LlmSettings {
     LlmSettings {
         base_url: model.url.clone(),
@@ -118,24 +136,8 @@ async fn a_stdio_servers_tools_run_as_audited_tasks_through_the_cards_filter() {
         &["notes"],
         &[("notes", &["add", "search_*", "environment"])],
     );
-    let mcp = McpSettings {
-        servers: BTreeMap::from([(
-            "notes".to_string(),
-            McpServer {
-                command: Some(python()),
-                args: vec![server_script(), "stdio".into()],
-                env: BTreeMap::from([
-                    ("MCP_CALLS".to_string(), calls.display().to_string()),
-                    // The worker's variable, given by name.
-                    (
-                        "FROM_WORKER".to_string(),
-                        "${CARGO_MANIFEST_DIR}".to_string(),
-                    ),
-                ]),
-                ..McpServer::default()
-            },
-        )]),
-    };
+    // The worker's variable, given by name.
+    let mcp = stdio_notes(&calls, &[("FROM_WORKER", "${CARGO_MANIFEST_DIR}")]);
     let mut sys = System::start(vec![keeper.clone()], fast_bus()).await;
     let handler = handler_for(&keeper, &llm(&model), &mcp).unwrap();
     sys.worker(keeper, handler).await;
@@ -352,17 +354,7 @@ async fn a_stdio_server_that_exited_is_started_again_at_the_next_need() {
     })
     .await;
     let keeper = mcp_card("keeper", &["notes"], &[]);
-    let mcp = McpSettings {
-        servers: BTreeMap::from([(
-            "notes".to_string(),
-            McpServer {
-                command: Some(python()),
-                args: vec![server_script(), "stdio".into()],
-                env: BTreeMap::from([("MCP_CALLS".to_string(), calls.display().to_string())]),
-                ..McpServer::default()
-            },
-        )]),
-    };
+    let mcp = stdio_notes(&calls, &[]);
     let mut sys = System::start(vec![keeper.clone()], fast_bus()).await;
     let handler = handler_for(&keeper, &llm(&model), &mcp).unwrap();
     sys.worker(keeper, handler).await;
