@@ -378,8 +378,8 @@ impl AgentCard {
     /// an `llm` invocation, or a prompt (an AgentCard, a PromptPack
     /// member) with no invocation, by its type; `None` for an agent whose
     /// tasks are published to its workers.
-    pub fn held(&self) -> Option<crate::llm::patterns::Kind> {
-        use crate::llm::patterns::Kind;
+    pub fn held(&self) -> Option<super::kind::Kind> {
+        use super::kind::Kind;
         let of = |p: &super::Prompt| Kind::of(p.pattern.as_deref(), &p.attributes).ok();
         match (&self.invocation, &self.prompt) {
             (Some(Invocation::Llm { .. }), p) => Some(
@@ -444,7 +444,7 @@ impl AgentCard {
             .as_ref()
             .and_then(|p| p.tools.get(server))
             .map(Vec::as_slice);
-        named && crate::llm::mcp::allowed(filter, tool)
+        named && super::tool_allowed(filter, tool)
     }
 
     /// The agent's name for people: its display name, or its id.

@@ -17,6 +17,7 @@ mod fast_agent;
 mod git;
 mod invocation;
 mod json;
+pub mod kind;
 mod pack;
 mod prompt;
 mod registry;
@@ -28,7 +29,7 @@ pub use card::{AgentCard, Context, Dependencies, Format, McpDependency, Origin, 
 pub use catalog::{Catalog, is_agent_file};
 pub use git::{GitMode, GitOptions};
 pub use invocation::{BUILTIN_HANDLERS, Delivery, Forward, Invocation, RemoteAuth};
-pub use prompt::{HistoryMessage, Prompt};
+pub use prompt::{HistoryMessage, Prompt, tool_allowed};
 pub use registry::Routing;
 pub use skill::Skill;
 pub use topology::{Edge, mermaid};

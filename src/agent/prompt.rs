@@ -1,8 +1,8 @@
 //! An agent that is a prompt for a model: its instruction, the model and
 //! what the model may use, and the history it starts from. AgentCards and
 //! PromptPack members are such agents; an `agent.json` whose invocation
-//! names a system prompt file has the instruction too. Kept on the card
-//! for the LLM agents to come; nothing runs them yet.
+//! names a system prompt file has the instruction too. The orchestrator
+//! holds such an agent's tasks (`docs/llm.md`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +19,8 @@ pub struct Prompt {
     pub instruction: String,
     /// The card's `type` when it is not a plain agent
     /// (`evaluator_optimizer`, `orchestrator`, `iterative_planner`,
-    /// `MAKER`): a pattern over other agents that needs a model to run.
+    /// `MAKER`, a `router` with a model): a pattern over other agents
+    /// ([`super::kind::Kind`] says how it runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
     /// The model, as the card names it.
@@ -196,9 +197,55 @@ fn history_text(text: &str) -> Result<Vec<HistoryMessage>, FieldProblem> {
     Ok(out)
 }
 
+/// Whether `tool` passes a card's filter for its MCP server (`tools:
+/// {server: [...]}`): no filter
+/// allows every tool; else a name or pattern (`*` any run of characters)
+/// must match it whole.
+pub fn tool_allowed(filter: Option<&[String]>, tool: &str) -> bool {
+    match filter {
+        None => true,
+        Some(patterns) => patterns.iter().any(|p| matches(p, tool)),
+    }
+}
+
+/// Whether `pattern` (`*` any run of characters) matches all of `text`.
+fn matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole text.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_match_whole_names() {
+        assert!(matches("search_*", "search_issues"));
+        assert!(matches("search_*", "search_"));
+        assert!(!matches("search_*", "list_issues"));
+        assert!(matches("get_time", "get_time"));
+        assert!(!matches("get_time", "get_time_zone"));
+        assert!(matches("*_issue*", "create_issue_comment"));
+        assert!(!matches("a*a", "a"));
+        assert!(matches("*", "anything"));
+        assert!(tool_allowed(None, "x"));
+        assert!(!tool_allowed(Some(&[]), "x"));
+    }
 
     #[test]
     fn the_text_format_has_roles_and_resources() {

@@ -120,54 +120,11 @@ pub fn parse(name: &str) -> Option<(&str, &str)> {
     (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
 }
 
-/// Whether `tool` passes a card's filter for its server: no filter
-/// allows every tool; else a name or pattern (`*` any run of characters)
-/// must match it whole.
-pub fn allowed(filter: Option<&[String]>, tool: &str) -> bool {
-    match filter {
-        None => true,
-        Some(patterns) => patterns.iter().any(|p| matches(p, tool)),
-    }
-}
-
-/// Whether `pattern` (`*` any run of characters) matches all of `text`.
-fn matches(pattern: &str, text: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        // No `*`: the whole text.
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
+pub use crate::agent::tool_allowed as allowed;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn patterns_match_whole_names() {
-        assert!(matches("search_*", "search_issues"));
-        assert!(matches("search_*", "search_"));
-        assert!(!matches("search_*", "list_issues"));
-        assert!(matches("get_time", "get_time"));
-        assert!(!matches("get_time", "get_time_zone"));
-        assert!(matches("*_issue*", "create_issue_comment"));
-        assert!(!matches("a*a", "a"));
-        assert!(matches("*", "anything"));
-        assert!(allowed(None, "x"));
-        assert!(!allowed(Some(&[]), "x"));
-    }
 
     #[test]
     fn names_join_server_and_tool() {

@@ -10,7 +10,8 @@
 //! - It calls tools: past the bounds (turns, tokens), the conversation
 //!   fails; else the calls not started start, each refused call (a tool
 //!   the card does not offer, arguments that are not a JSON object, too
-//!   deep) answered with why; once every call ended, the next turn
+//!   deep) answered with why (a call that started is not checked again);
+//!   once every call ended, the next turn
 //!   starts with the last request, the model's message and each call's
 //!   result as a `tool` message, in the order of the calls.
 
@@ -143,15 +144,22 @@ pub fn plan(
     let mut answers = Vec::new();
     let mut refused = Vec::new();
     for (i, call) in message.tool_calls.iter().enumerate() {
-        if let Some(why) = refuse(call) {
-            answers.push(tool_message(call, json!({"error": why}).to_string()));
-            refused.push((call.id.clone(), call.function.name.clone(), why));
+        // A call that started passed the checks then: its task, not the
+        // checks again, says how it went.
+        let Some(t) = steps.get(&call_step(n, i)) else {
+            match refuse(call) {
+                Some(why) => {
+                    answers.push(tool_message(call, json!({"error": why}).to_string()));
+                    refused.push((call.id.clone(), call.function.name.clone(), why));
+                }
+                None => to_start.push((i, call.clone())),
+            }
             continue;
-        }
-        match steps.get(&call_step(n, i)) {
-            None => to_start.push((i, call.clone())),
-            Some(t) if !t.state.is_terminal() => running = true,
-            Some(t) => answers.push(tool_message(call, call_answer(t))),
+        };
+        if t.state.is_terminal() {
+            answers.push(tool_message(call, call_answer(t)));
+        } else {
+            running = true;
         }
     }
     if !to_start.is_empty() {

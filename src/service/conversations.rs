@@ -22,6 +22,9 @@
 //!   deep.
 //! - When the task ends (canceled, past its deadline), its running turns
 //!   and calls are canceled.
+//! - The card types that are not one conversation (`evaluator_optimizer`,
+//!   `MAKER`) are planned by [`super::patterns`], their steps made the
+//!   same way ([`submit_step`]).
 
 use std::collections::BTreeMap;
 

@@ -422,7 +422,7 @@ fn card(
         ));
     }
     let pattern = (kind != "agent").then(|| kind.clone());
-    if let Err((field, why)) = crate::llm::patterns::Kind::of(pattern.as_deref(), &v) {
+    if let Err((field, why)) = crate::agent::kind::Kind::of(pattern.as_deref(), &v) {
         return Err(vec![FieldProblem::new(field, why)]);
     }
     let mut card = AgentCard::new(name.clone(), "0.0.0", description.clone());
