@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::llm::{Model, Reply, last_role, tool_results};
+use common::llm::{Model, Reply, last_role, offered, tool_results};
 use common::system::{System, card, fast_bus};
 use orchestrator::agent::{AgentCard, Dependencies, Prompt};
 use orchestrator::llm::LlmSettings;
@@ -204,13 +204,7 @@ async fn tool_calls_are_child_tasks_run_at_once_and_their_results_go_back_to_the
     assert_eq!(done["result"], "summary of 2 results");
     assert_eq!(model.calls(), 2);
     let first = &model.requests()[0];
-    let offered: Vec<&str> = first["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(offered, ["researcher", "analyst"]);
+    assert_eq!(offered(first), ["researcher", "analyst"]);
     assert_eq!(
         first["tools"][0]["function"]["parameters"]["required"],
         json!(["query"])

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::llm::{Model, Reply, last_role, tool_results};
+use common::llm::{Model, Reply, last_role, offered, tool_results};
 use common::process::free_port;
 use common::system::{System, card, fast_bus};
 use orchestrator::agent::{AgentCard, Dependencies, McpDependency, Prompt};
@@ -90,19 +90,6 @@ fn llm(model: &Model) -> LlmSettings {
         stream: false,
         ..LlmSettings::default()
     }
-}
-
-/// The names of the tools a request offers.
-fn offered(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Each tool result of a request, by call id.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::llm::{Model, Reply, last_role, tool_results};
+use common::llm::{Model, Reply, last_role, offered, tool_results};
 use common::system::{System, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::agent::Catalog;
@@ -144,6 +144,14 @@ async fn system_counting(dir: &Path, model: &Model, counter: Arc<Counter>) -> Sy
     sys
 }
 
+/// Submits `params` to `agent` (whose one skill has its name) and waits
+/// for the task's end: its id and its view.
+async fn ask(sys: &System, agent: &str, params: Value) -> (String, Value) {
+    let id = sys.submit(agent, agent, params).await;
+    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    (id, done)
+}
+
 /// The names of a held task's steps, oldest first.
 async fn steps(sys: &System, id: &str) -> Vec<String> {
     let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
@@ -162,10 +170,7 @@ async fn evaluator_optimizer_refines_until_the_evaluator_rates_it_good() {
     let dir = tempfile::tempdir().unwrap();
     let model = Model::serve(script).await;
     let sys = system(dir.path(), &model).await;
-    let id = sys
-        .submit("polished", "polished", json!({"text": "explain ownership"}))
-        .await;
-    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    let (id, done) = ask(&sys, "polished", json!({"text": "explain ownership"})).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     assert_eq!(done["result"], "draft 2");
     assert_eq!(
@@ -197,10 +202,7 @@ async fn maker_samples_its_worker_until_one_answer_leads_by_k() {
     let dir = tempfile::tempdir().unwrap();
     let model = Model::serve(script).await;
     let sys = system(dir.path(), &model).await;
-    let id = sys
-        .submit("voter", "voter", json!({"text": "2 + 2?"}))
-        .await;
-    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    let (id, done) = ask(&sys, "voter", json!({"text": "2 + 2?"})).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     // four, Four and FOUR are one answer (normalized), three votes to
     // five's one: two ahead after four samples, none more.
@@ -246,10 +248,7 @@ async fn an_orchestrator_card_delegates_and_answers_within_its_plan_iterations()
     let dir = tempfile::tempdir().unwrap();
     let model = Model::serve(script).await;
     let sys = system(dir.path(), &model).await;
-    let id = sys
-        .submit("planner", "planner", json!({"text": "a short answer"}))
-        .await;
-    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    let (id, done) = ask(&sys, "planner", json!({"text": "a short answer"})).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     assert_eq!(done["result"], "final: draft 1");
     let first = &model.requests()[0];
@@ -268,10 +267,7 @@ async fn an_orchestrator_card_delegates_and_answers_within_its_plan_iterations()
     );
 
     // Still delegating when its one plan iteration is spent: it fails.
-    let id = sys
-        .submit("planner", "planner", json!({"text": "loop"}))
-        .await;
-    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    let (id, done) = ask(&sys, "planner", json!({"text": "loop"})).await;
     assert_eq!(done["state"], "failed", "{done:#}");
     assert_eq!(done["error"]["code"], "turn_limit");
     // One model call that delegates, one that must answer: no third.
@@ -286,27 +282,14 @@ async fn a_router_with_a_model_runs_the_agent_its_model_picks() {
     let dir = tempfile::tempdir().unwrap();
     let model = Model::serve(script).await;
     let sys = system(dir.path(), &model).await;
-    let id = sys
-        .submit(
-            "dispatcher",
-            "dispatcher",
-            json!({"text": "is draft 2 good?"}),
-        )
-        .await;
-    let done = sys.wait_terminal(&id, Duration::from_secs(60)).await;
+    let (id, done) = ask(&sys, "dispatcher", json!({"text": "is draft 2 good?"})).await;
     assert_eq!(done["state"], "completed", "{done:#}");
     // The critic's own answer, not a second model call of the router's.
     assert_eq!(done["result"], r#"{"rating": "GOOD", "feedback": "fine"}"#);
     let first = &model.requests()[0];
     assert_eq!(first["tool_choice"], "required");
     assert_eq!(first["parallel_tool_calls"], false);
-    let tools: Vec<&str> = first["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(tools, ["writer", "critic"]);
+    assert_eq!(offered(first), ["writer", "critic"]);
     assert_eq!(steps(&sys, &id).await, ["turn-1", "turn-1.call-0"]);
     assert_eq!(model.calls(), 2);
 }

@@ -76,6 +76,12 @@ pub struct TaskView {
 impl TaskView {
     /// The view of `r`, its trace link pointing at `o`'s Jaeger UI.
     pub fn new(r: &TaskRecord, o: &Orchestrator) -> Self {
+        // A held task's steps and cost, read together.
+        let held = r
+            .status
+            .conversation
+            .then(|| o.held_view(r.task_id()).ok())
+            .flatten();
         TaskView {
             task_id: r.task_id(),
             correlation_id: r.correlation_id().clone(),
@@ -92,16 +98,8 @@ impl TaskView {
                 .map(|c| c.to_string()),
             conversation: r.status.conversation,
             turn: r.envelope.payload.meta.turn.clone(),
-            model_use: if r.status.conversation {
-                o.model_use(r.task_id()).ok().flatten()
-            } else {
-                None
-            },
-            steps: if r.status.conversation {
-                o.held_steps(r.task_id()).unwrap_or_default()
-            } else {
-                Vec::new()
-            },
+            model_use: held.as_ref().map(|(_, totals)| *totals),
+            steps: held.map(|(steps, _)| steps).unwrap_or_default(),
             result: r.status.result.clone(),
             error: r.status.error.clone(),
             history: r.history.clone(),

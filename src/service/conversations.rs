@@ -100,7 +100,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
             .requested_by
             .clone()
             .unwrap_or_else(|| "unknown".into()),
-        grants.clone(),
+        grants,
     );
     let Some(kind) = card.held() else {
         let error = ErrorInfo::new(
@@ -122,7 +122,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         caller: &caller,
     };
     let (started, goes_on) = match kind {
-        Kind::Conversation(c) => converse(&held, &steps, &c, &grants).await,
+        Kind::Conversation(c) => converse(&held, &steps, &c).await,
         other => super::patterns::advance(&held, &steps, &other).await,
     };
     match started {
@@ -162,7 +162,6 @@ async fn converse(
     held: &Held<'_>,
     steps: &BTreeMap<String, StepTask>,
     pattern: &Conversation,
-    grants: &Grants,
 ) -> (Result<(), ServiceError>, bool) {
     let Held {
         o,
@@ -222,7 +221,7 @@ async fn converse(
                 .skill(skill)
                 .map(|s| s.scopes.iter().map(|x| x.as_str()).collect())
                 .unwrap_or_default();
-            let missing = grants.missing(needed);
+            let missing = caller.grants.missing(needed);
             if !missing.is_empty() {
                 return Some(format!(
                     "`{}` needs the scopes {} that this task does not hold",

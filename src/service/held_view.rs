@@ -21,35 +21,24 @@ pub struct HeldStep {
 }
 
 impl Orchestrator {
-    /// The steps of `task` when the orchestrator holds it, in the order
-    /// they were made (none for any other task).
-    pub fn held_steps(&self, task: TaskId) -> Result<Vec<HeldStep>, ServiceError> {
-        let store = self.store();
-        if !store.status(task)?.is_some_and(|s| s.conversation) {
-            return Ok(Vec::new());
-        }
-        let mut steps: Vec<HeldStep> = store
-            .run_tasks(RunId::of_conversation(task))?
-            .into_iter()
-            .map(|(step, s)| HeldStep {
-                step,
-                task_id: s.task_id,
-                agent: s.agent.to_string(),
-                state: s.state,
-            })
-            .collect();
-        // Task ids are UUIDv7: made later, larger.
-        steps.sort_by_key(|s| s.task_id);
-        Ok(steps)
-    }
-
     /// What the model calls of `task`'s conversation cost, with those of
-    /// the conversations its tool calls held (none when it holds none).
+    /// the conversations its steps held (none when it holds none).
     pub fn model_use(&self, task: TaskId) -> Result<Option<crate::llm::Totals>, ServiceError> {
-        let store = self.store();
-        if !store.status(task)?.is_some_and(|s| s.conversation) {
+        if !self.store().status(task)?.is_some_and(|s| s.conversation) {
             return Ok(None);
         }
+        self.held_view(task).map(|(_, totals)| Some(totals))
+    }
+
+    /// The steps of `task`, a task the orchestrator holds, in the order
+    /// they were made, and what its model calls cost, with those of the
+    /// conversations its steps held: each held task's steps read once.
+    pub fn held_view(
+        &self,
+        task: TaskId,
+    ) -> Result<(Vec<HeldStep>, crate::llm::Totals), ServiceError> {
+        let store = self.store();
+        let mut steps = Vec::new();
         let mut totals = crate::llm::Totals::default();
         // Each conversation at most once (a chain is finite, but bounded
         // all the same).
@@ -76,8 +65,18 @@ impl Orchestrator {
                         output_tokens: usage.completion_tokens,
                     });
                 }
+                if t == task {
+                    steps.push(HeldStep {
+                        step,
+                        task_id: status.task_id,
+                        agent: status.agent.to_string(),
+                        state: status.state,
+                    });
+                }
             }
         }
-        Ok(Some(totals))
+        // Task ids are UUIDv7: made later, larger.
+        steps.sort_by_key(|s| s.task_id);
+        Ok((steps, totals))
     }
 }

@@ -255,18 +255,14 @@ impl Server {
     }
 }
 
-/// A stdio server's environment: the few variables every process needs,
-/// taken from `worker`, then `env` expanded.
+/// A stdio server's environment: the few variables every process needs
+/// (as a command gets them), taken from `worker`, then `env` expanded.
 fn environment(
     env: &BTreeMap<String, String>,
     worker: impl Iterator<Item = (String, String)>,
 ) -> Vec<(String, String)> {
     let worker: Vec<(String, String)> = worker.collect();
-    let mut out: Vec<(String, String)> = worker
-        .iter()
-        .filter(|(k, _)| super::command::BASE_ENV.contains(&k.as_str()))
-        .cloned()
-        .collect();
+    let mut out = super::command::CommandHandler::environment(&[], worker.iter().cloned());
     out.extend(expand(env, worker.into_iter()));
     out
 }

@@ -102,6 +102,19 @@ impl Model {
     }
 }
 
+/// The names of the tools a request offers, in order.
+pub fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The role of a request's last message (`user`, `tool`).
 pub fn last_role(request: &Value) -> String {
     request["messages"]

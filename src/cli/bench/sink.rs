@@ -15,13 +15,6 @@ pub(super) struct Received {
 
 /// Starts the sink on a port of 127.0.0.1; returns its base URL and counts.
 pub(super) async fn start() -> Result<(String, Arc<Received>), String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}",
-        listener.local_addr().map_err(|e| e.to_string())?
-    );
     let received = Arc::new(Received::default());
     let counts = Arc::clone(&received);
     let app = axum::Router::new().route(
@@ -36,6 +29,6 @@ pub(super) async fn start() -> Result<(String, Arc<Received>), String> {
             }
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = super::serve_loopback(app, "").await?;
     Ok((url, received))
 }
