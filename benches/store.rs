@@ -27,7 +27,7 @@ fn new_task(i: usize) -> NewTask {
         params,
     );
     NewTask {
-        fingerprint: Fingerprint::of(&env.payload),
+        fingerprint: Some(Fingerprint::of(&env.payload)),
         envelope: env,
         scope: "bench".into(),
         actor: "bench".into(),

@@ -542,7 +542,8 @@ async fn a_reopened_store_has_every_acknowledged_write() {
 
 /// A workflow step is one task forever: a second submit for the same step
 /// returns the first task, even under another idempotency key (as after
-/// the key's retention), and the step's link names it.
+/// the key's retention), and the step's link names it (and only it: the
+/// key is not claimed).
 #[tokio::test]
 async fn a_workflow_step_is_one_task_whatever_the_key() {
     let (_dir, store) = temp_store();
@@ -564,6 +565,17 @@ async fn a_workflow_step_is_one_task_whatever_the_key() {
     let tasks = store.run_tasks(link.run).unwrap();
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks["draft"].task_id, first.task_id());
+    let steps = store.run_step_tasks(link.run).unwrap();
+    assert_eq!(steps["draft"].task_id, first.task_id());
+    assert_eq!(steps["draft"].state, TaskState::Submitted);
+    // The link is the step's one owner of "submitted already": its key is
+    // not claimed, so a request outside the step with that key (other
+    // params) is a task of its own, not a conflict.
+    let outside = new_task(envelope("mail", "draft", json!({"other": 1}), "key-1"));
+    assert!(matches!(
+        store.submit(outside).await.unwrap(),
+        Submitted::Created(r) if r.task_id() != first.task_id()
+    ));
 }
 
 /// A progress report is kept once per run and `seq`: a redelivered one is

@@ -55,12 +55,9 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         return Ok(());
     }
     let engine = &o.inner.engine;
-    let mut steps = BTreeMap::new();
-    for (step, s) in store.run_tasks(id)? {
-        if !s.state.is_terminal() {
-            engine.watch(o, s.task_id, id);
-        }
-        steps.insert(step, StepTask::from(&s));
+    let steps = store.run_step_tasks(id)?;
+    for t in steps.values().filter(|t| !t.state.is_terminal()) {
+        engine.watch(o, t.task_id, id);
     }
     if status.state.is_terminal() {
         // Canceled, or past its deadline: what still runs for it stops.

@@ -358,13 +358,14 @@ impl Orchestrator {
                 max: self.inner.max_envelope,
             });
         }
+        let fingerprint = NewTask::claims(&envelope, step.as_ref()).then(|| request.fingerprint());
         let submitted = self
             .inner
             .store
             .submit(NewTask {
                 envelope,
                 scope: caller.principal.clone(),
-                fingerprint: request.fingerprint(),
+                fingerprint,
                 actor: caller.principal.clone(),
                 // The span this runs in (the HTTP request's, a child of
                 // the caller's `traceparent`) is the parent of every

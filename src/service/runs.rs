@@ -15,7 +15,7 @@ use serde_json::Value;
 use tracing::{Span, info};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::run_view::{RunView, step_tasks};
+use super::run_view::RunView;
 use super::{Caller, Orchestrator, ServiceError};
 use crate::access::grants;
 use crate::codec::DecodeError;
@@ -331,7 +331,7 @@ impl Orchestrator {
             })
         };
         let trigger = run.trigger().map_err(|_| not_waiting())?;
-        let tasks = step_tasks(&store.run_tasks(id)?);
+        let tasks = store.run_step_tasks(id)?;
         let planned = plan(&trigger, &run, &tasks, Timestamp::now());
         let (step, gate) =
             waiting_gate(&trigger, run.state, &planned.steps).ok_or_else(not_waiting)?;

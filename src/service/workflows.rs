@@ -14,7 +14,7 @@
 //! flushed before it is acted on. So a restart plans from the same facts
 //! and gets the same answer.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,9 +33,7 @@ use crate::store::{StepLink, StoreError};
 use crate::telemetry::context;
 use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Step, StepKind, Trigger};
-use crate::workflow::{
-    Act, RunChange, RunId, RunRecord, RunRefused, RunState, StepTask, plan, route,
-};
+use crate::workflow::{Act, RunChange, RunId, RunRecord, RunRefused, RunState, plan, route};
 
 /// How long a step whose task could not be submitted for a passing reason
 /// (the store or broker) waits before the run is advanced again.
@@ -86,7 +84,7 @@ impl Engine {
         let mut watch = store.watch(task);
         let stopped = self.stopped.clone();
         tokio::spawn(async move {
-            let live = matches!(store.status(task), Ok(Some(s)) if !s.state.is_terminal());
+            let live = matches!(store.state(task), Ok(Some(s)) if !s.is_terminal());
             drop(store);
             if live {
                 tokio::select! {
@@ -210,12 +208,9 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
             return Ok(());
         }
     };
-    let mut tasks = BTreeMap::new();
-    for (step, status) in store.run_tasks(id)? {
-        if !status.state.is_terminal() {
-            engine.watch(o, status.task_id, id);
-        }
-        tasks.insert(step, StepTask::from(&status));
+    let tasks = store.run_step_tasks(id)?;
+    for t in tasks.values().filter(|t| !t.state.is_terminal()) {
+        engine.watch(o, t.task_id, id);
     }
     engine.time(&run);
     let decided = plan(&trigger, &run, &tasks, Timestamp::now());

@@ -418,6 +418,26 @@ impl Store {
         Ok(out)
     }
 
+    /// What the tasks of run `id`'s steps that have started did, by step
+    /// id: [`Store::run_tasks`] for a plan, which reads no more.
+    pub fn run_step_tasks(
+        &self,
+        id: RunId,
+    ) -> Result<BTreeMap<String, crate::workflow::StepTask>, StoreError> {
+        let mut out = BTreeMap::new();
+        for (step, task_id) in self.run_steps(id)? {
+            let key = keys::task(task_id);
+            let read = match self.inner.tasks.get(key)? {
+                Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
+                None => Ok(None),
+            };
+            if let Some(task) = self.readable(task_id, read)? {
+                out.insert(step, task);
+            }
+        }
+        Ok(out)
+    }
+
     /// The runs that have not ended, oldest first.
     pub fn live_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner

@@ -21,8 +21,10 @@ pub struct NewTask {
     /// Whose idempotency keys these are (a principal, an agent): the same key
     /// in two scopes names two requests.
     pub scope: String,
-    /// The request's fingerprint, to tell a retry from a conflicting reuse.
-    pub fingerprint: Fingerprint,
+    /// The request's fingerprint, to tell a retry from a conflicting reuse:
+    /// needed only when the task's key is claimed ([`NewTask::claims`]),
+    /// and worth computing only then (it hashes the whole request).
+    pub fingerprint: Option<Fingerprint>,
     /// Who asked for the task.
     pub actor: String,
     /// The span that created the task (its request's), as W3C trace
@@ -34,6 +36,19 @@ pub struct NewTask {
     /// The orchestrator holds the task's conversation with a model: it is
     /// never published.
     pub conversation: bool,
+}
+
+impl NewTask {
+    /// Whether a task's idempotency key is claimed, held for the retention
+    /// against other requests with the same key. Only a key the caller
+    /// gave: the default one, the task's own new id, can never be asked
+    /// for again, and claiming it would cost a read, a write and a key
+    /// kept for the retention per task. Nor a step's: its link to the step
+    /// is what makes a second submit of it return the first (one owner of
+    /// that fact).
+    pub fn claims(envelope: &Envelope, step: Option<&super::StepLink>) -> bool {
+        envelope.has_given_key() && step.is_none()
+    }
 }
 
 pub(super) fn abort(e: StoreError) -> Abort {
@@ -94,18 +109,24 @@ impl Store {
             status,
         };
         let key = record.envelope.control.idempotency_key.clone();
-        // Only a key the caller gave is claimed: the default one, the task's
-        // own new id, can never be asked for again, and claiming it would
-        // cost a read, a write and a key kept for the retention per task.
-        let claim = record.envelope.has_given_key().then(|| {
-            let claim = Claim::new(task_id, new.fingerprint.clone(), self.inner.retention);
-            let bytes = keys::encode(&claim);
-            (
-                keys::idempotency(&new.scope, key.as_str()),
-                claim.fingerprint,
-                bytes,
-            )
-        });
+        let claims = NewTask::claims(&record.envelope, new.step.as_ref());
+        debug_assert!(
+            !claims || new.fingerprint.is_some(),
+            "a claimed key needs its fingerprint"
+        );
+        let claim = new
+            .fingerprint
+            .clone()
+            .filter(|_| claims)
+            .map(|fingerprint| {
+                let claim = Claim::new(task_id, fingerprint, self.inner.retention);
+                let bytes = keys::encode(&claim);
+                (
+                    keys::idempotency(&new.scope, key.as_str()),
+                    claim.fingerprint,
+                    bytes,
+                )
+            });
         let status = record.status.clone();
         let envelope_bytes = keys::encode(&record.envelope);
         // A task whose correlation id is its own id is found by that id
@@ -270,6 +291,22 @@ impl Store {
         let key = keys::task(id);
         match self.inner.tasks.get(key)? {
             Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The state of the task with this id, if any: read from its status
+    /// without decoding the rest.
+    pub fn state(&self, id: TaskId) -> Result<Option<TaskState>, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct StateOnly {
+            state: TaskState,
+        }
+        let key = keys::task(id);
+        match self.inner.tasks.get(key)? {
+            Some(bytes) => {
+                keys::decode_value::<StateOnly>("tasks", &key, &bytes).map(|s| Some(s.state))
+            }
             None => Ok(None),
         }
     }

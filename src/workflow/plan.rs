@@ -19,16 +19,19 @@ use crate::trigger::{
     render, render_text,
 };
 
-/// What a step's task did, as the store has it.
-#[derive(Debug, Clone, PartialEq)]
+/// What a step's task did, as the store has it: read straight from the
+/// stored status (its other fields skipped, not decoded).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct StepTask {
     /// The task.
     pub task_id: TaskId,
     /// Its state.
     pub state: TaskState,
     /// Its result.
+    #[serde(default)]
     pub result: Option<Value>,
     /// Its error.
+    #[serde(default)]
     pub error: Option<ErrorInfo>,
     /// When it last changed (for `merge: first`, the order branches ended).
     pub updated_at: Timestamp,

@@ -77,7 +77,7 @@ pub fn new_task(env: Envelope) -> NewTask {
     NewTask {
         envelope: env,
         scope: "test-principal".into(),
-        fingerprint,
+        fingerprint: Some(fingerprint),
         actor: "test-principal".into(),
         trace: Some(orchestrator::telemetry::context::StoredTrace {
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use orchestrator::envelope::{Envelope, Sender};
-use orchestrator::store::{Change, Fingerprint, NewTask};
+use orchestrator::store::{Change, NewTask};
 use orchestrator::task::TaskEvent;
 use orchestrator::{Store, StoreConfig};
 use serde_json::json;
@@ -65,12 +65,12 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
         "echo".parse().map_err(|e: String| e)?,
         params.clone(),
     );
-    let fingerprint = Fingerprint::of(&json!({"to": "echo", "action": "echo", "params": params}));
     let submitted = store
         .submit(NewTask {
             envelope,
             scope: "bench".into(),
-            fingerprint,
+            // No key given: none is claimed.
+            fingerprint: None,
             actor: "bench".into(),
             trace: None,
             step: None,
