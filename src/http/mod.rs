@@ -11,11 +11,14 @@ mod error;
 mod health;
 mod limits;
 pub mod listen;
+mod live;
 pub(crate) mod push;
 mod runs;
+mod streams;
 mod tasks;
 mod trace;
 mod triggers;
+mod ui;
 
 pub use auth::AUTH_HEADER;
 pub use deliveries::DeliveryView;
@@ -92,13 +95,15 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
     (items, next)
 }
 
-/// The whole API: every route but the probes needs the credentials
-/// `access` accepts, and is bounded by the configured concurrency (in all
-/// and per principal) and timeout; the probes (`/healthz`, `/readyz`,
-/// `/metrics`) are outside those bounds, so they answer while the API is
-/// full.
+/// The whole API: every route but the probes and the console's files
+/// needs the credentials `access` accepts, and is bounded by the
+/// configured concurrency (in all and per principal) and timeout; the
+/// probes (`/healthz`, `/readyz`, `/metrics`) are outside those bounds, so
+/// they answer while the API is full. The console (`/ui`) is files only:
+/// its pages call the API with the credentials signed in with.
 ///
-/// The A2A face's streams end when `closing` fires (the server stops).
+/// Streams (the A2A face's, the console's) end when `closing` fires (the
+/// server stops).
 pub fn router(
     orchestrator: Orchestrator,
     access: Arc<Authenticator>,
@@ -107,7 +112,12 @@ pub fn router(
     let config = orchestrator.config();
     let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
     let open = access.is_off();
-    let face = a2a::Face::new(&orchestrator, !open, closing);
+    let streams = Arc::new(streams::Streams::new(
+        config.a2a.max_streams,
+        config.a2a.keepalive,
+        closing,
+    ));
+    let face = a2a::Face::new(!open, Arc::clone(&streams));
     let gate = Arc::new(auth::Gate {
         access,
         per_principal: limits::PerPrincipal::new(config.http_max_in_flight_per_principal),
@@ -121,7 +131,9 @@ pub fn router(
         .merge(dlq::router())
         .merge(deliveries::router())
         .merge(a2a::router())
+        .merge(live::router())
         .layer(axum::Extension(Arc::clone(&face)))
+        .layer(axum::Extension(streams))
         .layer(axum::middleware::from_fn_with_state(
             gate,
             auth::authenticate,
@@ -129,6 +141,7 @@ pub fn router(
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator.clone());
     let probes = health::router()
+        .merge(ui::router())
         .merge(a2a::card_router())
         .merge(deliveries::jwks_router())
         .layer(axum::Extension(face))

@@ -237,10 +237,12 @@ impl Store {
                             &r.created_at,
                         );
                         self.inner.watchers.wake(task_id, r.state.is_terminal());
+                        self.inner.changes.task(&r);
                         Applied::Moved(r)
                     }
                     ApplyOutcome::Noted(r) => {
                         self.inner.watchers.wake(task_id, false);
+                        self.inner.changes.task(&r);
                         Applied::Unchanged(r)
                     }
                     ApplyOutcome::Unchanged(r) => Applied::Unchanged(r),

@@ -21,6 +21,7 @@
 
 mod apply;
 mod audit;
+mod changes;
 mod check;
 mod commit;
 mod deliveries;
@@ -38,6 +39,7 @@ mod writer;
 
 use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use apply::{Applied, Change};
+pub use changes::Changed;
 pub use check::IndexReport;
 pub use deliveries::{CALLBACK, Delivery, GaveUp, PushAuth, PushTarget, Target};
 pub use error::StoreError;
@@ -152,6 +154,8 @@ struct Inner {
     _collector: idempotency::Collector,
     /// Waiters for tasks to end.
     watchers: watch::Watchers,
+    /// Every change, for live views.
+    changes: changes::Changes,
     /// Transactions the writer committed since the store was opened.
     commits: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -272,6 +276,7 @@ impl Store {
                 retention: config.idempotency_retention,
                 retry: config.retry,
                 watchers: watch::Watchers::default(),
+                changes: changes::Changes::default(),
             }),
         })
     }

@@ -293,7 +293,10 @@ impl Store {
             Some(id) => Ok(RunStarted::Existing(
                 self.run(id)?.ok_or(StoreError::RunNotFound(id))?,
             )),
-            None => Ok(RunStarted::Created(record)),
+            None => {
+                self.inner.changes.run(&record);
+                Ok(RunStarted::Created(record))
+            }
         }
     }
 
@@ -336,6 +339,7 @@ impl Store {
         self.inner
             .watchers
             .wake(as_task_id(id), record.state.is_terminal());
+        self.inner.changes.run(&record);
         Ok(record)
     }
 
@@ -436,6 +440,11 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Every change to a task or a run from now on ([`super::Changed`]).
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<super::Changed> {
+        self.inner.changes.subscribe()
     }
 
     /// The runs that have not ended, oldest first.

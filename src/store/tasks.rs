@@ -233,6 +233,7 @@ impl Store {
                     false,
                     &record.status.created_at,
                 );
+                self.inner.changes.task(&record.status);
                 Ok(Submitted::Created(record))
             }
             SubmitOutcome::Existing(id) => {

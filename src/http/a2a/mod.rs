@@ -17,7 +17,7 @@ mod subject;
 mod v03;
 mod wire;
 
-use stream::Streams;
+use crate::http::streams::Streams;
 pub(in crate::http) use subject::{Subject, following, pushed_after};
 
 use std::sync::Arc;
@@ -62,8 +62,8 @@ fn version(headers: &HeaderMap, query: Option<&str>) -> Result<Version, A2aError
 
 /// What the handlers share beyond the orchestrator.
 pub(crate) struct Face {
-    /// Open streams and their bound.
-    streams: Streams,
+    /// Open streams and their bound (shared with the console's).
+    streams: Arc<Streams>,
     /// Whether callers authenticate (the card says how).
     auth: bool,
     /// When the face started: the card's `Last-Modified`, unless the
@@ -74,14 +74,9 @@ pub(crate) struct Face {
 impl Face {
     /// The face's state: streams bounded as configured, ended when
     /// `closing` fires.
-    pub(crate) fn new(
-        o: &Orchestrator,
-        auth: bool,
-        closing: tokio_util::sync::CancellationToken,
-    ) -> Arc<Face> {
-        let c = &o.config().a2a;
+    pub(crate) fn new(auth: bool, streams: Arc<Streams>) -> Arc<Face> {
         Arc::new(Face {
-            streams: Streams::new(c.max_streams, c.keepalive, closing),
+            streams,
             auth,
             started: std::time::SystemTime::now(),
         })

@@ -8,13 +8,11 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use axum::http::HeaderMap;
@@ -22,33 +20,15 @@ use axum::http::HeaderMap;
 use super::error::A2aError;
 use super::subject::{self, Following, Subject};
 use super::wire;
+use crate::http::streams::Streams;
 use crate::service::{Caller, Orchestrator};
 use crate::task::TaskState;
 
-/// What every stream shares: a bound on how many are open, the signal
-/// that the server is closing, the keep-alive interval.
-pub(crate) struct Streams {
-    open: Arc<Semaphore>,
-    closing: CancellationToken,
-    keepalive: Duration,
-}
-
-impl Streams {
-    /// At most `max` streams open at once; each ends when `closing` fires.
-    pub(crate) fn new(max: usize, keepalive: Duration, closing: CancellationToken) -> Self {
-        Streams {
-            open: Arc::new(Semaphore::new(max)),
-            closing,
-            keepalive,
-        }
-    }
-
-    /// Room for one more stream, or -32102 (503) when every one is taken.
-    pub(super) fn enter(&self) -> Result<OwnedSemaphorePermit, A2aError> {
-        Arc::clone(&self.open)
-            .try_acquire_owned()
-            .map_err(|_| A2aError::unavailable("too many streams open; try again shortly"))
-    }
+/// Room for one more stream, or -32102 (503) when every one is taken.
+fn enter(streams: &Streams) -> Result<OwnedSemaphorePermit, A2aError> {
+    streams
+        .enter()
+        .ok_or_else(|| A2aError::unavailable("too many streams open; try again shortly"))
 }
 
 /// How one binding frames an event: a 1.0 `StreamResponse` (as JSON) and
@@ -115,7 +95,7 @@ pub(super) async fn send(
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
-    let permit = streams.enter()?;
+    let permit = enter(streams)?;
     let resume = last_event_id(headers)?;
     let sent = super::ops::submit(o, send, key, v03, caller).await?;
     let (first, follow) = subject::follow(o, &sent.id().to_string(), caller).await?;
@@ -135,7 +115,7 @@ pub(super) async fn subscribe(
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
-    let permit = streams.enter()?;
+    let permit = enter(streams)?;
     let resume = last_event_id(headers)?;
     let (first, follow) = subject::follow(o, id, caller).await?;
     if resume.is_none() && first.state().is_terminal() {
@@ -171,7 +151,7 @@ fn respond(
         ending: false,
         ends,
         frame,
-        closing: streams.closing.clone(),
+        closing: streams.closing(),
         _permit: permit,
     };
     match resume {
@@ -219,6 +199,6 @@ fn respond(
         }
     });
     Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(streams.keepalive))
+        .keep_alive(KeepAlive::new().interval(streams.keepalive()))
         .into_response()
 }

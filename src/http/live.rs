@@ -1,0 +1,72 @@
+//! `GET /v1/me`, and `GET /v1/changes`: the caller's tasks and runs as they change, as
+//! server-sent events (`docs/console.md`). Each `changes` event names
+//! what changed in the last moments (`{"tasks": {id: state}, "runs":
+//! {id: state}, "more": bool}`); a view reads again what it shows. The
+//! stream starts with a `ready` event, so a client knows from when it
+//! hears changes; idle, it carries keep-alive comments.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+
+use super::streams::Streams;
+use super::{ApiError, Requester};
+use crate::service::Orchestrator;
+
+/// How long changes are gathered into one event.
+const WINDOW: Duration = Duration::from_millis(300);
+
+pub(super) fn router() -> Router<Orchestrator> {
+    Router::new()
+        .route("/v1/changes", get(changes))
+        .route("/v1/me", get(me))
+}
+
+/// `GET /v1/me`: who the credential names and what it may do, so that a
+/// view offers only what the caller may (`{"principal", "scopes"}`).
+async fn me(Requester(caller): Requester) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "principal": caller.principal,
+        "scopes": caller.grants.as_slice(),
+    }))
+}
+
+async fn changes(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+    Extension(streams): Extension<Arc<Streams>>,
+) -> Result<Response, ApiError> {
+    let permit = streams.enter().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_streams",
+            "too many streams open; try again shortly",
+        )
+    })?;
+    let live = o.live(&caller);
+    let closing = streams.closing();
+    let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
+    let batches = futures::stream::unfold(
+        (live, closing, permit),
+        |(mut live, closing, permit)| async move {
+            let batch = tokio::select! {
+                b = live.next(WINDOW) => b?,
+                () = closing.cancelled() => return None,
+            };
+            let data = serde_json::to_string(&batch).unwrap_or_default();
+            let event = Event::default().event("changes").data(data);
+            Some((Ok::<_, Infallible>(event), (live, closing, permit)))
+        },
+    );
+    use futures::StreamExt;
+    Ok(Sse::new(ready.chain(batches))
+        .keep_alive(KeepAlive::new().interval(streams.keepalive()))
+        .into_response())
+}
