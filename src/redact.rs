@@ -52,6 +52,27 @@ impl SensitiveFields {
         Secrets::of(found)
     }
 
+    /// `value` with the value of every sensitive field, at any depth,
+    /// replaced by [`REDACTED`]: for showing a task's params.
+    pub fn redacted(&self, value: &Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let v = if self.is_sensitive(k) {
+                            Value::String(REDACTED.into())
+                        } else {
+                            self.redacted(v)
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.redacted(v)).collect()),
+            other => other.clone(),
+        }
+    }
+
     /// The secret values anywhere in `value` (a run's input, which need
     /// not be an object).
     pub fn secrets_in(&self, value: &Value) -> Secrets {

@@ -179,3 +179,205 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
     assert!(errors.is_empty(), "{errors:#?}");
     c.close().await.unwrap();
 }
+
+/// The quick start's workflow, from the console: started from the
+/// trigger's form (generated from its input schema), stopped at its gate,
+/// approved with a reason, followed to its end without a reload; the
+/// decision names who and why, and the draft was sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (carol, carol_entry) = common::system::key_for("carol", &["Files.Read", "Mail.Send"]);
+    let mut sys = System::start_with(
+        common::nats::NatsServer::start(),
+        Vec::new(),
+        fast_bus(),
+        |c| c.api_auth.api_keys = vec![carol_entry],
+    )
+    .await;
+    sys.stop_orchestrator().await;
+    sys.agent_paths = vec![root.join("agents")];
+    let catalog = orchestrator::agent::Catalog::load(
+        &sys.agent_paths,
+        &orchestrator::agent::GitOptions::default(),
+    );
+    sys.triggers = orchestrator::trigger::Triggers::load(&root.join("triggers"), &catalog.agents);
+    sys.start_orchestrator(Vec::new()).await;
+    let work = tempfile::tempdir().unwrap();
+    let outbox = work.path().join("outbox");
+    let _workers: Vec<_> = ["knowledge-agent", "outlook-agent"]
+        .iter()
+        .map(|a| {
+            common::process::orchestrator_with_env(
+                &[
+                    "worker",
+                    "--agent",
+                    root.join("agents").join(a).to_str().unwrap(),
+                    "--data-dir",
+                    sys.data.path().to_str().unwrap(),
+                ],
+                &sys.nats.url(),
+                &work.path().join(format!("{a}.log")),
+                &[("ORCH_OUTBOX", outbox.to_str().unwrap())],
+            )
+        })
+        .collect();
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &sys.http, &carol).await;
+
+    c.goto(&format!("{}/ui/#/triggers", sys.http))
+        .await
+        .unwrap();
+    let form = "section#email-stakeholders form.start";
+    c.wait()
+        .for_element(Locator::Css(&format!("{form} input[name=query]")))
+        .await
+        .unwrap()
+        .send_keys("release")
+        .await
+        .unwrap();
+    c.find(Locator::Css(&format!("{form} textarea[name=to]")))
+        .await
+        .unwrap()
+        .send_keys("ops@example.com")
+        .await
+        .unwrap();
+    c.execute("window.__notReloaded = true;", vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css(&format!("{form} button[type=submit]")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#run-state", |t| t == "input_required").await;
+    text_when(&c, "#gate-prompt", |t| t.contains("Send this draft")).await;
+    let run_id = c
+        .current_url()
+        .await
+        .unwrap()
+        .fragment()
+        .unwrap()
+        .trim_start_matches("/runs/")
+        .to_string();
+    assert!(
+        c.find(Locator::Css("svg[aria-label^='Steps:']"))
+            .await
+            .is_ok(),
+        "the run's step graph is drawn"
+    );
+    c.find(Locator::Css("#g-reason"))
+        .await
+        .unwrap()
+        .send_keys("the draft reads well")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#run-state", |t| t == "completed").await;
+    let same_page = c
+        .execute("return window.__notReloaded === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same_page, json!(true), "the page was reloaded");
+
+    let (_, run) = sys.get(&format!("/v1/runs/{run_id}")).await;
+    let gate = run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "confirm")
+        .unwrap();
+    assert_eq!(gate["decision"]["by"], "carol", "{run:#}");
+    assert_eq!(gate["decision"]["reason"], "the draft reads well");
+    assert_eq!(std::fs::read_dir(outbox.join("sent")).unwrap().count(), 1);
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "{errors:#?}");
+    c.close().await.unwrap();
+}
+
+/// Crashes (the delivery is never settled) while `failing` is set.
+struct CrashWhile(Arc<std::sync::atomic::AtomicBool>);
+
+impl orchestrator::worker::Handler for CrashWhile {
+    fn handle(
+        &self,
+        _: orchestrator::worker::Task,
+    ) -> futures::future::BoxFuture<'static, orchestrator::worker::Outcome> {
+        let failing = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            assert!(!failing, "the handler crashed");
+            orchestrator::worker::Outcome::completed(json!({"ok": true}))
+        })
+    }
+}
+
+/// A dead letter, listed with its reason and replayed from the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_listed_and_replayed() {
+    let (ops, ops_entry) = common::system::key_for("ops", &["orch:dlq:manage"]);
+    let mut poison = card("poison", &["work"]);
+    poison.delivery = Some(orchestrator::agent::Delivery {
+        max_deliver: Some(2),
+        ..Default::default()
+    });
+    let mut sys = System::start_with(
+        common::nats::NatsServer::start(),
+        vec![poison.clone()],
+        fast_bus(),
+        |c| c.api_auth.api_keys = vec![ops_entry],
+    )
+    .await;
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    sys.worker(poison, Arc::new(CrashWhile(Arc::clone(&failing))))
+        .await;
+    let (status, task, _) = sys
+        .call_as(
+            Some(&ops),
+            Method::POST,
+            "/v1/tasks",
+            Some(json!({"to": "poison", "action": "work", "max_attempts": 10})),
+        )
+        .await;
+    assert_eq!(status, 201, "{task:#}");
+    let id = task["task_id"].as_str().unwrap().to_string();
+    let done = sys
+        .wait_terminal(&id, std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(done["error"]["code"], "dead_lettered", "{done:#}");
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &sys.http, &ops).await;
+    c.goto(&format!("{}/ui/#/dlq", sys.http)).await.unwrap();
+    text_when(&c, "table[aria-label='Dead letters']", |t| {
+        t.contains(&id) && t.contains("max_deliveries")
+    })
+    .await;
+    c.find(Locator::Css(&format!("button[aria-label='Replay {id}']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let said = text_when(&c, "#dlq-out", |t| t.starts_with("Replayed as")).await;
+    let new_id = said
+        .trim_start_matches("Replayed as ")
+        .trim_end_matches('.')
+        .to_string();
+    assert_ne!(new_id, id);
+    let again = sys
+        .wait_terminal(&new_id, std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(again["state"], "completed", "{again:#}");
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "{errors:#?}");
+    c.close().await.unwrap();
+}

@@ -1,4 +1,5 @@
-//! `GET /v1/me`, and `GET /v1/changes`: the caller's tasks and runs as they change, as
+//! What the console reads beyond the resources' own routes: `GET
+//! /v1/me`, `GET /v1/overview`, and `GET /v1/changes`: the caller's tasks and runs as they change, as
 //! server-sent events (`docs/console.md`). Each `changes` event names
 //! what changed in the last moments (`{"tasks": {id: state}, "runs":
 //! {id: state}, "more": bool}`); a view reads again what it shows. The
@@ -27,6 +28,24 @@ pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
         .route("/v1/changes", get(changes))
         .route("/v1/me", get(me))
+        .route("/v1/overview", get(overview))
+}
+
+/// `GET /v1/overview`: what the console's overview shows
+/// ([`crate::service::Overview`]), its recent failures as task views.
+async fn overview(
+    State(o): State<Orchestrator>,
+    Requester(caller): Requester,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let view = o.overview(&caller).await?;
+    let failures: Vec<super::TaskView> = view
+        .recent_failures
+        .iter()
+        .map(|r| super::TaskView::new(r, &o))
+        .collect();
+    let mut body = serde_json::to_value(&view).unwrap_or_default();
+    body["recent_failures"] = serde_json::to_value(failures).unwrap_or_default();
+    Ok(axum::Json(body))
 }
 
 /// `GET /v1/me`: who the credential names and what it may do, so that a

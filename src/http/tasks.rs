@@ -71,6 +71,10 @@ pub struct TaskView {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+    /// Its envelope as stored (no token; the values of sensitive params
+    /// `[redacted]`): in a single task's view, not in lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Value>,
 }
 
 impl TaskView {
@@ -107,6 +111,18 @@ impl TaskView {
             trace_url: r.status.trace_id.as_deref().map(|t| o.trace_url(t)),
             created_at: r.status.created_at,
             updated_at: r.status.updated_at,
+            envelope: None,
+        }
+    }
+
+    /// [`TaskView::new`] with the task's envelope.
+    pub fn whole(r: &TaskRecord, o: &Orchestrator) -> Self {
+        let envelope = serde_json::to_value(r.envelope.without_token())
+            .ok()
+            .map(|e| o.config().sensitive_fields.redacted(&e));
+        TaskView {
+            envelope,
+            ..TaskView::new(r, o)
         }
     }
 }
@@ -163,7 +179,7 @@ async fn get_task(
         Some(wait) => o.task_when_ended(id, wait, &caller).await?,
     };
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
-    Ok(Json(TaskView::new(&record, &o)))
+    Ok(Json(TaskView::whole(&record, &o)))
 }
 
 async fn cancel(
@@ -181,12 +197,34 @@ struct ListQuery {
     state: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
+    /// `oldest` (the default) or `newest` first.
+    order: Option<String>,
+    /// With `order=newest`: only this agent's tasks.
+    agent: Option<String>,
+    /// With `order=newest`: only tasks this trigger started.
+    trigger_id: Option<String>,
+    /// With `order=newest`: only tasks created since, a duration back
+    /// (`15m`) or a time (RFC 3339).
+    since: Option<String>,
+}
+
+/// `since`: a duration back from now (`15m`, `2h`) or an RFC 3339 time.
+fn since(text: &str) -> Result<Timestamp, ApiError> {
+    if let Ok(back) = humantime::parse_duration(text) {
+        return Ok(Timestamp::now().before(back));
+    }
+    text.parse::<Timestamp>().map_err(|_| {
+        ApiError::bad_param(
+            "since",
+            format!("`{text}` is neither a duration such as `15m` nor an RFC 3339 time"),
+        )
+    })
 }
 
 /// A page of tasks; `next_cursor` continues it.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TaskPage {
-    /// The tasks, oldest first.
+    /// The tasks, oldest first (newest first with `order=newest`).
     pub tasks: Vec<TaskView>,
     /// Pass as `cursor` for the next page; absent on the last.
     pub next_cursor: Option<TaskId>,
@@ -222,10 +260,38 @@ async fn list(
                 .map_err(|e| ApiError::bad_param("correlation_id", e))
         })
         .transpose()?;
+    let newest = match q.order.as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "order",
+                format!("`{other}` is not an order: `oldest` or `newest`"),
+            ));
+        }
+    };
+    if !newest && (q.agent.is_some() || q.trigger_id.is_some() || q.since.is_some()) {
+        return Err(ApiError::bad_param(
+            "order",
+            "agent, trigger_id and since filter a listing newest first: add order=newest",
+        ));
+    }
     // One item more than asked tells whether there is a next page.
-    let fetched = o
-        .tasks(correlation.as_ref(), state, cursor, limit + 1, &caller)
-        .await?;
+    let fetched = if newest {
+        let since = q.since.as_deref().map(since).transpose()?;
+        let query = crate::store::TaskQuery {
+            state,
+            agent: q.agent,
+            owner: None,
+            correlation,
+            since,
+            trigger: q.trigger_id,
+        };
+        o.tasks_newest(query, cursor, limit + 1, &caller).await?
+    } else {
+        o.tasks(correlation.as_ref(), state, cursor, limit + 1, &caller)
+            .await?
+    };
     let (records, next_cursor) = super::page(fetched, limit, TaskRecord::task_id);
     Ok(Json(TaskPage {
         tasks: records.iter().map(|r| TaskView::new(r, &o)).collect(),

@@ -13,23 +13,25 @@ use axum::routing::get;
 
 use crate::service::Orchestrator;
 
+/// A file of `console/`, with its media type.
+macro_rules! file {
+    ($name:literal, $kind:literal) => {
+        ($name, $kind, include_str!(concat!("../../console/", $name)))
+    };
+}
+
 /// The console's files: name, media type, content.
 const FILES: &[(&str, &str, &str)] = &[
-    (
-        "index.html",
-        "text/html; charset=utf-8",
-        include_str!("../../console/index.html"),
-    ),
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../console/app.js"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_str!("../../console/app.css"),
-    ),
+    file!("index.html", "text/html; charset=utf-8"),
+    file!("app.css", "text/css; charset=utf-8"),
+    file!("app.js", "text/javascript; charset=utf-8"),
+    file!("core.js", "text/javascript; charset=utf-8"),
+    file!("forms.js", "text/javascript; charset=utf-8"),
+    file!("tasks.js", "text/javascript; charset=utf-8"),
+    file!("runs.js", "text/javascript; charset=utf-8"),
+    file!("triggers.js", "text/javascript; charset=utf-8"),
+    file!("more.js", "text/javascript; charset=utf-8"),
+    file!("favicon.svg", "image/svg+xml"),
 ];
 
 /// Only the console's own files run; it talks to this server only.

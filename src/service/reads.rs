@@ -64,6 +64,24 @@ impl Orchestrator {
         Ok(records)
     }
 
+    /// Up to `limit` tasks that `query` keeps and the caller may see,
+    /// newest first, older than task `before` when given.
+    pub async fn tasks_newest(
+        &self,
+        mut query: crate::store::TaskQuery,
+        before: Option<TaskId>,
+        limit: usize,
+        caller: &Caller,
+    ) -> Result<Vec<TaskRecord>, ServiceError> {
+        if !caller.grants.covers(grants::READ_ALL) {
+            query.owner = Some(caller.principal.clone());
+        }
+        let store = &self.inner.store;
+        let records = store.list_newest(&query, before, limit)?;
+        store.settled().await?;
+        Ok(records)
+    }
+
     /// Up to `limit` audit records after sequence `after`.
     pub async fn audit(
         &self,

@@ -77,6 +77,9 @@ pub struct Waiting {
     pub step: String,
     /// What the person is asked.
     pub prompt: String,
+    /// The input the gate asks for (answered with `/input`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
 }
 
 /// One step of a run.
@@ -139,6 +142,7 @@ impl Orchestrator {
                 waiting_gate(&trigger, run.state, &planned.steps).map(|(step, gate)| Waiting {
                     step: step.to_string(),
                     prompt: gate.prompt.clone(),
+                    input_schema: gate.input_schema.clone(),
                 });
             for placed in trigger.placed() {
                 let id = &placed.step.id;

@@ -279,7 +279,7 @@ impl Store {
 
     /// [`Store::get`] for listings: a task whose records cannot be read
     /// is skipped (noted for the quarantine), not an error.
-    fn get_readable(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+    pub(super) fn get_readable(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         let read = match self.status(id) {
             Ok(Some(status)) => self.assemble(status).map(Some),
             other => other.map(|_| None),

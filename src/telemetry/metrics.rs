@@ -275,9 +275,11 @@ pub fn task_entered(agent: &str, state: &str, ended: bool, created_at: &Timestam
     TASKS.with_label_values(&[agent, state]).inc();
     if ended {
         let since = time::OffsetDateTime::now_utc() - created_at.as_offset_date_time();
+        let seconds = since.as_seconds_f64().max(0.0);
         TASK_SECONDS
             .with_label_values(&[agent, state])
-            .observe(since.as_seconds_f64().max(0.0));
+            .observe(seconds);
+        super::recent::ended(seconds, state != "completed");
     }
 }
 

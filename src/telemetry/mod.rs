@@ -13,6 +13,7 @@ pub mod context;
 pub mod metrics;
 pub mod quiet;
 pub mod readiness;
+pub mod recent;
 pub mod settings;
 pub mod spans;
 
