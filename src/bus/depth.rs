@@ -47,7 +47,17 @@ impl Bus {
 
     /// Messages in the dead-letter stream.
     pub async fn dlq_size(&self) -> Result<u64, BusError> {
-        let name = self.inner.names.dlq_stream();
+        self.stream_size(self.inner.names.dlq_stream()).await
+    }
+
+    /// Task messages on the broker not yet acknowledged (the task stream
+    /// is a work queue: a message leaves it once its task is settled),
+    /// whether or not an agent's consumer exists yet.
+    pub async fn tasks_waiting(&self) -> Result<u64, BusError> {
+        self.stream_size(self.inner.names.tasks_stream()).await
+    }
+
+    async fn stream_size(&self, name: String) -> Result<u64, BusError> {
         // `get_stream` reads the stream's info: its state is current.
         let stream = self
             .inner

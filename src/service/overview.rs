@@ -36,7 +36,8 @@ pub struct Overview {
     /// Latency from creation to end, ms: `p50`, `p99` (system-wide,
     /// estimated from buckets 1.5 times apart).
     pub latency_ms: BTreeMap<&'static str, Option<f64>>,
-    /// Task messages waiting on the broker (`orch:tasks:read_all`).
+    /// Task messages on the broker not yet settled: waiting or being
+    /// worked on (`orch:tasks:read_all`).
     pub queue_depth: Option<u64>,
     /// Messages in the dead-letter stream (`orch:dlq:manage`).
     pub dead_letters: Option<u64>,
@@ -83,10 +84,10 @@ impl Orchestrator {
         let bus = &self.inner.bus;
         let patience = Duration::from_secs(2);
         let queue_depth = if everyone {
-            match tokio::time::timeout(patience, bus.queue_depths()).await {
-                Ok(Ok(depths)) => Some(depths.iter().map(|d| d.pending).sum()),
-                _ => None,
-            }
+            tokio::time::timeout(patience, bus.tasks_waiting())
+                .await
+                .ok()
+                .and_then(Result::ok)
         } else {
             None
         };
