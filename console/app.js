@@ -136,7 +136,7 @@ async function route(quiet) {
   } catch (e) {
     if (credential()) show(h("h1", {}, "Something went wrong"), problem(e));
   }
-  if (!quiet) main.focus();
+  if (!quiet) main.focus({ preventScroll: true });
 }
 onRepaint(() => route(true));
 

@@ -5,7 +5,7 @@ import { h, svg, show, when, state, empty, table, api, may, refreshOn, acting, S
 export async function overviewPage() {
   const o = await api("/v1/overview");
   refreshOn(() => true);
-  const rate = (n) => (n === null || n === undefined ? "—" : n.toFixed(1));
+  const rate = (n) => (n === null || n === undefined ? "—" : n.toFixed(n < 10 ? 2 : 0));
   const ms = (n) => (n === null || n === undefined ? "—" : `${n.toFixed(0)} ms`);
   show(
     h("h1", {}, "Overview"),
@@ -15,14 +15,14 @@ export async function overviewPage() {
         h("div", { class: "n", id: `count-${s}` }, `${o.tasks_by_state[s] ?? 0}${o.at_least.includes(s) ? "+" : ""}`), state(s)))),
     h("h2", {}, `The last ${o.window_minutes} minutes`),
     h("div", { class: "cards" },
-      h("div", { class: "card" }, h("div", { class: "n" }, rate(o.completed_per_second)), "completed per second"),
+      h("div", { class: "card" }, h("div", { class: "n" }, rate(o.completed_per_second)), "tasks ended per second"),
       h("div", { class: "card" }, h("div", { class: "n" }, ms(o.latency_ms.p50)), "latency p50"),
       h("div", { class: "card" }, h("div", { class: "n" }, ms(o.latency_ms.p99)), "latency p99"),
       h("div", { class: "card" }, h("div", { class: "n" }, o.queue_depth ?? "—"), "queued on the broker"),
       h("a", { class: "card", href: "#/dlq" }, h("div", { class: "n" }, o.dead_letters ?? "—"), "dead letters")),
     h("h2", {}, "Live agents"),
     o.agents.length ? table("Live agents", ["Agent", "Replicas"], o.agents.map((a) => [
-      h("a", { href: `#/agents#${a.name}` }, a.name), a.replicas])) :
+      h("a", { href: "#/agents" }, a.name), a.replicas])) :
       empty("No agents declared. Add a card to the agents directory (docs/agents.md)."),
     h("h2", {}, "Recent failures"),
     o.recent_failures.length ? table("Recent failures", ["Task", "Agent", "State", "Error", "When"], o.recent_failures.map((t) => [

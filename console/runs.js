@@ -106,7 +106,7 @@ export async function runPage(id) {
     h("h1", {}, "Run ", h("code", {}, r.run_id)),
     h("dl", {},
       h("dt", {}, "State"), h("dd", { id: "run-state" }, state(r.state)),
-      h("dt", {}, "Trigger"), h("dd", {}, h("a", { href: `#/triggers#${r.trigger_id}` }, r.trigger_id)),
+      h("dt", {}, "Trigger"), h("dd", {}, h("a", { href: "#/triggers" }, r.trigger_id)),
       h("dt", {}, "Started by"), h("dd", {}, r.started_by),
       h("dt", {}, "Tasks"), h("dd", {}, h("a", { href: `#/tasks?correlation_id=${encodeURIComponent(r.correlation_id)}` }, r.correlation_id)),
       h("dt", {}, "Trace"), h("dd", {}, r.trace_url ? h("a", { href: r.trace_url, rel: "noreferrer", target: "_blank" }, `${r.trace_id} in Jaeger`) : (r.trace_id || "none"))),

@@ -127,6 +127,43 @@ fn an_llm_bench_measures_model_calls_and_tool_calls() {
     assert!(us["plain_task"].as_f64() > Some(0.0), "{got:#}");
 }
 
+/// `--console`: every page the console reads is timed on the preloaded
+/// store (the overview among them), and the task path ran with and
+/// without a console open, which read the overview as changes came.
+#[test]
+fn a_console_bench_times_the_pages_and_the_task_path_beside_a_console() {
+    let server = NatsServer::start();
+    let got = bench(&[
+        "--tasks",
+        "60",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--console",
+        "--console-tasks",
+        "300",
+        "--nats-url",
+        &server.url(),
+        "--json",
+    ]);
+    let console = &got["console"];
+    assert_eq!(console["stored_tasks"], 300, "{got:#}");
+    let pages = console["pages"].as_array().unwrap();
+    assert!(pages.len() >= 8, "{got:#}");
+    for page in pages {
+        assert_eq!(page["reads"], 40, "{page:#}");
+        assert!(page["p50_ms"].as_f64() > Some(0.0), "{page:#}");
+    }
+    assert!(pages.iter().any(|p| p["page"] == "overview"));
+    assert!(console["throughput_without_console"].as_f64() > Some(0.0));
+    assert!(console["throughput_with_console"].as_f64() > Some(0.0));
+    assert!(
+        console["console_overview_reads"].as_u64() > Some(0),
+        "the open console read the overview: {got:#}"
+    );
+}
+
 /// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill
 /// run's tasks all completed across a kill that did happen (another
 /// leader was named after it).

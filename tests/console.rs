@@ -299,7 +299,67 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
     assert_eq!(std::fs::read_dir(outbox.join("sent")).unwrap().count(), 1);
     let errors = console_errors(&c).await;
     assert!(errors.is_empty(), "{errors:#?}");
+
+    // Every page, for an administrator, wide and narrow.
+    c.find(Locator::Css("#sign-out"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    sign_in(&c, &sys.http, sys.admin_key.as_deref().unwrap()).await;
+    tour(&c, &sys.http, &run_id).await;
     c.close().await.unwrap();
+}
+
+/// Each page at 1280, 640 (a 1280-pixel window at 200 % zoom) and 360
+/// CSS pixels wide: it shows its heading and no error, nothing but a
+/// table or a graph scrolls sideways, and every control has a name.
+/// With `CONSOLE_SCREENSHOTS=DIR`, each page is saved there as a PNG at
+/// 1280 (the pictures in docs/console.md).
+async fn tour(c: &Client, http: &str, run_id: &str) {
+    let pages = [
+        ("overview", "#/", "Overview"),
+        ("tasks", "#/tasks", "Tasks"),
+        ("runs", "#/runs", "Runs"),
+        ("run", &format!("#/runs/{run_id}") as &str, "Run"),
+        ("triggers", "#/triggers", "Triggers"),
+        ("agents", "#/agents", "Agents"),
+        ("dead-letters", "#/dlq", "Dead letters"),
+        ("audit", "#/audit", "Audit"),
+    ];
+    let shots = std::env::var_os("CONSOLE_SCREENSHOTS").map(std::path::PathBuf::from);
+    for width in [1280, 640, 360] {
+        c.set_window_size(width, 900).await.unwrap();
+        for (name, hash, heading) in &pages {
+            c.goto(&format!("{http}/ui/{hash}")).await.unwrap();
+            text_when(c, "main h1", |t| t.starts_with(heading)).await;
+            assert!(c.find(Locator::Css("main .error")).await.is_err(), "{name}");
+            let fits = c
+                .execute(
+                    "const wide = [...document.querySelectorAll('main *')].filter((e) => !e.closest('.table-wrap, .graph, pre') && e.getBoundingClientRect().right > document.documentElement.clientWidth + 1); return wide.map((e) => e.outerHTML.slice(0, 80));",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(fits, json!([]), "{name} at {width}px: these overflow");
+            let unnamed = c
+                .execute(
+                    "return [...document.querySelectorAll('input, select, textarea, button')].filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim()).map((e) => e.outerHTML.slice(0, 80));",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(unnamed, json!([]), "{name}: controls without a name");
+            if let (Some(dir), 1280) = (&shots, width) {
+                std::fs::create_dir_all(dir).unwrap();
+                let png = c.screenshot().await.unwrap();
+                std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+            }
+        }
+    }
+    let errors = console_errors(c).await;
+    assert!(errors.is_empty(), "{errors:#?}");
 }
 
 /// Crashes (the delivery is never settled) while `failing` is set.

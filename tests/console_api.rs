@@ -217,15 +217,18 @@ async fn the_overview_shows_the_system_only_to_who_may_read_it() {
     assert!(own["queue_depth"].is_null(), "{own:#}");
     assert!(own["dead_letters"].is_null(), "{own:#}");
 
-    let (_, me, _) = sys
-        .call_as(Some(&alice), Method::GET, "/v1/me", None)
-        .await;
+    let (_, me, _) = sys.call_as(Some(&alice), Method::GET, "/v1/me", None).await;
     assert_eq!(me, json!({"principal": "alice", "scopes": []}));
 
     // A task's own view carries its envelope, secrets redacted and no
     // token; a list does not.
     let (_, task, _) = sys
-        .call_as(Some(&alice), Method::GET, &format!("/v1/tasks/{hers}"), None)
+        .call_as(
+            Some(&alice),
+            Method::GET,
+            &format!("/v1/tasks/{hers}"),
+            None,
+        )
         .await;
     let envelope = &task["envelope"];
     assert_eq!(envelope["payload"]["params"]["password"], "[redacted]");

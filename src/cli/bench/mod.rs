@@ -13,6 +13,7 @@
 mod a2a;
 mod bare;
 mod cluster;
+mod console;
 mod cpu;
 mod inproc;
 mod llm;
@@ -91,6 +92,14 @@ pub struct BenchArgs {
     /// `--llm`'s run, not a flag).
     #[arg(skip)]
     llm_model: Option<String>,
+    /// Also measure the web console: its pages' reads on a store of
+    /// `--console-tasks` finished tasks, and the task path's throughput
+    /// with and without a console open on the overview.
+    #[arg(long, conflicts_with = "cluster")]
+    console: bool,
+    /// With `--console`: the finished tasks stored first.
+    #[arg(long, default_value_t = 100_000)]
+    console_tasks: usize,
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
@@ -247,6 +256,12 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         false => None,
     };
+    let console = match args.console {
+        true => {
+            Some(console::measure(&url, &format!("benchc{tag}"), dir.path(), &brokers, args).await?)
+        }
+        false => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -281,6 +296,7 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 "a2a": a2a.as_ref().map(|a| a.json(&cpu)),
                 "push": push.as_ref().map(|p| p.json(&cpu)),
                 "llm": llm.as_ref().map(|l| l.json(&cpu)),
+                "console": console.as_ref().map(console::Measured::json),
             })
         );
     } else {
@@ -332,6 +348,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         if let Some(push) = &push {
             push.print(args, &cpu);
+        }
+        if let Some(console) = &console {
+            console.print();
         }
         if let Some(llm) = &llm {
             llm.print(args, &cpu);
