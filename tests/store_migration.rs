@@ -76,7 +76,7 @@ async fn a_v1_store_is_migrated_on_open() {
     assert!(store.check_indexes().unwrap().ok());
     drop(store);
     with_raw_sled(&path, |db| {
-        assert_eq!(format_of(db), "orchestrator-store-v5")
+        assert_eq!(format_of(db), "orchestrator-store-v6")
     });
 }
 
@@ -227,6 +227,66 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
             .keys()
             .collect();
         assert_eq!(correlated.len(), 1, "only the child is indexed");
-        assert_eq!(format_of(db), "orchestrator-store-v5");
+        assert_eq!(format_of(db), "orchestrator-store-v6");
+    });
+}
+
+/// A store of format v5 (no `by_label` index) is migrated on open: its
+/// tasks are listed by agent, by owner and by trigger again, and the index
+/// check agrees (it finds a task missing from the index before).
+#[tokio::test]
+async fn a_v5_store_gets_its_tasks_indexed_by_agent_owner_and_trigger() {
+    use orchestrator::store::TaskQuery;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let plain = envelope("echo", "echo", json!({"n": 1}), "k1");
+    let mut started = envelope("mail", "send", json!({"n": 2}), "k2");
+    started.payload.meta.trigger_id = Some("nightly".into());
+    let ids = [plain.header.task_id, started.header.task_id];
+    store.submit(new_task(plain)).await.unwrap();
+    store.submit(new_task(started)).await.unwrap();
+    let listed = |store: &Store, q: TaskQuery| -> Vec<_> {
+        store
+            .list_newest(&q, None, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.task_id())
+            .collect()
+    };
+    let by = |agent: Option<&str>, owner: Option<&str>, trigger: Option<&str>| TaskQuery {
+        agent: agent.map(String::from),
+        owner: owner.map(String::from),
+        trigger: trigger.map(String::from),
+        ..TaskQuery::default()
+    };
+    assert_eq!(listed(&store, by(Some("mail"), None, None)), [ids[1]]);
+    drop(store);
+    with_raw_sled(&path, |db| {
+        db.open_tree("by_label").unwrap().clear().unwrap();
+        set_format(db, "v5");
+    });
+    // What a v5 store looks like to the current check.
+    {
+        with_raw_sled(&path, |db| set_format(db, "v6"));
+        let store = Store::open(&StoreConfig::new(&path)).unwrap();
+        assert!(!store.check_indexes().unwrap().ok());
+        assert!(listed(&store, by(Some("mail"), None, None)).is_empty());
+    }
+    with_raw_sled(&path, |db| set_format(db, "v5"));
+    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    assert_eq!(listed(&store, by(Some("mail"), None, None)), [ids[1]]);
+    assert_eq!(listed(&store, by(Some("echo"), None, None)), [ids[0]]);
+    assert_eq!(
+        listed(&store, by(None, Some("test-principal"), None)),
+        [ids[1], ids[0]]
+    );
+    assert_eq!(listed(&store, by(None, None, Some("nightly"))), [ids[1]]);
+    let report = store.check_indexes().unwrap();
+    assert!(report.ok(), "{report:?}");
+    drop(store);
+    with_raw_sled(&path, |db| {
+        assert_eq!(format_of(db), "orchestrator-store-v6");
     });
 }

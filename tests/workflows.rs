@@ -356,9 +356,11 @@ async fn an_approval_gate_waits_resumes_on_approve_and_ends_on_reject() {
     let (sys, rec) = system(GATED).await;
     let approved = start(&sys, json!({"text": "hello"})).await;
     let run = wait_for(&sys, &approved, &["input_required"]).await;
+    // The gate names what it asks for, so a form can be made from it.
     assert_eq!(
         run["waiting"],
-        json!({"step": "confirm", "prompt": "Send it?"})
+        json!({"step": "confirm", "prompt": "Send it?",
+               "input_schema": {"type": "object", "required": ["note"]}})
     );
     assert_eq!(rec.count("send"), 0);
     let (status, body) = sys

@@ -24,7 +24,8 @@ const WINDOW: Duration = Duration::from_secs(300);
 #[derive(Debug, Serialize)]
 pub struct Overview {
     /// Tasks per state (the caller's, or every one with
-    /// `orch:tasks:read_all`), among the newest [`COUNT_CAP`] of each.
+    /// `orch:tasks:read_all`), [`COUNT_CAP`] looked at per state at most
+    /// (the caller's newest [`COUNT_CAP`] in all).
     pub tasks_by_state: BTreeMap<TaskState, usize>,
     /// The states with more tasks than were looked at: their count is a
     /// floor.
@@ -64,15 +65,7 @@ impl Orchestrator {
         let everyone = caller.grants.covers(grants::READ_ALL);
         let owner = (!everyone).then(|| caller.principal.clone());
         let store = &self.inner.store;
-        let mut tasks_by_state = BTreeMap::new();
-        let mut at_least = Vec::new();
-        for state in TaskState::ALL {
-            let (n, more) = store.count_in_state(state, owner.as_deref(), COUNT_CAP)?;
-            if more {
-                at_least.push(state);
-            }
-            tasks_by_state.insert(state, n);
-        }
+        let (tasks_by_state, at_least) = store.count_by_state(owner.as_deref(), COUNT_CAP)?;
         let failed = TaskQuery {
             state: Some(TaskState::Failed),
             owner: owner.clone(),

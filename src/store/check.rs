@@ -56,11 +56,17 @@ impl Store {
             }
             match inner.envelopes.get(&key)? {
                 None => report.problem(format!("task {id} has no envelope")),
-                Some(bytes) => {
-                    if let Err(e) = keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
-                        report.problem(e.to_string());
+                Some(bytes) => match keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
+                    Err(e) => report.problem(e.to_string()),
+                    Ok(envelope) => {
+                        for label in super::labels::of(&envelope, record.requested_by.as_deref()) {
+                            if !inner.by_label.contains_key(&label)? {
+                                report.problem(format!("task {id} is missing from by_label"));
+                                break;
+                            }
+                        }
                     }
-                }
+                },
             }
             let own = id.is_written_as(record.correlation_id.as_str());
             let indexed = inner
@@ -90,6 +96,13 @@ impl Store {
                 Some(r) if keys::correlation(&r.correlation_id, id) == key.as_ref() => {}
                 Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
                 None => report.problem(format!("by_correlation names missing task {id}")),
+            }
+        }
+        for item in inner.by_label.iter() {
+            let (key, _) = item?;
+            let id = keys::trailing_task_id("by_label", &key)?;
+            if let Some(None) = self.readable_status(id)? {
+                report.problem(format!("by_label names missing task {id}"));
             }
         }
         for item in inner.by_state.iter() {

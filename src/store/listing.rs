@@ -2,14 +2,14 @@
 //! `GET /v1/tasks?order=newest` read.
 //!
 //! Task ids are UUIDv7, so key order is creation order in every tree and
-//! index: a listing walks one of them backwards — the state index when a
-//! state is asked, the correlation index when a correlation id is, else
-//! the tasks tree — checks each task's status (only the few fields a
-//! filter needs are decoded), stops at the first task older than `since`,
-//! and assembles only the tasks it keeps. So a page costs its own tasks
-//! plus those a filter skips on the way (none for state, correlation or
-//! `since` alone; the newer tasks of others for an agent, an owner or a
-//! trigger).
+//! index: a listing walks one of them backwards — the narrowest one a
+//! filter names: the correlation index, the `by_label` index under a
+//! trigger, an owner or an agent, the state index, else the tasks tree —
+//! checks each task's status against the other filters (only the few
+//! fields they need are decoded), stops at the first task older than
+//! `since`, and assembles only the tasks it keeps. So a page costs its own
+//! tasks plus those a second filter skips on the way (none for any one
+//! filter alone).
 
 use std::ops::Bound;
 
@@ -60,15 +60,27 @@ impl Store {
             floor[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
             floor
         });
+        // The narrowest walk a filter allows; the other filters are checked
+        // on the way.
+        use super::labels::{Label, prefix as label};
         let (tree, name, prefix): (&sled::Tree, &'static str, Vec<u8>) =
-            match (&q.correlation, q.state) {
-                (Some(c), _) => (
+            match (&q.correlation, &q.trigger, &q.owner, &q.agent, q.state) {
+                (Some(c), ..) => (
                     &self.inner.by_correlation,
                     "by_correlation",
                     keys::correlation_prefix(c),
                 ),
-                (None, Some(s)) => (&self.inner.by_state, "by_state", vec![s.code()]),
-                (None, None) => (&self.inner.tasks, "tasks", Vec::new()),
+                (None, Some(t), ..) => (&self.inner.by_label, "by_label", label(Label::Trigger, t)),
+                (None, None, Some(o), ..) => {
+                    (&self.inner.by_label, "by_label", label(Label::Owner, o))
+                }
+                (None, None, None, Some(a), _) => {
+                    (&self.inner.by_label, "by_label", label(Label::Agent, a))
+                }
+                (None, None, None, None, Some(s)) => {
+                    (&self.inner.by_state, "by_state", vec![s.code()])
+                }
+                (None, None, None, None, None) => (&self.inner.tasks, "tasks", Vec::new()),
             };
         let upper = match before {
             Some(id) => {
@@ -131,44 +143,50 @@ impl Store {
         Ok(out)
     }
 
-    /// How many tasks are in `state` (those `owner` asked for, when
-    /// given), looking at the newest `cap` of them at most; and whether
-    /// more were left unlooked at (the count is then a floor).
-    pub fn count_in_state(
+    /// Tasks per state (those `owner` asked for, when given), looking at
+    /// `cap` tasks per state at most (the newest `cap` of the owner's in
+    /// all); and the states whose count is a floor (more were left
+    /// unlooked at).
+    pub fn count_by_state(
         &self,
-        state: TaskState,
         owner: Option<&str>,
         cap: usize,
-    ) -> Result<(usize, bool), StoreError> {
-        let mut n = 0;
-        for (seen, item) in self
-            .inner
-            .by_state
-            .scan_prefix([state.code()])
-            .rev()
-            .enumerate()
-        {
-            if seen >= cap {
-                return Ok((n, true));
+    ) -> Result<(std::collections::BTreeMap<TaskState, usize>, Vec<TaskState>), StoreError> {
+        let mut counts: std::collections::BTreeMap<TaskState, usize> =
+            TaskState::ALL.iter().map(|s| (*s, 0)).collect();
+        let mut floors = Vec::new();
+        let Some(owner) = owner else {
+            for state in TaskState::ALL {
+                let mut n = 0;
+                for item in self.inner.by_state.scan_prefix([state.code()]) {
+                    item?;
+                    if n == cap {
+                        floors.push(state);
+                        break;
+                    }
+                    n += 1;
+                }
+                counts.insert(state, n);
             }
-            let Some(owner) = owner else {
-                item?;
-                n += 1;
-                continue;
-            };
+            return Ok((counts, floors));
+        };
+        let prefix = super::labels::prefix(super::labels::Label::Owner, owner);
+        for (seen, item) in self.inner.by_label.scan_prefix(&prefix).rev().enumerate() {
+            if seen == cap {
+                floors = TaskState::ALL.to_vec();
+                break;
+            }
             let (key, _) = item?;
-            let id = keys::trailing_task_id("by_state", &key)?;
+            let id = keys::trailing_task_id("by_label", &key)?;
             let key = keys::task(id);
             let Some(value) = self.inner.tasks.get(key)? else {
                 continue;
             };
-            if let Ok(light) = keys::decode_value::<Light>("tasks", &key, &value)
-                && light.requested_by.as_deref() == Some(owner)
-            {
-                n += 1;
+            if let Ok(light) = keys::decode_value::<Light>("tasks", &key, &value) {
+                *counts.entry(light.state).or_default() += 1;
             }
         }
-        Ok((n, false))
+        Ok((counts, floors))
     }
 
     /// The task `id` if `q` keeps it (its status `value`, when the walk

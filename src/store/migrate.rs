@@ -173,7 +173,7 @@ pub(super) fn v4_to_v5(
     by_correlation.apply_batch(batch)?;
     by_task.flush()?;
     by_correlation.flush()?;
-    meta.insert("format", super::FORMAT)?;
+    meta.insert("format", super::FORMAT_V5)?;
     meta.flush()?;
     info!(
         path = %path.display(),
@@ -263,4 +263,59 @@ impl WholeRecord {
         };
         (self.envelope, status)
     }
+}
+
+/// v5 → v6: every task in the `by_label` index, under its agent, its
+/// owner and its trigger. Keys are only added, and the format changes
+/// last, so a repeated migration writes the same keys again. A task whose
+/// records cannot be read is left out (`store verify` names it).
+pub(super) fn v5_to_v6(
+    path: &Path,
+    tasks: &sled::Tree,
+    envelopes: &sled::Tree,
+    by_label: &sled::Tree,
+    meta: &sled::Tree,
+) -> Result<(), StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        #[serde(default)]
+        requested_by: Option<String>,
+    }
+    let started = std::time::Instant::now();
+    let (mut indexed, mut unreadable) = (0u64, 0u64);
+    let mut batch = sled::Batch::default();
+    let mut pending = 0usize;
+    for item in tasks.iter() {
+        let (key, bytes) = item?;
+        let owner = keys::decode_value::<Owner>("tasks", &key, &bytes);
+        let envelope = match envelopes.get(&key)? {
+            Some(e) => keys::decode_value::<crate::envelope::Envelope>("envelopes", &key, &e).ok(),
+            None => None,
+        };
+        let (Ok(owner), Some(envelope)) = (owner, envelope) else {
+            unreadable += 1;
+            continue;
+        };
+        for label in super::labels::of(&envelope, owner.requested_by.as_deref()) {
+            batch.insert(label, &[][..]);
+            pending += 1;
+        }
+        indexed += 1;
+        if pending >= 10_000 {
+            by_label.apply_batch(std::mem::take(&mut batch))?;
+            pending = 0;
+        }
+    }
+    by_label.apply_batch(batch)?;
+    by_label.flush()?;
+    meta.insert("format", super::FORMAT)?;
+    meta.flush()?;
+    info!(
+        path = %path.display(),
+        indexed,
+        unreadable,
+        seconds = started.elapsed().as_secs_f64(),
+        "store migrated from format v5 to v6 (tasks indexed by agent, owner and trigger)"
+    );
+    Ok(())
 }

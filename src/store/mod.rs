@@ -12,7 +12,8 @@
 //! each change), `envelopes` (task id → envelope, written once),
 //! `idempotency` (scope/key → claim), `by_correlation` and `by_state`
 //! (index keys → nothing; a task whose correlation id is its own id is not
-//! in `by_correlation`), `audit` (sequence → chained record),
+//! in `by_correlation`), `by_label` (a task's agent, owner and trigger →
+//! nothing: see `labels.rs`), `audit` (sequence → chained record),
 //! `audit_by_task` (task id → its records' sequences: a task's history) and
 //! `meta` (format marker, audit head, quarantined records: see
 //! `quarantine.rs`; the outbox's deliveries: see `deliveries.rs`), and `runs` (workflow runs, their
@@ -28,6 +29,7 @@ mod deliveries;
 mod error;
 mod idempotency;
 mod keys;
+mod labels;
 mod listing;
 mod mark;
 mod migrate;
@@ -58,20 +60,23 @@ use std::time::Duration;
 use crate::envelope::Timestamp;
 
 /// The format marker written in `meta` when a store is created.
-const FORMAT: &[u8] = b"orchestrator-store-v5";
+const FORMAT: &[u8] = b"orchestrator-store-v6";
 
 /// Earlier formats, migrated on open: v1 had no audit-by-task index; v2
 /// kept each task's envelope and history in its record; v3 had no run
 /// indexes; v4 kept an audit index key per record and indexed every task
-/// by correlation id.
+/// by correlation id; v5 had no `by_label` index.
 const FORMAT_V1: &[u8] = b"orchestrator-store-v1";
 const FORMAT_V2: &[u8] = b"orchestrator-store-v2";
 const FORMAT_V3: &[u8] = b"orchestrator-store-v3";
 const FORMAT_V4: &[u8] = b"orchestrator-store-v4";
+const FORMAT_V5: &[u8] = b"orchestrator-store-v5";
 
 /// Every format a store may be found in, oldest first: format `n` is at
 /// `n - 1`, and a store in format `n` runs every migration after it.
-const FORMATS: [&[u8]; 5] = [FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMAT_V4, FORMAT];
+const FORMATS: [&[u8]; 6] = [
+    FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMAT_V4, FORMAT_V5, FORMAT,
+];
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +135,7 @@ struct Inner {
     by_correlation: sled::Tree,
     /// state code / task id → nothing.
     by_state: sled::Tree,
+    by_label: sled::Tree,
     /// sequence → chained audit record.
     audit: sled::Tree,
     /// task id / sequence → nothing: each task's audit records.
@@ -190,6 +196,7 @@ impl Store {
         let audit_by_task = open_tree("audit_by_task")?;
         let by_correlation = open_tree("by_correlation")?;
         let runs = open_tree("runs")?;
+        let by_label = open_tree("by_label")?;
         let head = audit::read_head(&meta)?;
         let mark = match mark::CommitMark::open(&path)? {
             Some((mark, marked)) => {
@@ -206,6 +213,9 @@ impl Store {
                 }
                 if version < 5 {
                     migrate::v4_to_v5(&path, &audit_by_task, &by_correlation, &meta)?;
+                }
+                if version < 6 {
+                    migrate::v5_to_v6(&path, &tasks, &envelopes, &by_label, &meta)?;
                 }
                 mark
             }
@@ -247,6 +257,7 @@ impl Store {
                         idempotency: idempotency.clone(),
                         by_correlation: by_correlation.clone(),
                         by_state: by_state.clone(),
+                        by_label: by_label.clone(),
                         audit: audit.clone(),
                         audit_by_task: audit_by_task.clone(),
                         meta: meta.clone(),
@@ -270,6 +281,7 @@ impl Store {
                 idempotency,
                 by_correlation,
                 by_state,
+                by_label,
                 audit,
                 audit_by_task,
                 runs,
@@ -402,6 +414,8 @@ struct Tx<'a> {
     by_correlation: &'a sled::transaction::TransactionalTree,
     /// state code / task id → nothing.
     by_state: &'a sled::transaction::TransactionalTree,
+    /// kind, value / task id → nothing: tasks by agent, owner, trigger.
+    by_label: &'a sled::transaction::TransactionalTree,
     /// sequence → chained audit record.
     audit: &'a sled::transaction::TransactionalTree,
     /// task id / sequence → nothing: each task's audit records.

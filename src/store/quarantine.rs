@@ -85,6 +85,38 @@ impl Store {
             .collect()
     }
 
+    /// Task `id`'s `by_label` keys, from what of it can still be read:
+    /// its envelope, and its owner from its status or its creation's audit
+    /// record; else its agent and owner from its status (an entry left
+    /// behind names a task no listing finds, and is skipped).
+    fn labels_of(&self, id: TaskId) -> Result<Vec<Vec<u8>>, StoreError> {
+        use super::labels::{Label, key};
+        let k = keys::task(id);
+        let status = match self.inner.tasks.get(k)? {
+            Some(b) => keys::decode_value::<TaskStatus>("tasks", &k, &b).ok(),
+            None => None,
+        };
+        let envelope = match self.inner.envelopes.get(k)? {
+            Some(b) => keys::decode_value::<crate::envelope::Envelope>("envelopes", &k, &b).ok(),
+            None => None,
+        };
+        // Who asked for it: its status says, else its creation's record.
+        let owner = match status.as_ref().and_then(|s| s.requested_by.clone()) {
+            Some(o) => Some(o),
+            None => self.submitted(id)?.map(|r| r.actor),
+        };
+        let owner = owner.as_deref();
+        Ok(match (&envelope, &status) {
+            (Some(e), _) => super::labels::of(e, owner),
+            (None, Some(s)) => {
+                let mut keys = vec![key(Label::Agent, s.agent.as_str(), id)];
+                keys.extend(owner.map(|o| key(Label::Owner, o, id)));
+                keys
+            }
+            (None, None) => Vec::new(),
+        })
+    }
+
     /// Sets task `id`'s records aside (see the module's description), once
     /// flushed; `None` when it has none left (quarantined already, or
     /// never stored). Whoever waits for the task's end is woken: it will
@@ -104,6 +136,7 @@ impl Store {
             },
             None => None,
         };
+        let labels = self.labels_of(id)?;
         let at = Timestamp::now();
         let reason = reason.to_string();
         let moved = self
@@ -123,6 +156,9 @@ impl Store {
                 }
                 if let Some(c) = &correlation {
                     tx.by_correlation.remove(keys::correlation(c, id))?;
+                }
+                for label in &labels {
+                    tx.by_label.remove(label.as_slice())?;
                 }
                 let record = Quarantined {
                     task_id: id,
@@ -154,12 +190,16 @@ impl Store {
     /// The correlation id task `id` was submitted with, from its audit
     /// records.
     fn submitted_correlation(&self, id: TaskId) -> Result<Option<CorrelationId>, StoreError> {
+        Ok(self.submitted(id)?.and_then(|r| r.correlation_id))
+    }
+
+    /// Task `id`'s first audit record: its creation.
+    fn submitted(&self, id: TaskId) -> Result<Option<crate::audit::AuditRecord>, StoreError> {
         let filter = super::AuditFilter {
             task_id: Some(id),
             correlation_id: None,
         };
-        let first = self.audit_list(&filter, 0, 1)?;
-        Ok(first.into_iter().next().and_then(|r| r.correlation_id))
+        Ok(self.audit_list(&filter, 0, 1)?.into_iter().next())
     }
 
     /// Task `id`'s quarantine record, if it was set aside.

@@ -154,6 +154,7 @@ impl Store {
             detail,
         };
         let now_secs = now.unix_seconds();
+        let labels = super::labels::of(&record.envelope, Some(&new.actor));
         let step = new.step;
         // A callback is owed from the moment the task is stored.
         let control = &record.envelope.control;
@@ -212,6 +213,9 @@ impl Store {
                 }
                 tx.by_state
                     .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
+                for label in &labels {
+                    tx.by_label.insert(label.as_slice(), &[][..])?;
+                }
                 if let Some(link) = &step {
                     super::runs::link(tx, link, task_id)?;
                 }

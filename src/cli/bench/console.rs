@@ -2,8 +2,8 @@
 //! (`docs/console.md`). The deployed path again, on a store preloaded with
 //! `--console-tasks` finished tasks (100,000 by default) and one finished
 //! workflow run: each read a console page makes, timed one at a time;
-//! then throughput runs alternated without and with one console open on
-//! the overview (a `GET /v1/changes` stream, and the overview read again
+//! then, after a run that warms the path up, three throughput runs each
+//! alternated without and with one console open on the overview (a `GET /v1/changes` stream, and the overview read again
 //! at each batch of changes, as the page does), to show what an open
 //! console takes from the task path.
 
@@ -132,7 +132,14 @@ pub(super) async fn measure(
     let mut without = Vec::new();
     let mut with = Vec::new();
     let mut console_reads = 0;
-    for round in 0..4 {
+    // A first run warms the path up (not counted); then three of each,
+    // alternated.
+    let warm = |i: usize| {
+        let task = deployed.task(i, false);
+        async move { Ok(task.await?.latency) }
+    };
+    super::measure("warming up", args.tasks, args.concurrency, warm).await?;
+    for round in 0..6 {
         let open = round % 2 == 1;
         let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let console = open.then(|| {
@@ -238,7 +245,7 @@ impl Measured {
         let (without, cpu_without) = Self::mean(&self.without);
         let (with, cpu_with) = Self::mean(&self.with);
         outln!(
-            "  throughput, two runs each, alternated: {without:.0} tasks/s without a console, {with:.0} with one open on the overview ({:+.1} %; it read the overview {} times)",
+            "  throughput, three runs each, alternated: {without:.0} tasks/s without a console, {with:.0} with one open on the overview ({:+.1} %; it read the overview {} times)",
             (with / without - 1.0) * 100.0,
             self.console_reads
         );
