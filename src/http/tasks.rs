@@ -279,15 +279,14 @@ async fn list(
     // One item more than asked tells whether there is a next page.
     let fetched = if newest {
         let since = q.since.as_deref().map(since).transpose()?;
-        let query = crate::store::TaskQuery {
+        let filter = crate::service::TaskFilter {
             state,
             agent: q.agent,
-            owner: None,
             correlation,
             since,
             trigger: q.trigger_id,
         };
-        o.tasks_newest(query, cursor, limit + 1, &caller).await?
+        o.tasks_newest(filter, cursor, limit + 1, &caller).await?
     } else {
         o.tasks(correlation.as_ref(), state, cursor, limit + 1, &caller)
             .await?

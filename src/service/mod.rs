@@ -55,6 +55,7 @@ pub use follow::Follow;
 pub use held_view::HeldStep;
 pub use live::{Live, LiveBatch};
 pub use overview::{AgentLine, Overview};
+pub use reads::TaskFilter;
 pub use registry::{AgentFilter, AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run::Background;

@@ -64,18 +64,24 @@ impl Orchestrator {
         Ok(records)
     }
 
-    /// Up to `limit` tasks that `query` keeps and the caller may see,
+    /// Up to `limit` tasks that `filter` keeps and the caller may see,
     /// newest first, older than task `before` when given.
     pub async fn tasks_newest(
         &self,
-        mut query: crate::store::TaskQuery,
+        filter: TaskFilter,
         before: Option<TaskId>,
         limit: usize,
         caller: &Caller,
     ) -> Result<Vec<TaskRecord>, ServiceError> {
-        if !caller.grants.covers(grants::READ_ALL) {
-            query.owner = Some(caller.principal.clone());
-        }
+        let query = crate::store::TaskQuery {
+            state: filter.state,
+            agent: filter.agent,
+            // A caller who may not read every task lists its own.
+            owner: (!caller.grants.covers(grants::READ_ALL)).then(|| caller.principal.clone()),
+            correlation: filter.correlation,
+            since: filter.since,
+            trigger: filter.trigger,
+        };
         let store = &self.inner.store;
         let records = store.list_newest(&query, before, limit)?;
         store.settled().await?;
@@ -141,4 +147,19 @@ fn walk(
             return Ok(out);
         }
     }
+}
+
+/// What a listing newest first keeps; every field given must match.
+#[derive(Debug, Default, Clone)]
+pub struct TaskFilter {
+    /// In this state.
+    pub state: Option<crate::task::TaskState>,
+    /// For this agent.
+    pub agent: Option<String>,
+    /// Of this request.
+    pub correlation: Option<crate::envelope::CorrelationId>,
+    /// Created at or after this time.
+    pub since: Option<crate::envelope::Timestamp>,
+    /// Started by this trigger.
+    pub trigger: Option<String>,
 }
