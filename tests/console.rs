@@ -307,8 +307,10 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
         .click()
         .await
         .unwrap();
+    snap(&c, "sign-in").await;
     sign_in(&c, &sys.http, sys.admin_key.as_deref().unwrap()).await;
-    tour(&c, &sys.http, &run_id).await;
+    let task_id = run["steps"][0]["task_id"].as_str().unwrap().to_string();
+    tour(&c, &sys.http, &run_id, &task_id).await;
     c.close().await.unwrap();
 }
 
@@ -317,10 +319,11 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
 /// table or a graph scrolls sideways, and every control has a name.
 /// With `CONSOLE_SCREENSHOTS=DIR`, each page is saved there as a PNG at
 /// 1280 (the pictures in docs/console.md).
-async fn tour(c: &Client, http: &str, run_id: &str) {
+async fn tour(c: &Client, http: &str, run_id: &str, task_id: &str) {
     let pages = [
         ("overview", "#/", "Overview"),
         ("tasks", "#/tasks", "Tasks"),
+        ("task", &format!("#/tasks/{task_id}") as &str, "Task"),
         ("runs", "#/runs", "Runs"),
         ("run", &format!("#/runs/{run_id}") as &str, "Run"),
         ("triggers", "#/triggers", "Triggers"),
@@ -328,7 +331,6 @@ async fn tour(c: &Client, http: &str, run_id: &str) {
         ("dead-letters", "#/dlq", "Dead letters"),
         ("audit", "#/audit", "Audit"),
     ];
-    let shots = std::env::var_os("CONSOLE_SCREENSHOTS").map(std::path::PathBuf::from);
     for width in [1280, 640, 360] {
         c.set_window_size(width, 900).await.unwrap();
         for (name, hash, heading) in &pages {
@@ -351,15 +353,23 @@ async fn tour(c: &Client, http: &str, run_id: &str) {
                 .await
                 .unwrap();
             assert_eq!(unnamed, json!([]), "{name}: controls without a name");
-            if let (Some(dir), 1280) = (&shots, width) {
-                std::fs::create_dir_all(dir).unwrap();
-                let png = c.screenshot().await.unwrap();
-                std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+            if width == 1280 {
+                snap(c, name).await;
             }
         }
     }
     let errors = console_errors(c).await;
     assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// With `CONSOLE_SCREENSHOTS=DIR`, the page as it is now, saved as
+/// `DIR/<name>.png`.
+async fn snap(c: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("CONSOLE_SCREENSHOTS").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
 }
 
 /// Crashes (the delivery is never settled) while `failing` is set.
