@@ -91,7 +91,8 @@ export async function runPage(id) {
       h("p", { id: "gate-prompt" }, r.waiting.prompt),
       input ? h("form", { class: "row", onsubmit: act("input") }, input.fields,
         h("label", { for: "g-reason" }, "Why (audited)", reason),
-        h("button", { type: "submit", class: "primary" }, "Answer")) :
+        h("button", { type: "submit", class: "primary", id: "answer" }, "Answer"),
+        h("button", { type: "button", id: "reject", onclick: act("reject") }, "Reject")) :
         h("form", { class: "row", onsubmit: act("approve") },
           h("label", { for: "g-reason" }, "Why (audited)", reason),
           h("button", { type: "submit", class: "primary", id: "approve" }, "Approve"),

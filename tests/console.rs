@@ -451,3 +451,138 @@ async fn a_dead_letter_is_listed_and_replayed() {
     assert!(errors.is_empty(), "{errors:#?}");
     c.close().await.unwrap();
 }
+
+/// A gate that asks for input is answered from the form its schema
+/// makes; another run is rejected from its page; a running task is
+/// canceled from its page; the audit chain is checked from the audit
+/// page. Each shows its outcome without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() {
+    let mut sys = System::start(
+        vec![card("work", &["do"]), card("idle", &["do"])],
+        fast_bus(),
+    )
+    .await;
+    sys.stop_orchestrator().await;
+    let dir = sys.data.path().join("triggers");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("gated.yaml"),
+        "id: gated\nsteps:\n  - { id: first, agent: work, action: do, params: { n: 1 } }\n  - id: confirm\n    approval:\n      prompt: Ship it?\n      input_schema: { type: object, required: [note], properties: { note: { type: string }, copies: { type: integer } } }\n  - { id: last, agent: work, action: do, params: { n: 2 } }\n",
+    )
+    .unwrap();
+    let triggers = orchestrator::trigger::Triggers::load(&dir, &Default::default());
+    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
+    sys.triggers = triggers;
+    sys.start_orchestrator(vec![card("work", &["do"]), card("idle", &["do"])])
+        .await;
+    sys.worker(card("work", &["do"]), Arc::new(EchoHandler))
+        .await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    let admin = sys.admin_key.clone().unwrap();
+    sign_in(&c, &sys.http, &admin).await;
+
+    // Answered with input, from the form the gate's schema makes.
+    let start = |c: &Client| {
+        let c = c.clone();
+        let http = sys.http.clone();
+        async move {
+            c.goto(&format!("{http}/ui/#/triggers")).await.unwrap();
+            c.wait()
+                .for_element(Locator::Css("section#gated form.start button"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            text_when(&c, "#run-state", |t| t == "input_required").await;
+            c.current_url()
+                .await
+                .unwrap()
+                .fragment()
+                .unwrap()
+                .trim_start_matches("/runs/")
+                .to_string()
+        }
+    };
+    let answered = start(&c).await;
+    c.find(Locator::Css(".gate input[name=note]"))
+        .await
+        .unwrap()
+        .send_keys("two boxes")
+        .await
+        .unwrap();
+    c.find(Locator::Css(".gate input[name=copies]"))
+        .await
+        .unwrap()
+        .send_keys("2")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#g-reason"))
+        .await
+        .unwrap()
+        .send_keys("counted")
+        .await
+        .unwrap();
+    c.find(Locator::Css(".gate button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#run-state", |t| t == "completed").await;
+    let (_, run) = sys.get(&format!("/v1/runs/{answered}")).await;
+    let gate = &run["steps"][1]["decision"];
+    assert_eq!(
+        gate["input"],
+        json!({"note": "two boxes", "copies": 2}),
+        "{run:#}"
+    );
+    assert_eq!(gate["reason"], "counted");
+
+    // Rejected from its page.
+    let rejected = start(&c).await;
+    c.find(Locator::Css("#reject"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#run-state", |t| t == "rejected").await;
+    let (_, run) = sys.get(&format!("/v1/runs/{rejected}")).await;
+    assert_eq!(run["state"], "rejected", "{run:#}");
+
+    // A task no worker takes, canceled from its page.
+    let waiting = sys.submit("idle", "do", json!({})).await;
+    c.goto(&format!("{}/ui/#/tasks/{waiting}", sys.http))
+        .await
+        .unwrap();
+    text_when(&c, "#task-state", |t| t == "submitted").await;
+    c.find(Locator::Css("main form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#task-state", |t| t == "canceled").await;
+
+    // The audit chain, checked from the audit page.
+    c.goto(&format!("{}/ui/#/audit?task_id={waiting}", sys.http))
+        .await
+        .unwrap();
+    text_when(&c, "table[aria-label=Audit]", |t| {
+        t.contains("task.canceled") || t.contains("canceled")
+    })
+    .await;
+    c.find(Locator::Css("main form:not([role]) button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_when(&c, "#verify-out", |t| t.starts_with("The chain holds")).await;
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "{errors:#?}");
+    c.close().await.unwrap();
+}
