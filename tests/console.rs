@@ -82,8 +82,40 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
     let words = api_says["error"]["message"].as_str().unwrap().to_string();
     text_when(&c, "form.signin .error", |t| t.contains(&words)).await;
 
-    // Alice signs in; the key is in no URL and in no cookie.
-    sign_in(&c, &sys.http, &alice).await;
+    // Alice signs in with the keyboard alone (the field has the focus;
+    // Enter sends the form); the key is in no URL and in no cookie.
+    c.goto(&format!("{}/ui/", sys.http)).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css("#credential"))
+        .await
+        .unwrap();
+    let focused = c
+        .execute("return document.activeElement.id;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(focused, json!("credential"));
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys(&format!("{alice}\u{E007}"))
+        .await
+        .unwrap();
+    text_when(&c, "main h1", |t| t == "Overview").await;
+    // Tab from the brand goes through the navigation, in order.
+    c.execute("document.querySelector('.brand').focus();", vec![])
+        .await
+        .unwrap();
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys("\u{E004}")
+        .await
+        .unwrap();
+    let reached = c
+        .execute("return document.activeElement.textContent;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(reached, json!("Overview"), "Tab reaches the navigation");
     assert!(!c.current_url().await.unwrap().as_str().contains(&alice));
     let cookies = c.get_all_cookies().await.unwrap();
     assert!(cookies.is_empty(), "{cookies:?}");
