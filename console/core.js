@@ -55,6 +55,13 @@ export function problem(e) {
   return h("p", { class: "error", role: "alert" }, e.message || String(e));
 }
 
+// A problem found in a file: `file:line (field) message`.
+export function diagnostic(d) {
+  if (typeof d === "string") return d;
+  const where = `${d.file || ""}${d.line ? `:${d.line}` : ""}`;
+  return `${where}${d.field ? ` (${d.field})` : ""}: ${d.message}`;
+}
+
 export function empty(text) {
   return h("p", { class: "empty" }, text);
 }

@@ -1,6 +1,6 @@
 // The overview, agents, dead letters and the audit trail.
 
-import { h, svg, show, when, state, empty, table, api, may, refreshOn, acting, STATES } from "./core.js";
+import { h, svg, show, when, state, empty, table, api, may, refreshOn, acting, diagnostic, STATES } from "./core.js";
 
 export async function overviewPage() {
   const o = await api("/v1/overview");
@@ -37,7 +37,7 @@ export async function agentsPage() {
   refreshOn(() => false);
   show(
     h("h1", {}, "Agents"),
-    a.problems && a.problems.length ? [h("h2", {}, "Problems"), h("ul", {}, a.problems.map((p) => h("li", { class: "error" }, p.message || JSON.stringify(p))))] : null,
+    a.problems && a.problems.length ? [h("h2", {}, "Problems"), h("ul", {}, a.problems.map((p) => h("li", { class: "error" }, diagnostic(p))))] : null,
     a.agents.length ? table("Agents", ["Agent", "Skills", "Format", "Replicas", "Description"], a.agents.map((x) => [
       h("span", { id: x.card.name }, x.card.name),
       (x.card.skills || []).map((s) => s.id).join(", "),

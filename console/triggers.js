@@ -1,7 +1,7 @@
 // Triggers: each with its manifest and a form to start a run from its
 // input schema; the files that did not load, with why.
 
-import { h, show, json, empty, api, acting } from "./core.js";
+import { h, show, json, empty, api, acting, diagnostic } from "./core.js";
 import { schemaFields } from "./forms.js";
 
 export async function triggersPage() {
@@ -9,8 +9,7 @@ export async function triggersPage() {
   show(
     h("h1", {}, "Triggers"),
     list.errors && list.errors.length ? [h("h2", {}, "Files that did not load"),
-      h("ul", { id: "trigger-errors" }, list.errors.map((e) => h("li", { class: "error" },
-        typeof e === "string" ? e : `${e.file || e.path || ""}${e.line ? `:${e.line}` : ""} ${e.field ? `(${e.field}) ` : ""}${e.message || JSON.stringify(e)}`)))] : null,
+      h("ul", { id: "trigger-errors" }, list.errors.map((e) => h("li", { class: "error" }, diagnostic(e))))] : null,
     list.triggers.length ? list.triggers.map(trigger) :
       empty("No triggers loaded. Put a workflow in the triggers directory (docs/triggers.md) and it loads at once."),
   );

@@ -503,8 +503,10 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
         "id: gated\nsteps:\n  - { id: first, agent: work, action: do, params: { n: 1 } }\n  - id: confirm\n    approval:\n      prompt: Ship it?\n      input_schema: { type: object, required: [note], properties: { note: { type: string }, copies: { type: integer } } }\n  - { id: last, agent: work, action: do, params: { n: 2 } }\n",
     )
     .unwrap();
+    // A broken file beside it: listed with where and why, the rest loads.
+    std::fs::write(dir.join("broken.yaml"), "id: broken\nsteps: [\n").unwrap();
     let triggers = orchestrator::trigger::Triggers::load(&dir, &Default::default());
-    assert!(triggers.errors.is_empty(), "{:#?}", triggers.errors);
+    assert_eq!(triggers.errors.len(), 1, "{:#?}", triggers.errors);
     sys.triggers = triggers;
     sys.start_orchestrator(vec![card("work", &["do"]), card("idle", &["do"])])
         .await;
@@ -514,6 +516,11 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
     let c = driver.browser().await;
     let admin = sys.admin_key.clone().unwrap();
     sign_in(&c, &sys.http, &admin).await;
+
+    c.goto(&format!("{}/ui/#/triggers", sys.http))
+        .await
+        .unwrap();
+    text_when(&c, "#trigger-errors", |t| t.contains("broken.yaml:")).await;
 
     // Answered with input, from the form the gate's schema makes.
     let start = |c: &Client| {

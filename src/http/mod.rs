@@ -5,13 +5,13 @@ mod a2a;
 mod agents;
 mod audit;
 mod auth;
+mod console;
 mod deliveries;
 mod dlq;
 mod error;
 mod health;
 mod limits;
 pub mod listen;
-mod live;
 pub(crate) mod push;
 mod runs;
 mod streams;
@@ -131,7 +131,7 @@ pub fn router(
         .merge(dlq::router())
         .merge(deliveries::router())
         .merge(a2a::router())
-        .merge(live::router())
+        .merge(console::router())
         .layer(axum::Extension(Arc::clone(&face)))
         .layer(axum::Extension(streams))
         .layer(axum::middleware::from_fn_with_state(

@@ -1,10 +1,13 @@
-//! What the console reads beyond the resources' own routes: `GET
-//! /v1/me`, `GET /v1/overview`, and `GET /v1/changes`: the caller's tasks and runs as they change, as
-//! server-sent events (`docs/console.md`). Each `changes` event names
-//! what changed in the last moments (`{"tasks": {id: state}, "runs":
-//! {id: state}, "more": bool}`); a view reads again what it shows. The
-//! stream starts with a `ready` event, so a client knows from when it
-//! hears changes; idle, it carries keep-alive comments.
+//! What the console reads beyond the resources' own routes
+//! (`docs/console.md`):
+//! - `GET /v1/me`: who the credential names;
+//! - `GET /v1/overview`: the overview page's figures;
+//! - `GET /v1/changes`: the caller's tasks and runs as they change, as
+//!   server-sent events. The stream starts with a `ready` event, so a
+//!   client knows from when it hears changes; each `changes` event names
+//!   what changed in the last moments (`{"tasks": {id: state}, "runs":
+//!   {id: state}, "more": bool}`), and a view reads again what it shows;
+//!   idle, it carries keep-alive comments.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
+use futures::StreamExt;
 
 use super::streams::Streams;
 use super::{ApiError, Requester};
@@ -84,7 +88,6 @@ async fn changes(
             Some((Ok::<_, Infallible>(event), (live, closing, permit)))
         },
     );
-    use futures::StreamExt;
     Ok(Sse::new(ready.chain(batches))
         .keep_alive(KeepAlive::new().interval(streams.keepalive()))
         .into_response())
