@@ -187,6 +187,17 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
         .await
         .unwrap();
     assert_eq!(kept, json!(0));
+    // Nothing of the session stays on screen.
+    for gone in ["nav", "#who"] {
+        let shown = c
+            .find(Locator::Css(gone))
+            .await
+            .unwrap()
+            .is_displayed()
+            .await
+            .unwrap();
+        assert!(!shown, "{gone} is still shown after signing out");
+    }
 
     // Bob sees none of Alice's tasks, nor her task's page.
     sign_in(&c, &sys.http, &bob).await;
