@@ -57,7 +57,9 @@ function topology(edges) {
     const a = (2 * Math.PI * i) / names.length - Math.PI / 2;
     return [n, [C + R * Math.cos(a), C + R * Math.sin(a)]];
   }));
-  return h("div", { class: "graph" }, svg("svg", { viewBox: `0 0 ${2 * C} ${2 * C}`, width: 2 * C, height: 2 * C, role: "img",
+  // Room on the right for the longest name.
+  const W = 2 * C + 8 * Math.max(...names.map((n) => n.length));
+  return h("div", { class: "graph" }, svg("svg", { viewBox: `0 0 ${W} ${2 * C}`, width: W, height: 2 * C, role: "img",
     "aria-label": edges.map((e) => `${e.from} ${e.kind} ${e.to}`).join("; ") },
   edges.map((e) => {
     const [x1, y1] = at.get(e.from), [x2, y2] = at.get(e.to);
