@@ -30,10 +30,11 @@ fn keys_by_tree(path: &std::path::Path) -> Vec<(String, usize)> {
 }
 
 /// A task submitted alone (no idempotency key, its own id as correlation
-/// id) and completed keeps six keys: its status, its envelope, its state
-/// index entry, two audit records and one audit index entry listing both.
+/// id) and completed keeps eight keys: its status, its envelope, its state
+/// index entry, its agent's and its owner's `by_label` entries, two audit
+/// records and one audit index entry listing both.
 #[tokio::test]
-async fn a_lone_completed_task_keeps_six_keys() {
+async fn a_lone_completed_task_keeps_eight_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let store = Store::open(&StoreConfig::new(&path)).unwrap();
@@ -50,6 +51,7 @@ async fn a_lone_completed_task_keeps_six_keys() {
     let expected = [
         ("audit", 2),
         ("audit_by_task", 1),
+        ("by_label", 2),
         ("by_state", 1),
         ("envelopes", 1),
         ("tasks", 1),
