@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::browser::{Driver, console_errors, text_when};
+use common::browser::{Driver, click, console_errors, text_when, type_in};
 use common::system::{System, card, fast_bus};
 use fantoccini::{Client, Locator};
 use orchestrator::worker::EchoHandler;
@@ -24,12 +24,7 @@ async fn sign_in(c: &Client, http: &str, key: &str) {
         .await
         .unwrap();
     field.send_keys(key).await.unwrap();
-    c.find(Locator::Css("form.signin button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, "form.signin button[type=submit]").await;
     text_when(c, "main h1", |t| t == "Overview").await;
 }
 
@@ -65,12 +60,7 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
         .send_keys(&orchestrator::access::api_keys::generate())
         .await
         .unwrap();
-    c.find(Locator::Css("form.signin button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "form.signin button[type=submit]").await;
     let (_, api_says, _) = sys
         .call_as(
             Some(&orchestrator::access::api_keys::generate()),
@@ -125,18 +115,8 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
     text_when(&c, "main .empty", |t| t.contains("No tasks yet")).await;
 
     // She submits one with no worker running: it waits, queued.
-    c.find(Locator::Css("#s-agent"))
-        .await
-        .unwrap()
-        .send_keys("echo")
-        .await
-        .unwrap();
-    c.find(Locator::Css("#s-action"))
-        .await
-        .unwrap()
-        .send_keys("echo")
-        .await
-        .unwrap();
+    type_in(&c, "#s-agent", "echo").await;
+    type_in(&c, "#s-action", "echo").await;
     let params = c.find(Locator::Css("#s-params")).await.unwrap();
     params.clear().await.unwrap();
     params.send_keys(r#"{"hello": "console"}"#).await.unwrap();
@@ -172,12 +152,7 @@ async fn a_person_signs_in_submits_a_task_and_watches_it_end_without_a_reload() 
     .await;
 
     // Signing out forgets the key.
-    c.find(Locator::Css("#sign-out"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#sign-out").await;
     c.wait()
         .for_element(Locator::Css("#credential"))
         .await
@@ -280,21 +255,11 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
         .send_keys("release")
         .await
         .unwrap();
-    c.find(Locator::Css(&format!("{form} textarea[name=to]")))
-        .await
-        .unwrap()
-        .send_keys("ops@example.com")
-        .await
-        .unwrap();
+    type_in(&c, &format!("{form} textarea[name=to]"), "ops@example.com").await;
     c.execute("window.__notReloaded = true;", vec![])
         .await
         .unwrap();
-    c.find(Locator::Css(&format!("{form} button[type=submit]")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, &format!("{form} button[type=submit]")).await;
     text_when(&c, "#run-state", |t| t == "input_required").await;
     text_when(&c, "#gate-prompt", |t| t.contains("Send this draft")).await;
     let run_id = c
@@ -311,18 +276,8 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
             .is_ok(),
         "the run's step graph is drawn"
     );
-    c.find(Locator::Css("#g-reason"))
-        .await
-        .unwrap()
-        .send_keys("the draft reads well")
-        .await
-        .unwrap();
-    c.find(Locator::Css("#approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_in(&c, "#g-reason", "the draft reads well").await;
+    click(&c, "#approve").await;
     text_when(&c, "#run-state", |t| t == "completed").await;
     let same_page = c
         .execute("return window.__notReloaded === true;", vec![])
@@ -344,12 +299,7 @@ async fn the_quick_start_workflow_runs_from_the_trigger_form_and_its_gate() {
     assert!(errors.is_empty(), "{errors:#?}");
 
     // Every page, for an administrator, wide and narrow.
-    c.find(Locator::Css("#sign-out"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#sign-out").await;
     snap(&c, "sign-in").await;
     sign_in(&c, &sys.http, sys.admin_key.as_deref().unwrap()).await;
     let task_id = run["steps"][0]["task_id"].as_str().unwrap().to_string();
@@ -474,12 +424,7 @@ async fn a_dead_letter_is_listed_and_replayed() {
         t.contains(&id) && t.contains("max_deliveries")
     })
     .await;
-    c.find(Locator::Css(&format!("button[aria-label='Replay {id}']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, &format!("button[aria-label='Replay {id}']")).await;
     let said = text_when(&c, "#dlq-out", |t| t.starts_with("Replayed as")).await;
     let new_id = said
         .trim_start_matches("Replayed as ")
@@ -557,30 +502,10 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
         }
     };
     let answered = start(&c).await;
-    c.find(Locator::Css(".gate input[name=note]"))
-        .await
-        .unwrap()
-        .send_keys("two boxes")
-        .await
-        .unwrap();
-    c.find(Locator::Css(".gate input[name=copies]"))
-        .await
-        .unwrap()
-        .send_keys("2")
-        .await
-        .unwrap();
-    c.find(Locator::Css("#g-reason"))
-        .await
-        .unwrap()
-        .send_keys("counted")
-        .await
-        .unwrap();
-    c.find(Locator::Css(".gate button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_in(&c, ".gate input[name=note]", "two boxes").await;
+    type_in(&c, ".gate input[name=copies]", "2").await;
+    type_in(&c, "#g-reason", "counted").await;
+    click(&c, ".gate button[type=submit]").await;
     text_when(&c, "#run-state", |t| t == "completed").await;
     let (_, run) = sys.get(&format!("/v1/runs/{answered}")).await;
     let gate = &run["steps"][1]["decision"];
@@ -593,12 +518,7 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
 
     // Rejected from its page.
     let rejected = start(&c).await;
-    c.find(Locator::Css("#reject"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#reject").await;
     text_when(&c, "#run-state", |t| t == "rejected").await;
     let (_, run) = sys.get(&format!("/v1/runs/{rejected}")).await;
     assert_eq!(run["state"], "rejected", "{run:#}");
@@ -609,12 +529,7 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
         .await
         .unwrap();
     text_when(&c, "#task-state", |t| t == "submitted").await;
-    c.find(Locator::Css("main form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "main form button[type=submit]").await;
     text_when(&c, "#task-state", |t| t == "canceled").await;
 
     // The audit chain, checked from the audit page.
@@ -625,12 +540,7 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
         t.contains("task.canceled") || t.contains("canceled")
     })
     .await;
-    c.find(Locator::Css("main form:not([role]) button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "main form:not([role]) button").await;
     text_when(&c, "#verify-out", |t| t.starts_with("The chain holds")).await;
     let errors = console_errors(&c).await;
     assert!(errors.is_empty(), "{errors:#?}");

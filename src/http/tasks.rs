@@ -117,7 +117,8 @@ impl TaskView {
 
     /// [`TaskView::new`] with the task's envelope.
     pub fn whole(r: &TaskRecord, o: &Orchestrator) -> Self {
-        let envelope = serde_json::to_value(r.envelope.without_token())
+        // The store keeps no token: its envelope is shown as kept.
+        let envelope = serde_json::to_value(&r.envelope)
             .ok()
             .map(|e| o.config().sensitive_fields.redacted(&e));
         TaskView {

@@ -7,6 +7,7 @@
 
 use tokio::sync::broadcast;
 
+use super::Store;
 use crate::envelope::TaskId;
 use crate::task::{TaskState, TaskStatus};
 use crate::workflow::{RunId, RunRecord, RunState};
@@ -75,7 +76,14 @@ impl Changes {
         }
     }
 
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Changed> {
+    fn subscribe(&self) -> broadcast::Receiver<Changed> {
         self.sender.subscribe()
+    }
+}
+
+impl Store {
+    /// Every change to a task or a run from now on.
+    pub fn changes(&self) -> broadcast::Receiver<Changed> {
+        self.inner.changes.subscribe()
     }
 }

@@ -442,11 +442,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Every change to a task or a run from now on ([`super::Changed`]).
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<super::Changed> {
-        self.inner.changes.subscribe()
-    }
-
     /// The runs that have not ended, oldest first.
     pub fn live_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner

@@ -135,3 +135,23 @@ pub async fn text_when(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> Stri
     };
     panic!("`{css}` never showed what was awaited; last: {last:?}; the page: {page}");
 }
+
+/// Clicks the element at `css`.
+pub async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("`{css}`: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Types `text` into the element at `css`.
+pub async fn type_in(c: &Client, css: &str, text: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("`{css}`: {e}"))
+        .send_keys(text)
+        .await
+        .unwrap();
+}
