@@ -22,7 +22,14 @@ use cli::serve::{RunArgs, WorkerArgs};
 #[command(
     name = "orchestrator",
     version,
-    about = "A queue-based orchestrator for AI agents"
+    about = "A queue-based orchestrator for AI agents",
+    after_help = "Examples:
+  orchestrator dev
+  orchestrator new agent greeter
+  orchestrator tasks list --since 1h
+  orchestrator trigger summarize-project --input '{\"query\": \"architecture\"}' --wait
+
+Docs: docs/README.md; every command: docs/cli.md"
 )]
 struct Cli {
     /// Log lines as `human` text or `json` (one object per line, with the
@@ -35,6 +42,10 @@ struct Cli {
         default_value = "human"
     )]
     log_format: LogFormat,
+    /// Where the client commands call, with which credential, and `--json`
+    /// for every command.
+    #[command(flatten)]
+    client: ClientArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,75 +59,145 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the orchestrator: store, event consumer and HTTP API.
+    #[command(after_help = "Examples:
+  orchestrator run
+  orchestrator run --triggers triggers --agents agents --http-addr 0.0.0.0:8080
+  orchestrator run --agents team.pack.yaml --config settings.json")]
     Run(RunArgs),
     /// Run a worker for one agent.
+    #[command(after_help = "Examples:
+  orchestrator worker --agent agents/knowledge-agent
+  orchestrator worker --agent examples/llm-pack/research.pack.yaml --name researcher --config llm.json")]
     Worker(WorkerArgs),
+    /// Run everything in one terminal: the orchestrator (and its broker)
+    /// and a worker per agent, their logs interleaved; Ctrl-C stops all.
+    Dev(cli::dev::DevArgs),
     /// Start a run of a trigger.
+    #[command(after_help = "Examples:
+  orchestrator trigger summarize-project --input '{\"query\": \"architecture\"}' --wait
+  orchestrator trigger email-stakeholders --input '{\"query\": \"architecture\", \"to\": [\"team@example.com\"]}' --idempotency-key weekly-1")]
     Trigger {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(flatten)]
         run: TriggerArgs,
     },
+    /// List the triggers the orchestrator has loaded.
+    #[command(after_help = "Examples:
+  orchestrator triggers list")]
+    Triggers {
+        #[command(subcommand)]
+        command: cli::triggers::TriggersCommand,
+    },
+    /// Follow a task or a workflow run live until it ends.
+    #[command(after_help = "Examples:
+  orchestrator watch 01a21c14-0704-74c1-b2b5-54c6f9530ba1
+  orchestrator watch RUN_OR_TASK_ID --json")]
+    Watch {
+        /// A task id or a run id.
+        id: String,
+    },
     /// Show and list workflow runs; answer their approval gates; cancel.
+    #[command(after_help = "Examples:
+  orchestrator runs list
+  orchestrator runs get RUN_ID --wait")]
     Runs {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(subcommand)]
         command: RunsCommand,
     },
     /// Submit, show, list and cancel tasks.
+    #[command(after_help = "Examples:
+  orchestrator tasks list --since 1h
+  orchestrator tasks submit --to greeter --action greet --params '{\"name\": \"Ada\"}' --wait")]
     Tasks {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(subcommand)]
         command: TasksCommand,
     },
     /// List audit records and verify the chain.
+    #[command(after_help = "Examples:
+  orchestrator audit list --limit 20
+  orchestrator audit verify")]
     Audit {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(subcommand)]
         command: AuditCommand,
     },
     /// List and replay dead letters.
+    #[command(after_help = "Examples:
+  orchestrator dlq list
+  orchestrator dlq replay TASK_ID")]
     Dlq {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(subcommand)]
         command: DlqCommand,
     },
     /// Show agent cards and live instances.
+    #[command(after_help = "Examples:
+  orchestrator agents list
+  orchestrator agents show knowledge-agent")]
     Agents {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(subcommand)]
         command: AgentsCommand,
     },
     /// Show the span tree of a task's trace, or of every task of a
     /// correlation id, from Jaeger's query API.
+    #[command(after_help = "Examples:
+  orchestrator trace 01a21c14-0704-74c1-b2b5-54c6f9530ba1
+  orchestrator trace TRACE_ID --jaeger-url http://127.0.0.1:16686")]
     Trace {
-        #[command(flatten)]
-        client: ClientArgs,
         #[command(flatten)]
         trace: cli::trace::TraceArgs,
     },
     /// Check trigger files and agent cards offline: every problem, with
     /// its file and line.
+    #[command(after_help = "Examples:
+  orchestrator validate
+  orchestrator validate triggers/welcome.yaml agents/greeter
+  orchestrator validate --json")]
     Validate(cli::validate::ValidateArgs),
+    /// Print this binary's version, wire format and store format.
+    #[command(after_help = "Examples:
+  orchestrator version
+  orchestrator version --json")]
+    Version,
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    #[command(after_help = "Examples:
+  orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator
+  orchestrator completions zsh > ~/.zfunc/_orchestrator
+  orchestrator completions fish > ~/.config/fish/completions/orchestrator.fish")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Make something new to start from: `new agent NAME`.
+    #[command(subcommand)]
+    #[command(after_help = "Examples:
+  orchestrator new agent greeter
+  orchestrator new agent greeter --lang rust")]
+    New(cli::scaffold::NewCommand),
     /// Measure the full path against a bare JetStream round trip.
+    #[command(after_help = "Examples:
+  orchestrator bench
+  orchestrator bench --tasks 3000 --llm
+  orchestrator bench --json")]
     Bench(cli::bench::BenchArgs),
     /// Check envelopes and worker events against wire format v1.
     #[command(subcommand)]
+    #[command(after_help = "Examples:
+  orchestrator envelope check envelope.json")]
     Envelope(EnvelopeCommand),
     /// Offline tools for a store no process has open.
     #[command(subcommand)]
+    #[command(after_help = "Examples:
+  orchestrator store verify --data-dir data")]
     Store(StoreCommand),
     /// Keys for task tokens and the API.
     #[command(subcommand)]
+    #[command(after_help = "Examples:
+  orchestrator keys generate --dir data/keys
+  orchestrator keys api-key --principal ci --scope tasks:submit")]
     Keys(KeysCommand),
     /// The broker's side of a deployment.
     #[command(subcommand)]
+    #[command(after_help = "Examples:
+  orchestrator nats config --agents agents --dir data/nats-auth")]
     Nats(NatsCommand),
 }
 
@@ -125,6 +206,8 @@ enum NatsCommand {
     /// Write the NATS users of a deployment: `auth.conf` (one user per
     /// process kind, each allowed only its own subjects) and a seed file per
     /// user.
+    #[command(after_help = "Examples:
+  orchestrator nats config --agents agents --dir data/nats-auth")]
     Config(cli::nats::ConfigArgs),
 }
 
@@ -132,26 +215,41 @@ enum NatsCommand {
 enum KeysCommand {
     /// Write a new key pair: the orchestrator signs with one, workers verify
     /// with the other.
+    #[command(after_help = "Examples:
+  orchestrator keys generate --dir data/keys
+  orchestrator keys generate --dir data/keys --force")]
     Generate(cli::keys::GenerateArgs),
     /// Make an API key for a principal: prints the key (once) and the
     /// `api_auth.api_keys` entry that holds only its hash.
+    #[command(after_help = "Examples:
+  orchestrator keys api-key --principal ci --scope tasks:submit --scope tasks:read")]
     ApiKey(cli::keys::ApiKeyArgs),
 }
 
 #[derive(Subcommand)]
 enum EnvelopeCommand {
     /// Check one JSON message strictly, as the orchestrator reads user input.
+    #[command(after_help = "Examples:
+  orchestrator envelope check envelope.json
+  orchestrator envelope check event.json --event")]
     Check(CheckArgs),
 }
 
 #[derive(Subcommand)]
 enum StoreCommand {
     /// Verify the audit chain and that the indexes agree with the tasks.
+    #[command(after_help = "Examples:
+  orchestrator store verify --data-dir data")]
     Verify(VerifyArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `ORCH_CHECK_ARGS=1`: the command line parsed, nothing run (how the
+    // docs' tests check the commands they cannot run; docs/cli.md).
+    if std::env::var_os("ORCH_CHECK_ARGS").is_some() {
+        return ExitCode::SUCCESS;
+    }
     let format = match cli.log_format {
         LogFormat::Human => orchestrator::telemetry::LogFormat::Human,
         LogFormat::Json => orchestrator::telemetry::LogFormat::Json,
@@ -172,24 +270,68 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let client = cli.client;
+    let json = client.json;
     runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => cli::serve::run(args, format).await,
             Command::Worker(args) => cli::serve::worker(args, format).await,
-            Command::Trigger { client, run } => cli::runs::trigger(&client, run).await,
-            Command::Runs { client, command } => cli::runs::runs(&client, command).await,
-            Command::Tasks { client, command } => cli::client::tasks(&client, command).await,
-            Command::Audit { client, command } => cli::client::audit(&client, command).await,
-            Command::Dlq { client, command } => cli::client::dlq(&client, command).await,
-            Command::Agents { client, command } => cli::agents::agents(&client, command).await,
-            Command::Trace { client, trace } => cli::trace::trace(&client, trace).await,
-            Command::Validate(args) => cli::validate::validate(args),
-            Command::Bench(args) => cli::bench::bench(args).await,
-            Command::Envelope(EnvelopeCommand::Check(args)) => cli::offline::check(&args),
-            Command::Store(StoreCommand::Verify(args)) => cli::offline::verify(&args),
-            Command::Keys(KeysCommand::Generate(args)) => cli::keys::generate(&args),
-            Command::Keys(KeysCommand::ApiKey(args)) => cli::keys::api_key(&args),
+            Command::Dev(args) => cli::dev::dev(args).await,
+            Command::Triggers { command } => cli::triggers::triggers(&client, command).await,
+            Command::Watch { id } => cli::watch::watch(&client, id).await,
+            Command::Version => version(json),
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "orchestrator", &mut std::io::stdout());
+                ExitCode::SUCCESS
+            }
+            Command::Trigger { run } => cli::runs::trigger(&client, run).await,
+            Command::Runs { command } => cli::runs::runs(&client, command).await,
+            Command::Tasks { command } => cli::client::tasks(&client, command).await,
+            Command::Audit { command } => cli::client::audit(&client, command).await,
+            Command::Dlq { command } => cli::client::dlq(&client, command).await,
+            Command::Agents { command } => cli::agents::agents(&client, command).await,
+            Command::Trace { trace } => cli::trace::trace(&client, trace).await,
+            Command::Validate(mut args) => {
+                args.json = json;
+                cli::validate::validate(args)
+            }
+            Command::Bench(mut args) => {
+                args.json = json;
+                cli::bench::bench(args).await
+            }
+            Command::New(command) => cli::scaffold::new(command, json),
+            Command::Envelope(EnvelopeCommand::Check(mut args)) => {
+                args.json = json;
+                cli::offline::check(&args)
+            }
+            Command::Store(StoreCommand::Verify(mut args)) => {
+                args.json = json;
+                cli::offline::verify(&args)
+            }
+            Command::Keys(KeysCommand::Generate(mut args)) => {
+                args.json = json;
+                cli::keys::generate(&args)
+            }
+            Command::Keys(KeysCommand::ApiKey(mut args)) => {
+                args.json = json;
+                cli::keys::api_key(&args)
+            }
             Command::Nats(NatsCommand::Config(args)) => cli::nats::config(&args),
         }
     })
+}
+
+/// `orchestrator version`: what this binary is and speaks.
+fn version(json: bool) -> ExitCode {
+    let version = env!("CARGO_PKG_VERSION");
+    let wire = orchestrator::envelope::VERSION;
+    let store = orchestrator::store::format_name();
+    if json {
+        let v = serde_json::json!({"version": version, "wire_format": wire, "store_format": store});
+        println!("{v}");
+    } else {
+        println!("orchestrator {version} (wire format v{wire}, store format {store})");
+    }
+    ExitCode::SUCCESS
 }

@@ -14,8 +14,8 @@ use super::output::{list_table, outln, s, table};
 pub enum AgentsCommand {
     /// The declared agents with their format, skills and live replicas,
     /// the cards' workflows, and the agent files' problems.
-    ///
-    /// Example: orchestrator agents list --context work,shared
+    #[command(after_help = "Examples:
+  orchestrator agents list --context work,shared")]
     List {
         /// Only agents of these contexts (personal, work, shared;
         /// comma-separated).
@@ -27,8 +27,8 @@ pub enum AgentsCommand {
     },
     /// One agent: where it was read from (file, format, git commit), its
     /// skills, and each live replica with its last heartbeat.
-    ///
-    /// Example: orchestrator agents show knowledge-agent
+    #[command(after_help = "Examples:
+  orchestrator agents show knowledge-agent")]
     Show {
         /// The agent's id.
         name: String,
@@ -36,8 +36,8 @@ pub enum AgentsCommand {
     /// The topology as a Mermaid flowchart: who may call whom (agent
     /// dependencies, PromptPack tool references), the agents each card
     /// workflow and each trigger runs.
-    ///
-    /// Example: orchestrator agents graph > agents.mmd
+    #[command(after_help = "Examples:
+  orchestrator agents graph > agents.mmd")]
     Graph,
 }
 

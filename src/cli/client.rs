@@ -13,19 +13,18 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 pub(super) use super::output::Failure;
-use super::output::{encode, list_table, outln, print_task, s, summary};
+use super::output::{ago, encode, list_table, outln, print_task, s, summary};
 
-/// Where the orchestrator is, and how to print.
+/// Where the orchestrator is, and how to print. Each of the address and
+/// the credentials comes from its flag, else its variable, else the
+/// chosen profile of the client file ([`super::profile`]), else the
+/// default: `http://127.0.0.1:8080`, and the administrator key `run`
+/// made in `./data/keys/`.
 #[derive(Args, Clone)]
 pub struct ClientArgs {
-    /// The orchestrator's HTTP address.
-    #[arg(
-        long,
-        env = "ORCH_SERVER",
-        default_value = "http://127.0.0.1:8080",
-        global = true
-    )]
-    server: String,
+    /// The orchestrator's HTTP address [default: http://127.0.0.1:8080].
+    #[arg(long, env = "ORCH_SERVER", global = true)]
+    server: Option<String>,
     /// The API key to call with (`orch_…`; `orchestrator run` writes one to
     /// <data_dir>/keys/admin.api-key when none is configured).
     #[arg(long, env = "ORCH_API_KEY", hide_env_values = true, global = true)]
@@ -39,14 +38,20 @@ pub struct ClientArgs {
         conflicts_with = "api_key"
     )]
     bearer_token: Option<String>,
+    /// The profile of the client file to call with [default: `default`].
+    #[arg(long, env = "ORCH_PROFILE", global = true)]
+    profile: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
-    pub(super) json: bool,
+    pub json: bool,
 }
 
 #[derive(Subcommand)]
 pub enum TasksCommand {
     /// Submit one task.
+    #[command(after_help = "Examples:
+  orchestrator tasks submit --to greeter --action greet --params '{\"name\": \"Ada\"}' --wait
+  orchestrator tasks submit --to outlook-agent --action compose:draft --params '{\"subject\": \"Hi\", \"body\": \"...\"}' --idempotency-key draft-1")]
     Submit {
         /// The target agent.
         #[arg(long)]
@@ -70,27 +75,62 @@ pub enum TasksCommand {
         #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },
-    /// Show one task with its history.
+    /// Show one task with its history and its whole result.
+    #[command(after_help = "Examples:
+  orchestrator tasks get 01a21c14-0704-74c1-b2b5-54c6f9530ba1
+  orchestrator tasks get 01a21c14-0704-74c1-b2b5-54c6f9530ba1 --wait --timeout 1m")]
     Get {
         /// The task id.
         id: String,
+        /// Wait for the task to end, showing its state as it moves.
+        #[arg(long)]
+        wait: bool,
+        /// Longest wait with --wait.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
-    /// List tasks, by correlation id or state.
+    /// List tasks, newest first.
+    #[command(after_help = "Examples:
+  orchestrator tasks list
+  orchestrator tasks list --agent greeter --since 15m
+  orchestrator tasks list --state failed --action greet
+  orchestrator tasks list --run 01a21c14-0704-74c1-b2b5-54c6f9530ba1")]
     List {
+        /// Only this agent's tasks.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only tasks of this skill.
+        #[arg(long)]
+        action: Option<String>,
+        /// Only the tasks of this workflow run's steps.
+        #[arg(long)]
+        run: Option<String>,
+        /// Only tasks this trigger started.
+        #[arg(long)]
+        trigger_id: Option<String>,
         /// Only this request's tasks.
         #[arg(long)]
         correlation_id: Option<String>,
         /// Only tasks in this state.
         #[arg(long)]
         state: Option<String>,
+        /// Only tasks created since: a duration back (`15m`, `2h`) or an
+        /// RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Oldest first (then only --state and --correlation-id filter).
+        #[arg(long, conflicts_with_all = ["agent", "action", "run", "trigger_id", "since"])]
+        oldest: bool,
         /// Page size.
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// Continue after this task id.
+        /// Continue after this task id (the `more:` line of a page).
         #[arg(long)]
         cursor: Option<String>,
     },
     /// Cancel a task (idempotent).
+    #[command(after_help = "Examples:
+  orchestrator tasks cancel 01a21c14-0704-74c1-b2b5-54c6f9530ba1")]
     Cancel {
         /// The task id.
         id: String,
@@ -100,6 +140,9 @@ pub enum TasksCommand {
 #[derive(Subcommand)]
 pub enum AuditCommand {
     /// List audit records.
+    #[command(after_help = "Examples:
+  orchestrator audit list --task-id 01a21c14-0704-74c1-b2b5-54c6f9530ba1
+  orchestrator audit list --limit 20")]
     List {
         /// Only this task's records.
         #[arg(long)]
@@ -115,12 +158,16 @@ pub enum AuditCommand {
         cursor: Option<u64>,
     },
     /// Check the hash chain.
+    #[command(after_help = "Examples:
+  orchestrator audit verify")]
     Verify,
 }
 
 #[derive(Subcommand)]
 pub enum DlqCommand {
     /// List dead letters.
+    #[command(after_help = "Examples:
+  orchestrator dlq list")]
     List {
         /// Page size.
         #[arg(long, default_value_t = 100)]
@@ -130,6 +177,8 @@ pub enum DlqCommand {
         cursor: Option<u64>,
     },
     /// Run a dead-lettered task again, as a new task.
+    #[command(after_help = "Examples:
+  orchestrator dlq replay 01a21c14-0704-74c1-b2b5-54c6f9530ba1")]
     Replay {
         /// The dead-lettered task's id.
         task_id: String,
@@ -145,10 +194,16 @@ pub(super) struct Api {
 
 impl Api {
     pub(super) fn new(args: &ClientArgs) -> Result<Api, Failure> {
+        let chosen = super::profile::resolve(
+            args.server.clone(),
+            args.api_key.clone().or(args.bearer_token.clone()),
+            args.profile.as_deref(),
+        )
+        .map_err(|e| Failure::new(2, "invalid_profile", e))?;
         Ok(Api {
-            base: server_url(&args.server)?,
+            base: server_url(&chosen.server)?,
             http: reqwest::Client::new(),
-            credential: args.api_key.clone().or(args.bearer_token.clone()),
+            credential: chosen.credential,
             warned: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -292,22 +347,39 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
             .await;
             finish(args, result, print_task)
         }
-        TasksCommand::Get { id } => {
-            let result = api.get(&format!("/v1/tasks/{id}")).await;
+        TasksCommand::Get { id, wait, timeout } => {
+            let result = if wait {
+                wait_for(&api, args, &id, timeout).await
+            } else {
+                api.get(&format!("/v1/tasks/{}", encode(&id))).await
+            };
             finish(args, result, print_task)
         }
         TasksCommand::List {
+            agent,
+            action,
+            run,
+            trigger_id,
             correlation_id,
             state,
+            since,
+            oldest,
             limit,
             cursor,
         } => {
+            let order = (!oldest).then(|| "newest".to_string());
             let path = list_path(
                 "/v1/tasks",
                 limit,
                 &[
+                    ("order", order),
+                    ("agent", agent),
+                    ("action", action),
+                    ("run_id", run),
+                    ("trigger_id", trigger_id),
                     ("correlation_id", correlation_id),
                     ("state", state),
+                    ("since", since),
                     ("cursor", cursor),
                 ],
             );
@@ -316,7 +388,7 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
                 list_table(
                     page,
                     "tasks",
-                    &["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "UPDATED"],
+                    &["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "CREATED", "UPDATED"],
                     |t| {
                         vec![
                             s(&t["task_id"]),
@@ -324,7 +396,8 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
                             s(&t["action"]),
                             s(&t["state"]),
                             s(&t["attempt"]),
-                            s(&t["updated_at"]),
+                            ago(&t["created_at"]),
+                            ago(&t["updated_at"]),
                         ]
                     },
                 )
@@ -378,7 +451,7 @@ async fn submit(
 /// Follows a task until it ends with long polls (half a second each, so
 /// the spinner on a terminal moves), showing its state on stderr as it
 /// goes; a pipe gets one line per state change.
-async fn wait_for(
+pub(super) async fn wait_for(
     api: &Api,
     args: &ClientArgs,
     id: &str,
@@ -465,7 +538,7 @@ pub async fn audit(args: &ClientArgs, command: AuditCommand) -> ExitCode {
                     |r| {
                         vec![
                             s(&r["seq"]),
-                            s(&r["at"]),
+                            ago(&r["at"]),
                             s(&r["actor"]),
                             s(&r["kind"]),
                             s(&r["task_id"]),

@@ -24,9 +24,9 @@ pub struct GenerateArgs {
     /// longer verify).
     #[arg(long)]
     force: bool,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -75,9 +75,9 @@ pub struct ApiKeyArgs {
     /// `*` every scope). See docs/security.md for the API's own scopes.
     #[arg(long = "scope")]
     scopes: Vec<String>,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 pub fn api_key(args: &ApiKeyArgs) -> ExitCode {

@@ -21,9 +21,9 @@ pub struct CheckArgs {
     /// Size limit in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BYTES)]
     max_bytes: usize,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -31,9 +31,9 @@ pub struct VerifyArgs {
     /// The orchestrator's data directory (the store is its `store/`).
     #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 pub fn check(args: &CheckArgs) -> ExitCode {

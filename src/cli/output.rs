@@ -94,7 +94,7 @@ pub fn print_task(t: &Value) {
         _ => {}
     }
     if !t["result"].is_null() {
-        outln!("result   {}", t["result"]);
+        outln!("result   {}", full(&t["result"]));
     }
     if !t["error"].is_null() {
         outln!(
@@ -106,14 +106,48 @@ pub fn print_task(t: &Value) {
     if let Some(history) = t["history"].as_array() {
         outln!("history");
         for h in history {
+            // A progress report says what it reported.
+            let said = match h["progress"]["message"].as_str() {
+                Some(m) => format!("progress: {m}"),
+                None => s(&h["reason"]),
+            };
             outln!(
-                "  {}  {:<14} {}  ({})",
+                "  {}  {:<14} {}  ({said})",
                 s(&h["at"]),
                 s(&h["to"]),
                 s(&h["actor"]),
-                s(&h["reason"])
             );
         }
+    }
+}
+
+/// A result in full: a string as it is, anything else as indented JSON
+/// (its lines after the first indented under the label).
+pub fn full(v: &Value) -> String {
+    match v {
+        Value::String(text) => text.clone(),
+        other => serde_json::to_string_pretty(other)
+            .unwrap_or_else(|_| other.to_string())
+            .replace('\n', "\n         "),
+    }
+}
+
+/// An RFC 3339 time as how long ago it was (`12s ago`, `5m ago`, `3h
+/// ago`, `2d ago`), for tables; `--json` keeps the time itself. Anything
+/// else as it is.
+pub fn ago(v: &Value) -> String {
+    let Some(at) = v.as_str().and_then(|t| {
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+    }) else {
+        return s(v);
+    };
+    let secs = (time::OffsetDateTime::now_utc() - at).whole_seconds();
+    match secs {
+        ..0 => "just now".into(),
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
     }
 }
 

@@ -37,6 +37,9 @@ pub struct TriggerArgs {
 #[derive(Subcommand)]
 pub enum RunsCommand {
     /// Show one run with its steps.
+    #[command(after_help = "Examples:
+  orchestrator runs get 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f
+  orchestrator runs get 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f --wait --timeout 30m")]
     Get {
         /// The run id.
         id: String,
@@ -48,6 +51,9 @@ pub enum RunsCommand {
         timeout: Duration,
     },
     /// List runs, newest first.
+    #[command(after_help = "Examples:
+  orchestrator runs list
+  orchestrator runs list --trigger-id email-stakeholders --state input_required")]
     List {
         /// Only this trigger's runs.
         #[arg(long)]
@@ -63,10 +69,16 @@ pub enum RunsCommand {
         cursor: Option<String>,
     },
     /// Approve the gate a run waits at.
+    #[command(after_help = "Examples:
+  orchestrator runs approve 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f --reason \"the draft reads well\"")]
     Approve(AnswerArgs),
     /// Reject the gate a run waits at: the run ends `rejected`.
+    #[command(after_help = "Examples:
+  orchestrator runs reject 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f --reason \"wrong audience\"")]
     Reject(AnswerArgs),
     /// Answer the gate a run waits at with input (its step's result).
+    #[command(after_help = "Examples:
+  orchestrator runs input 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f --input '{\"to\": [\"team@example.com\"]}'")]
     Input {
         #[command(flatten)]
         answer: AnswerArgs,
@@ -75,6 +87,8 @@ pub enum RunsCommand {
         input: String,
     },
     /// Cancel a run and its running steps.
+    #[command(after_help = "Examples:
+  orchestrator runs cancel 01a21c15-1a2b-7c3d-8e4f-5a6b7c8d9e0f --reason \"not needed any more\"")]
     Cancel(AnswerArgs),
 }
 
@@ -175,7 +189,7 @@ pub async fn runs(args: &ClientArgs, command: RunsCommand) -> ExitCode {
                             s(&r["state"]),
                             step_summary(r),
                             s(&r["started_by"]),
-                            s(&r["created_at"]),
+                            super::output::ago(&r["created_at"]),
                         ]
                     },
                 )
@@ -272,13 +286,12 @@ pub fn print_run(r: &Value) {
             s(&r["waiting"]["step"]),
             s(&r["waiting"]["prompt"])
         );
-        outln!(
-            "         answer: orchestrator runs approve|reject {} [--reason TEXT]",
-            s(&r["run_id"])
-        );
+        let id = s(&r["run_id"]);
+        outln!("         approve: orchestrator runs approve {id} --reason TEXT");
+        outln!("         reject:  orchestrator runs reject {id} --reason TEXT");
     }
     if !r["result"].is_null() {
-        outln!("result   {}", super::output::summary(&r["result"]));
+        outln!("result   {}", super::output::full(&r["result"]));
     }
     if !r["error"].is_null() {
         outln!(

@@ -88,7 +88,7 @@ pub struct WorkerArgs {
 
 /// The settings file (or the defaults), with the `NATS_*` credentials from
 /// the environment over its `bus.auth`.
-fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
+pub(super) fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
     let mut config: ServiceConfig = match path {
         None => ServiceConfig::default(),
         Some(path) => {
@@ -103,7 +103,7 @@ fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
 }
 
 /// Fires on Ctrl-C or SIGTERM.
-fn shutdown_signal() -> CancellationToken {
+pub(super) fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let fire = token.clone();
     tokio::spawn(async move {

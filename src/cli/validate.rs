@@ -19,9 +19,9 @@ pub struct ValidateArgs {
     /// already cloned there are checked (validate clones nothing).
     #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 /// Exit 0 when nothing is wrong, 1 listing every problem otherwise.

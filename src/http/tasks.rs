@@ -207,6 +207,10 @@ struct ListQuery {
     /// With `order=newest`: only tasks created since, a duration back
     /// (`15m`) or a time (RFC 3339).
     since: Option<String>,
+    /// With `order=newest`: only tasks of this skill.
+    action: Option<String>,
+    /// With `order=newest`: only the tasks of this workflow run's steps.
+    run_id: Option<String>,
 }
 
 /// `since`: a duration back from now (`15m`, `2h`) or an RFC 3339 time.
@@ -271,10 +275,11 @@ async fn list(
             ));
         }
     };
-    if !newest && (q.agent.is_some() || q.trigger_id.is_some() || q.since.is_some()) {
+    let newest_only = [&q.agent, &q.trigger_id, &q.since, &q.action, &q.run_id];
+    if !newest && newest_only.iter().any(|f| f.is_some()) {
         return Err(ApiError::bad_param(
             "order",
-            "agent, trigger_id and since filter a listing newest first: add order=newest",
+            "agent, trigger_id, since, action and run_id filter a listing newest first: add order=newest",
         ));
     }
     // One item more than asked tells whether there is a next page.
@@ -286,6 +291,15 @@ async fn list(
             correlation,
             since,
             trigger: q.trigger_id,
+            action: q.action,
+            run: q
+                .run_id
+                .as_deref()
+                .map(|r| {
+                    r.parse()
+                        .map_err(|e: String| ApiError::bad_param("run_id", e))
+                })
+                .transpose()?,
         };
         o.tasks_newest(filter, cursor, limit + 1, &caller).await?
     } else {

@@ -81,6 +81,8 @@ impl Orchestrator {
             correlation: filter.correlation,
             since: filter.since,
             trigger: filter.trigger,
+            action: filter.action,
+            run: filter.run,
         };
         let store = &self.inner.store;
         let records = store.list_newest(&query, before, limit)?;
@@ -162,4 +164,8 @@ pub struct TaskFilter {
     pub since: Option<crate::envelope::Timestamp>,
     /// Started by this trigger.
     pub trigger: Option<String>,
+    /// Of this skill.
+    pub action: Option<String>,
+    /// The steps of this workflow run.
+    pub run: Option<crate::workflow::RunId>,
 }

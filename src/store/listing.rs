@@ -32,6 +32,10 @@ pub struct TaskQuery {
     pub since: Option<Timestamp>,
     /// Started by this trigger (the envelope's `payload.meta.trigger_id`).
     pub trigger: Option<String>,
+    /// Of this skill (the envelope's `payload.action`).
+    pub action: Option<String>,
+    /// The steps of this workflow run.
+    pub run: Option<crate::workflow::RunId>,
 }
 
 /// The fields of a status a filter reads.
@@ -60,6 +64,21 @@ impl Store {
             floor[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
             floor
         });
+        // A run's steps are few: its tasks, newest first.
+        if let Some(run) = q.run {
+            let mut ids: Vec<TaskId> = self.run_steps(run)?.into_values().collect();
+            ids.sort_unstable_by(|a, b| b.cmp(a));
+            let mut out = Vec::new();
+            for id in ids.into_iter().filter(|id| before.is_none_or(|b| *id < b)) {
+                if out.len() == limit || since.is_some_and(|floor| id.as_bytes() < &floor) {
+                    break;
+                }
+                if let Some(record) = self.keep(q, id, None)? {
+                    out.push(record);
+                }
+            }
+            return Ok(out);
+        }
         // The narrowest walk a filter allows; the other filters are checked
         // on the way.
         use super::labels::{Label, prefix as label};
@@ -227,6 +246,11 @@ impl Store {
         }
         if let Some(t) = &q.trigger
             && record.envelope.payload.meta.trigger_id.as_deref() != Some(t.as_str())
+        {
+            return Ok(None);
+        }
+        if let Some(a) = &q.action
+            && record.envelope.payload.action.as_str() != a
         {
             return Ok(None);
         }

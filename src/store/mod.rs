@@ -62,6 +62,14 @@ use crate::envelope::Timestamp;
 /// The format marker written in `meta` when a store is created.
 const FORMAT: &[u8] = b"orchestrator-store-v6";
 
+/// The store's format, as `orchestrator version` names it (`v6`).
+pub fn format_name() -> &'static str {
+    std::str::from_utf8(FORMAT)
+        .ok()
+        .and_then(|f| f.strip_prefix("orchestrator-store-"))
+        .unwrap_or("unknown")
+}
+
 /// Earlier formats, migrated on open: v1 had no audit-by-task index; v2
 /// kept each task's envelope and history in its record; v3 had no run
 /// indexes; v4 kept an audit index key per record and indexed every task

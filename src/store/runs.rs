@@ -393,7 +393,7 @@ impl Store {
     }
 
     /// The tasks of run `id`'s steps that have started, by step id.
-    fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
+    pub(super) fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
         let prefix = prefixed(STEP, id);
         let mut out = BTreeMap::new();
         for item in self.inner.runs.scan_prefix(prefix) {

@@ -173,6 +173,7 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
 pub mod a2a;
 pub mod browser;
 pub mod cluster;
+pub mod dev;
 pub mod llm;
 pub mod nats;
 pub mod process;

@@ -71,6 +71,23 @@ pub(super) struct CpuPerTask {
     ceiling_per_second: f64,
 }
 
+impl CpuSnapshot {
+    /// Nothing spent yet: the start of a sum of runs.
+    pub(super) fn zero() -> Self {
+        CpuSnapshot([Some(0.0); 4])
+    }
+
+    /// `self` plus what each process spent between `before` and `after`.
+    pub(super) fn plus(self, before: CpuSnapshot, after: CpuSnapshot) -> Self {
+        CpuSnapshot(std::array::from_fn(|i| {
+            match (self.0[i], before.0[i], after.0[i]) {
+                (Some(s), Some(b), Some(a)) => Some(s + a - b),
+                _ => None,
+            }
+        }))
+    }
+}
+
 impl CpuPerTask {
     pub(super) fn between(before: CpuSnapshot, after: CpuSnapshot, tasks: usize) -> Self {
         // Clock ticks are 10 ms: a tenth of a microsecond per task is more

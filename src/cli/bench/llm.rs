@@ -6,18 +6,20 @@
 //! conversations: one model call each; one tool call each (a model call,
 //! the echo task, a second model call); two tool calls at once each (the
 //! same with two echo tasks). Measured: conversations per second, and each
-//! process's CPU per conversation; from them, the orchestrator's CPU for a
-//! conversation of one model call, for a tool call (the two-call run less
-//! the one-call run: one more tool task and its planning, the same model
-//! calls) and for the model call that reads tool results (the one-call run
-//! less the first run, less a tool call), beside a plain task's.
+//! process's CPU per conversation, each run in three parts, the runs taking
+//! turns; from them, the orchestrator's CPU for a conversation of one
+//! model call, for a tool call (the two-call run less the one-call run:
+//! one more tool task and its planning, the same model calls) and for the
+//! model call that reads tool results (the one-call run less the first
+//! run, less a tool call), beside a plain task's.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::cpu::{CpuPerTask, Processes, print_cpu};
+use super::cpu::{CpuPerTask, CpuSnapshot, Processes, print_cpu};
 use super::procs::Deployed;
 use super::{BenchArgs, Figures};
 use crate::cli::output::outln;
@@ -56,6 +58,10 @@ async fn model() -> Result<String, String> {
     let url = super::serve_loopback(app, "/v1").await?;
     Ok(url)
 }
+
+/// How many parts each kind of conversation runs in, the kinds taking
+/// turns.
+const ROUNDS: usize = 3;
 
 /// One kind of conversation, measured.
 pub(super) struct Run {
@@ -96,31 +102,44 @@ pub(super) async fn measure(
         client: std::process::id(),
     };
     let deployed = Arc::new(deployed);
-    let mut runs = Vec::new();
-    for (label, text) in [
+    let kinds = [
         ("llm, a model call", "answer"),
         ("llm, a tool call", "call"),
         ("llm, two tool calls", "call2"),
-    ] {
-        let d = Arc::clone(&deployed);
-        let one = move |i: usize| {
-            let d = Arc::clone(&d);
-            async move {
-                let ended = d.conversation(i, text).await?;
-                if ended.state != "completed" {
-                    return Err(format!("a conversation ended {}", ended.state));
+    ];
+    // Each kind runs in ROUNDS parts, the kinds taking turns: the store
+    // grows as they run, and a kind measured last would carry its growth.
+    let mut spent: [_; 3] =
+        std::array::from_fn(|_| (Vec::new(), Duration::ZERO, CpuSnapshot::zero()));
+    for round in 0..ROUNDS {
+        let count = args.tasks / ROUNDS + usize::from(round < args.tasks % ROUNDS);
+        for (&(label, text), (latencies, elapsed, cpu)) in kinds.iter().zip(spent.iter_mut()) {
+            let d = Arc::clone(&deployed);
+            let one = move |i: usize| {
+                let d = Arc::clone(&d);
+                async move {
+                    let ended = d.conversation(i, text).await?;
+                    if ended.state != "completed" {
+                        return Err(format!("a conversation ended {}", ended.state));
+                    }
+                    Ok(ended.latency)
                 }
-                Ok(ended.latency)
-            }
-        };
-        let before = processes.cpu();
-        let figures = super::measure(label, args.tasks, args.concurrency, one).await?;
-        let cpu = CpuPerTask::between(before, processes.cpu(), figures.count);
-        runs.push(Run { figures, cpu });
+            };
+            let before = processes.cpu();
+            let (some, took) = super::latencies(label, count, args.concurrency, one).await?;
+            *cpu = cpu.plus(before, processes.cpu());
+            latencies.extend(some);
+            *elapsed += took;
+        }
     }
-    let two = runs.pop().ok_or("no two-call run")?;
-    let tool = runs.pop().ok_or("no tool run")?;
-    let answer = runs.pop().ok_or("no answer run")?;
+    let mut runs = spent.into_iter().map(|(latencies, elapsed, cpu)| {
+        let figures = super::figures(latencies, elapsed);
+        let cpu = CpuPerTask::between(CpuSnapshot::zero(), cpu, figures.count);
+        Run { figures, cpu }
+    });
+    let (Some(answer), Some(tool), Some(two)) = (runs.next(), runs.next(), runs.next()) else {
+        return Err("a kind of conversation was not run".into());
+    };
     Ok(Measured { answer, tool, two })
 }
 

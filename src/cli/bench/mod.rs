@@ -103,9 +103,9 @@ pub struct BenchArgs {
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
-    /// Print the figures as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Print JSON (the global `--json`).
+    #[arg(skip)]
+    pub json: bool,
 }
 
 /// How the deployed path's clients wait for a task's end.
@@ -396,6 +396,22 @@ where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
 {
+    let (latencies, elapsed) = latencies(label, count, concurrency, op).await?;
+    Ok(figures(latencies, elapsed))
+}
+
+/// Runs `op` `count` times, `concurrency` at once: each one's latency,
+/// and the time they took together.
+async fn latencies<F, Fut>(
+    label: &str,
+    count: usize,
+    concurrency: usize,
+    op: F,
+) -> Result<(Vec<Duration>, Duration), String>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let started = Instant::now();
     let mut handles = Vec::with_capacity(count);
@@ -416,7 +432,7 @@ where
     for h in handles {
         latencies.push(h.await.map_err(|e| e.to_string())??);
     }
-    Ok(figures(latencies, started.elapsed()))
+    Ok((latencies, started.elapsed()))
 }
 
 /// The echo agent every full path runs, taking `concurrency` at once.
