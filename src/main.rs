@@ -1,5 +1,5 @@
 //! The `orchestrator` command line: parses arguments, sets up logging and
-//! calls the library. `docs/operations.md` ("Command line") lists every
+//! calls the library. `docs/cli.md` lists every
 //! command and exit code.
 
 mod cli;
@@ -159,9 +159,9 @@ enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     #[command(after_help = "Examples:
-  orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator
-  orchestrator completions zsh > ~/.zfunc/_orchestrator
-  orchestrator completions fish > ~/.config/fish/completions/orchestrator.fish")]
+  source <(orchestrator completions bash)
+  orchestrator completions zsh > _orchestrator
+  orchestrator completions fish > orchestrator.fish")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
@@ -282,7 +282,12 @@ fn main() -> ExitCode {
             Command::Version => version(json),
             Command::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();
-                clap_complete::generate(shell, &mut command, "orchestrator", &mut std::io::stdout());
+                clap_complete::generate(
+                    shell,
+                    &mut command,
+                    "orchestrator",
+                    &mut std::io::stdout(),
+                );
                 ExitCode::SUCCESS
             }
             Command::Trigger { run } => cli::runs::trigger(&client, run).await,

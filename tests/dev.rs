@@ -69,7 +69,11 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     // Every process's lines, each after its name; the banner after them.
     for name in ["orchestrator |", "greeter |", "shy |"] {
         assert!(
-            dev.lines.lock().unwrap().iter().any(|l| l.trim_start().starts_with(name)),
+            dev.lines
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.trim_start().starts_with(name)),
             "no line of `{name}`"
         );
     }
@@ -81,17 +85,42 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     let out = client(
         &dev,
         root,
-        &["tasks", "submit", "--to", "greeter", "--action", "greet", "--params", r#"{"name": "Ada"}"#, "--wait"],
+        &[
+            "tasks",
+            "submit",
+            "--to",
+            "greeter",
+            "--action",
+            "greet",
+            "--params",
+            r#"{"name": "Ada"}"#,
+            "--wait",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("Hello, Ada!"), "{}", text(&out));
-    assert!(text(&out).contains("progress: greeting Ada"), "{}", text(&out));
+    assert!(
+        text(&out).contains("progress: greeting Ada"),
+        "{}",
+        text(&out)
+    );
 
     // Exit 75 asks for a retry; the second attempt completes.
     let out = client(
         &dev,
         root,
-        &["--json", "tasks", "submit", "--to", "shy", "--action", "greet", "--params", r#"{"name": "Bo", "retry_once": true}"#, "--wait"],
+        &[
+            "--json",
+            "tasks",
+            "submit",
+            "--to",
+            "shy",
+            "--action",
+            "greet",
+            "--params",
+            r#"{"name": "Bo", "retry_once": true}"#,
+            "--wait",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let task: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -99,12 +128,26 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     assert_eq!(task["result"]["greeting"], "Hello, Bo!");
 
     // A trigger that uses the scaffolded agent.
-    let out = client(&dev, root, &["trigger", "welcome", "--input", r#"{"who": "Grace"}"#, "--wait"]);
+    let out = client(
+        &dev,
+        root,
+        &[
+            "trigger",
+            "welcome",
+            "--input",
+            r#"{"who": "Grace"}"#,
+            "--wait",
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("completed"), "{}", text(&out));
 
     // Newest first, by agent.
-    let out = client(&dev, root, &["--json", "tasks", "list", "--agent", "greeter"]);
+    let out = client(
+        &dev,
+        root,
+        &["--json", "tasks", "list", "--agent", "greeter"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let page: Value = serde_json::from_slice(&out.stdout).unwrap();
     let tasks = page["tasks"].as_array().unwrap();
@@ -130,14 +173,26 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
 fn new_agent_makes_agents_whose_own_tests_pass_and_whose_cards_are_valid() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    for (name, lang) in [("py-agent", "python"), ("sh-agent", "sh"), ("rs-agent", "rust")] {
+    for (name, lang) in [
+        ("py-agent", "python"),
+        ("sh-agent", "sh"),
+        ("rs-agent", "rust"),
+    ] {
         let out = orchestrator(root, &["new", "agent", name, "--lang", lang]);
         assert!(out.status.success(), "{}", text(&out));
-        assert!(text(&out).contains("next (docs/first-agent.md):"), "{}", text(&out));
+        assert!(
+            text(&out).contains("next (docs/first-agent.md):"),
+            "{}",
+            text(&out)
+        );
     }
     let out = orchestrator(root, &["validate", "agents"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("3 agent(s) without problems"), "{}", text(&out));
+    assert!(
+        text(&out).contains("3 agent(s) without problems"),
+        "{}",
+        text(&out)
+    );
 
     let run = |dir: &str, program: &str, args: &[&str]| {
         let out = Command::new(program)
@@ -162,10 +217,21 @@ fn new_agent_refuses_a_bad_name_and_an_existing_directory() {
     let root = dir.path();
     let out = orchestrator(root, &["new", "agent", "Not A Name"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("the name `Not A Name`"), "{}", text(&out));
-    assert!(!root.join("agents").exists(), "nothing is written for a bad name");
+    assert!(
+        text(&out).contains("the name `Not A Name`"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !root.join("agents").exists(),
+        "nothing is written for a bad name"
+    );
 
-    assert!(orchestrator(root, &["new", "agent", "greeter"]).status.success());
+    assert!(
+        orchestrator(root, &["new", "agent", "greeter"])
+            .status
+            .success()
+    );
     std::fs::write(root.join("agents/greeter/agent.py"), "# mine\n").unwrap();
     let out = orchestrator(root, &["new", "agent", "greeter", "--lang", "sh"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

@@ -388,7 +388,9 @@ pub async fn tasks(args: &ClientArgs, command: TasksCommand) -> ExitCode {
                 list_table(
                     page,
                     "tasks",
-                    &["TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "CREATED", "UPDATED"],
+                    &[
+                        "TASK", "AGENT", "ACTION", "STATE", "ATTEMPT", "CREATED", "UPDATED",
+                    ],
                     |t| {
                         vec![
                             s(&t["task_id"]),

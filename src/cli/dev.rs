@@ -261,7 +261,9 @@ async fn wait_ready(api: &str, orchestrator: &mut Started) -> Result<(), String>
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("the orchestrator is not ready at {api} after two minutes"));
+            return Err(format!(
+                "the orchestrator is not ready at {api} after two minutes"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -269,7 +271,12 @@ async fn wait_ready(api: &str, orchestrator: &mut Started) -> Result<(), String>
 
 /// Waits (15 seconds at most) until every worker has registered with the
 /// orchestrator, or one has ended.
-async fn registered(api: &str, data_dir: &Path, workers: &[(String, PathBuf)], started: &mut [Started]) {
+async fn registered(
+    api: &str,
+    data_dir: &Path,
+    workers: &[(String, PathBuf)],
+    started: &mut [Started],
+) {
     let key = std::fs::read_to_string(
         orchestrator::auth::settings::key_dir(data_dir)
             .join(orchestrator::access::api_keys::ADMIN_FILE),
@@ -278,7 +285,10 @@ async fn registered(api: &str, data_dir: &Path, workers: &[(String, PathBuf)], s
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
-        if started.iter_mut().any(|s| matches!(s.child.try_wait(), Ok(Some(_)))) {
+        if started
+            .iter_mut()
+            .any(|s| matches!(s.child.try_wait(), Ok(Some(_))))
+        {
             return;
         }
         let listed = http

@@ -40,7 +40,7 @@ pub fn out(line: std::fmt::Arguments<'_>) {
 #[derive(Debug)]
 pub struct Failure {
     /// 2 refused, 3 unreachable or failed, 4 a wait ran out (see
-    /// docs/operations.md#command-line).
+    /// docs/cli.md).
     pub exit: u8,
     /// The error object.
     pub error: Value,

@@ -53,7 +53,10 @@ impl Lang {
             Lang::Python => (
                 &[
                     ("agent.py", include_str!("scaffold/python/agent.py")),
-                    ("test_agent.py", include_str!("scaffold/python/test_agent.py")),
+                    (
+                        "test_agent.py",
+                        include_str!("scaffold/python/test_agent.py"),
+                    ),
                 ],
                 "python3 -m unittest",
             ),
@@ -148,8 +151,8 @@ fn scaffold(args: &NewAgentArgs) -> Result<Vec<PathBuf>, String> {
         made.push(path);
         Ok(())
     };
-    let card = serde_json::to_string_pretty(&card(name.as_str(), args.lang))
-        .map_err(|e| e.to_string())?;
+    let card =
+        serde_json::to_string_pretty(&card(name.as_str(), args.lang)).map_err(|e| e.to_string())?;
     write("agent.json", &format!("{card}\n"))?;
     for (relative, template) in args.lang.files().0 {
         write(relative, &template.replace("{{name}}", name.as_str()))?;

@@ -84,7 +84,10 @@ impl Dev {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "`orchestrator dev` did not stop on SIGINT");
+            assert!(
+                Instant::now() < deadline,
+                "`orchestrator dev` did not stop on SIGINT"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
