@@ -86,7 +86,8 @@ async fn run(api: &Api, args: &ClientArgs, id: &str) -> Result<(Value, u8), Fail
             }
         }
         if let Some(w) = run["waiting"].as_object() {
-            let key = (s(&w["step"].clone()), "waiting".to_string());
+            // Said once per gate, beside the step's own move.
+            let key = (s(&w["step"]), "gate".to_string());
             if seen.insert(key) {
                 let line = format!(
                     "waiting at `{}`: {} (orchestrator runs approve {} --reason TEXT)",

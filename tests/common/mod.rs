@@ -252,7 +252,13 @@ pub fn cli(server: &Server, args: &[&str]) -> std::process::Output {
     command
         .args(args)
         .env("ORCH_SERVER", &server.0)
-        .env_remove("ORCH_API_KEY");
+        .env_remove("ORCH_API_KEY")
+        .env_remove("ORCH_PROFILE")
+        // No client file of the machine's user.
+        .env(
+            "ORCH_CLIENT_CONFIG",
+            "/nonexistent/orchestrator-client.json",
+        );
     if let Some(key) = &server.1 {
         command.env("ORCH_API_KEY", key);
     }
