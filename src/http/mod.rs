@@ -12,6 +12,7 @@ mod error;
 mod health;
 mod limits;
 pub mod listen;
+pub mod openapi;
 pub(crate) mod push;
 mod runs;
 mod streams;
@@ -144,6 +145,7 @@ pub fn router(
         .merge(ui::router())
         .merge(a2a::card_router())
         .merge(deliveries::jwks_router())
+        .merge(openapi::router())
         .layer(axum::Extension(face))
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);
