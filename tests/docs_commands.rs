@@ -343,6 +343,8 @@ fn run_doc(file: &str) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("agents")).unwrap();
     std::fs::create_dir(dir.path().join("triggers")).unwrap();
+    // The repository's scripts, as "in this repository" has them.
+    std::os::unix::fs::symlink(root.join("scripts"), dir.path().join("scripts")).unwrap();
     let port = common::process::free_port();
     let env = vec![
         ("PATH", path_with_bin()),
