@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::system::{System, card, fast_bus};
+use common::system::{GATED, System, card, fast_bus};
 use common::{Server, cli, json_out};
 use orchestrator::worker::EchoHandler;
 use serde_json::{Value, json};
@@ -34,6 +34,16 @@ fn bare(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// What a `watch` printed, once it has ended with success.
+async fn watched(watching: std::process::Child) -> String {
+    let out = tokio::task::spawn_blocking(move || watching.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 fn said(out: &Output) -> String {
@@ -168,21 +178,17 @@ async fn the_client_finds_its_server_and_key_by_the_documented_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_list_is_newest_first_and_filters_by_agent_action_run_and_time() {
     let echo = card("echo", &["echo", "shout"]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("say.yaml"),
-        "id: say\nsteps:\n  - {id: s, agent: echo, action: shout}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("broken.yaml"),
-        "id: broken\nsteps:\n  - {id: s, agnet: echo}\n",
-    )
-    .unwrap();
-    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
-    sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
-    sys.start_orchestrator(vec![echo.clone()]).await;
+    let files = [
+        (
+            "say.yaml",
+            "id: say\nsteps:\n  - {id: s, agent: echo, action: shout}\n",
+        ),
+        (
+            "broken.yaml",
+            "id: broken\nsteps:\n  - {id: s, agnet: echo}\n",
+        ),
+    ];
+    let mut sys = System::start_with_triggers(vec![echo.clone()], &files).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let first = sys.submit("echo", "echo", json!({"n": 1})).await;
     let second = sys.submit("echo", "echo", json!({"n": 2})).await;
@@ -310,17 +316,8 @@ async fn tasks_list_is_newest_first_and_filters_by_agent_action_run_and_time() {
 async fn tasks_get_wait_and_watch_follow_a_task_and_a_run_to_their_end() {
     let echo = card("echo", &["echo"]);
     let late = card("late", &["echo"]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("gated.yaml"),
-        "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?}}\n  - {id: s, agent: echo, action: echo}\n",
-    )
-    .unwrap();
-    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
-    sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
-    sys.start_orchestrator(vec![echo.clone(), late.clone()])
-        .await;
+    let cards = vec![echo.clone(), late.clone()];
+    let mut sys = System::start_with_triggers(cards, &[("gated.yaml", GATED)]).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let server: Server = (sys.http.clone(), sys.admin_key.clone());
 
@@ -354,12 +351,7 @@ async fn tasks_get_wait_and_watch_follow_a_task_and_a_run_to_their_end() {
     let watching = spawn_watch(&task);
     tokio::time::sleep(Duration::from_millis(500)).await;
     sys.worker(late, Arc::new(EchoHandler)).await;
-    let out = tokio::task::spawn_blocking(move || watching.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.status.success(), "{}", said(&out));
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = watched(watching).await;
     let order: Vec<usize> = ["submitted", "completed"]
         .iter()
         .map(|s| text.find(s).unwrap_or_else(|| panic!("no `{s}`: {text}")))
@@ -389,12 +381,7 @@ async fn tasks_get_wait_and_watch_follow_a_task_and_a_run_to_their_end() {
         )
         .await;
     assert_eq!(status, 200);
-    let out = tokio::task::spawn_blocking(move || watching.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.status.success(), "{}", said(&out));
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = watched(watching).await;
     assert!(text.contains("waiting at `ask`: Go?"), "{text}");
     assert!(
         text.contains("step s ") && text.contains("completed"),

@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::system::{System, card, fast_bus};
+use common::system::{GATED, System, card, fast_bus};
 use orchestrator::worker::EchoHandler;
 use serde_json::Value;
 
@@ -259,23 +259,16 @@ async fn a_workers_json_log_lines_carry_the_tasks_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_commands_as_scripts_use_them() {
     let echo = card("echo", &["echo"]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("gated.yaml"),
-        "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?}}\n  - {id: s, agent: echo, action: echo}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("slow.yaml"),
-        "id: slow\nsteps:\n  - {id: s, agent: nobody-runs-it, action: echo}\n",
-    )
-    .unwrap();
-    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
-    sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
+    let files = [
+        ("gated.yaml", GATED),
+        (
+            "slow.yaml",
+            "id: slow\nsteps:\n  - {id: s, agent: nobody-runs-it, action: echo}\n",
+        ),
+    ];
+    let cards = vec![echo.clone(), card("nobody-runs-it", &["echo"])];
+    let mut sys = System::start_with_triggers(cards, &files).await;
     assert!(sys.triggers.errors.is_empty(), "{:?}", sys.triggers.errors);
-    sys.start_orchestrator(vec![echo.clone(), card("nobody-runs-it", &["echo"])])
-        .await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let server: Server = (sys.http.clone(), sys.admin_key.clone());
     let schemeless: Server = (

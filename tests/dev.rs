@@ -8,6 +8,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::dev::{BROKER_PORT, Dev, listening};
 use serde_json::Value;
@@ -69,7 +70,8 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     // Every process's lines, each after its name; the banner after them.
     for name in ["orchestrator |", "greeter |", "shy |"] {
         assert!(
-            dev.lines
+            dev.running
+                .lines
                 .lock()
                 .unwrap()
                 .iter()
@@ -77,8 +79,8 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
             "no line of `{name}`"
         );
     }
-    assert!(dev.printed(&format!("console:  {}/ui/", dev.url)));
-    assert!(dev.printed("workers:  greeter, shy"));
+    assert!(dev.running.printed(&format!("console:  {}/ui/", dev.url)));
+    assert!(dev.running.printed("workers:  greeter, shy"));
     let http_port: u16 = dev.url.rsplit(':').next().unwrap().parse().unwrap();
 
     // The CLI finds the key dev made in data/keys.
@@ -156,11 +158,14 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     assert!(tasks[0]["created_at"].as_str() > tasks[1]["created_at"].as_str());
 
     // Ctrl-C: dev, the orchestrator, the workers and the broker all stop.
-    let status = dev.interrupt();
-    assert!(status.success(), "{status:?}");
+    let status = dev.running.interrupt(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "`orchestrator dev` did not stop cleanly on SIGINT: {status:?}"
+    );
     assert!(!listening(http_port), "the API still answers");
     assert!(!listening(4222), "the managed broker still runs");
-    let lines = dev.lines.lock().unwrap().join("\n");
+    let lines = dev.running.lines.lock().unwrap().join("\n");
     for name in ["greeter", "shy"] {
         assert!(
             lines.contains(&format!("worker stopped agent={name}")),

@@ -14,13 +14,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use common::dev::{BROKER_PORT, listening};
+use common::dev::{BROKER_PORT, Running, listening};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_orchestrator")
@@ -273,69 +271,6 @@ fn every_command_in_the_readme_and_the_docs_parses_and_no_block_uses_a_pipe_for_
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// A process a doc starts in another terminal.
-struct Background {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Background {
-    fn start(command: &str, dir: &Path, env: &[(&str, String)]) -> Background {
-        let mut child = Command::new("bash")
-            .arg("-c")
-            .arg(format!("exec {command}"))
-            .current_dir(dir)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        for out in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let lines = Arc::clone(&lines);
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            });
-        }
-        Background { child, lines }
-    }
-
-    fn wait_for(&self, text: &str, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !self.lines.lock().unwrap().iter().any(|l| l.contains(text)) {
-            assert!(
-                Instant::now() < deadline,
-                "{what} never printed `{text}`:\n{}",
-                self.lines.lock().unwrap().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Ctrl-C, then a kill after 30 seconds.
-    fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// Runs the `<!-- run -->` blocks of `file` in order in an empty
 /// directory with `agents/` and `triggers/`.
 fn run_doc(file: &str) {
@@ -346,7 +281,7 @@ fn run_doc(file: &str) {
     // The repository's scripts, as "in this repository" has them.
     std::os::unix::fs::symlink(root.join("scripts"), dir.path().join("scripts")).unwrap();
     let port = common::process::free_port();
-    let env = vec![
+    let env = [
         ("PATH", path_with_bin()),
         ("ORCH_HTTP_ADDR", format!("127.0.0.1:{port}")),
         ("ORCH_SERVER", format!("http://127.0.0.1:{port}")),
@@ -355,7 +290,7 @@ fn run_doc(file: &str) {
             dir.path().join("none.json").display().to_string(),
         ),
     ];
-    let mut background: Vec<Background> = Vec::new();
+    let mut background: Vec<Running> = Vec::new();
     let mut ran = 0;
     // Runs what a block has gathered so far; it must exit `expected`.
     let run = |script: &mut Vec<String>, block: &Block, expected: i32| {
@@ -412,8 +347,14 @@ fn run_doc(file: &str) {
                 Some(ready) => {
                     // What came before it in the block runs first.
                     run(&mut script, &block, 0);
-                    let b = Background::start(&words, dir.path(), &env);
-                    b.wait_for(ready, &what);
+                    let mut command = Command::new("bash");
+                    command
+                        .arg("-c")
+                        .arg(format!("exec {words}"))
+                        .current_dir(dir.path())
+                        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+                    let b = Running::start(command);
+                    b.wait_for(ready, &what, Duration::from_secs(90));
                     background.push(b);
                 }
                 None => script.push(command),
@@ -422,8 +363,9 @@ fn run_doc(file: &str) {
         run(&mut script, &block, expected);
     }
     assert!(ran > 0, "{file} has no block marked <!-- run -->");
+    // Ctrl-C in each terminal, the last started first.
     for mut b in background.into_iter().rev() {
-        b.stop();
+        b.interrupt(Duration::from_secs(30));
     }
     assert!(
         !listening(port),

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use common::system::{System, card, fast_bus};
+use common::system::{GATED, System, card};
 use orchestrator::worker::EchoHandler;
 use serde_json::{Value, json};
 
@@ -176,16 +176,7 @@ fn check(doc: &Value, method: &str, path: &str, status: u16, body: &Value) -> Ve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_answers_fit_the_documented_schemas() {
     let echo = card("echo", &["echo"]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("gated.yaml"),
-        "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?}}\n  - {id: s, agent: echo, action: echo}\n",
-    )
-    .unwrap();
-    let mut sys = System::start(vec![echo.clone()], fast_bus()).await;
-    sys.stop_orchestrator().await;
-    sys.triggers = orchestrator::trigger::Triggers::load(dir.path(), &Default::default());
-    sys.start_orchestrator(vec![echo.clone()]).await;
+    let mut sys = System::start_with_triggers(vec![echo.clone()], &[("gated.yaml", GATED)]).await;
     sys.worker(echo, Arc::new(EchoHandler)).await;
     let key = sys.admin_key.clone();
     let doc = document();

@@ -1,9 +1,11 @@
-//! `orchestrator dev` as a child process: its lines collected as they
-//! come, stopped with SIGINT (Ctrl-C) and killed on drop.
+//! Long-running commands as a person starts them in a terminal
+//! (`orchestrator dev`, `orchestrator worker`): their lines collected as
+//! they come, stopped with SIGINT (Ctrl-C), killed on drop when that does
+//! not stop them.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,26 +13,18 @@ use std::time::{Duration, Instant};
 /// binary.
 pub static BROKER_PORT: Mutex<()> = Mutex::new(());
 
-/// A running `orchestrator dev`.
-pub struct Dev {
+/// A running command.
+pub struct Running {
     child: Child,
-    /// Every line it printed so far.
+    /// Every line it printed so far, stdout and stderr.
     pub lines: Arc<Mutex<Vec<String>>>,
-    /// Its API's address.
-    pub url: String,
 }
 
-impl Dev {
-    /// Starts `orchestrator dev ARGS` in `dir` with its API on a free port,
-    /// and waits until it says it is up.
-    pub fn start(dir: &Path, args: &[&str]) -> Dev {
-        let port = super::process::free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-            .arg("dev")
-            .args(args)
-            .current_dir(dir)
-            .env("ORCH_HTTP_ADDR", format!("127.0.0.1:{port}"))
-            .env_remove("NATS_URL")
+impl Running {
+    /// Starts `command` with its stdout and stderr collected.
+    pub fn start(mut command: Command) -> Running {
+        let mut child = command
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -47,22 +41,17 @@ impl Dev {
                 }
             });
         }
-        let dev = Dev {
-            child,
-            lines,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        dev.wait_for("orchestrator dev is up", Duration::from_secs(90));
-        dev
+        Running { child, lines }
     }
 
-    /// Waits until a line contains `text`.
-    pub fn wait_for(&self, text: &str, patience: Duration) {
+    /// Waits until a line contains `text`; `what` names the command in the
+    /// failure.
+    pub fn wait_for(&self, text: &str, what: &str, patience: Duration) {
         let deadline = Instant::now() + patience;
         while !self.printed(text) {
             assert!(
                 Instant::now() < deadline,
-                "`orchestrator dev` never printed `{text}`:\n{}",
+                "{what} never printed `{text}`:\n{}",
                 self.lines.lock().unwrap().join("\n")
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -74,39 +63,64 @@ impl Dev {
         self.lines.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
-    /// Sends SIGINT, as Ctrl-C does, and waits (30 s at most) for its exit
-    /// status.
-    pub fn interrupt(&mut self) -> std::process::ExitStatus {
+    /// Sends SIGINT, as Ctrl-C does, and waits up to `patience` for its
+    /// exit status (`None`: it did not stop).
+    pub fn interrupt(&mut self, patience: Duration) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + patience;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
             }
-            assert!(
-                Instant::now() < deadline,
-                "`orchestrator dev` did not stop on SIGINT"
-            );
             std::thread::sleep(Duration::from_millis(100));
         }
+        None
     }
 }
 
-impl Drop for Dev {
+impl Drop for Running {
     /// Stops it as Ctrl-C would (so it stops what it started), and kills
     /// it when that takes longer than 20 seconds.
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        self.interrupt(Duration::from_secs(20));
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A running `orchestrator dev`.
+pub struct Dev {
+    pub running: Running,
+    /// Its API's address.
+    pub url: String,
+}
+
+impl Dev {
+    /// Starts `orchestrator dev ARGS` in `dir` with its API on a free port,
+    /// and waits until it says it is up.
+    pub fn start(dir: &Path, args: &[&str]) -> Dev {
+        let port = super::process::free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        command
+            .arg("dev")
+            .args(args)
+            .current_dir(dir)
+            .env("ORCH_HTTP_ADDR", format!("127.0.0.1:{port}"))
+            .env_remove("NATS_URL");
+        let running = Running::start(command);
+        running.wait_for(
+            "orchestrator dev is up",
+            "`orchestrator dev`",
+            Duration::from_secs(90),
+        );
+        Dev {
+            running,
+            url: format!("http://127.0.0.1:{port}"),
+        }
     }
 }
 

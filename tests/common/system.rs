@@ -25,6 +25,9 @@ pub struct System {
     pub data: tempfile::TempDir,
     pub bus_config: BusConfig,
     pub triggers: Triggers,
+    /// The directory of the trigger files `start_with_triggers` wrote: the
+    /// orchestrator watches it, so it lives as long as the system.
+    trigger_dir: Option<tempfile::TempDir>,
     /// Agent files the orchestrator reads (and watches) instead of the
     /// cards it is given, when there are any.
     pub agent_paths: Vec<PathBuf>,
@@ -86,6 +89,10 @@ pub fn fast_bus() -> BusConfig {
     }
 }
 
+/// A trigger whose run waits at an approval gate (`ask`, "Go?"), then
+/// runs a task of `echo`.
+pub const GATED: &str = "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?}}\n  - {id: s, agent: echo, action: echo}\n";
+
 impl System {
     /// Starts a broker and an orchestrator knowing `cards`.
     pub async fn start(cards: Vec<AgentCard>, bus_config: BusConfig) -> System {
@@ -129,6 +136,7 @@ impl System {
             data,
             bus_config,
             triggers: Triggers::default(),
+            trigger_dir: None,
             agent_paths: Vec::new(),
             client: client_with(admin_key.as_deref()),
             service,
@@ -137,6 +145,22 @@ impl System {
             server: None,
             workers: Vec::new(),
         };
+        sys.start_orchestrator(cards).await;
+        sys
+    }
+
+    /// Starts a broker and an orchestrator that knows `cards` and the
+    /// triggers in `files` (file name, YAML), every one of which must
+    /// load; no worker yet.
+    pub async fn start_with_triggers(cards: Vec<AgentCard>, files: &[(&str, &str)]) -> System {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let mut sys = System::start(cards.clone(), fast_bus()).await;
+        sys.stop_orchestrator().await;
+        sys.triggers = Triggers::load(dir.path(), &Default::default());
+        sys.trigger_dir = Some(dir);
         sys.start_orchestrator(cards).await;
         sys
     }
