@@ -8,7 +8,7 @@ use orchestrator::agent::{Edge, mermaid};
 use serde_json::{Value, json};
 
 use super::client::{Api, ClientArgs, finish};
-use super::output::{list_table, outln, s, table};
+use super::output::{ago, list_table, outln, s, table};
 
 #[derive(Subcommand)]
 pub enum AgentsCommand {
@@ -213,7 +213,7 @@ fn print_one(v: &Value) {
         .map(|i| {
             vec![
                 s(&i["instance"]),
-                s(&i["started_at"]),
+                ago(&i["started_at"]),
                 i["heartbeat_age_seconds"]
                     .as_f64()
                     .map(|a| format!("{a:.1}s ago"))
