@@ -106,11 +106,7 @@ pub fn print_task(t: &Value) {
     if let Some(history) = t["history"].as_array() {
         outln!("history");
         for h in history {
-            // A progress report says what it reported.
-            let said = match h["progress"]["message"].as_str() {
-                Some(m) => format!("progress: {m}"),
-                None => s(&h["reason"]),
-            };
+            let said = history_said(h);
             outln!(
                 "  {}  {:<14} {}  ({said})",
                 s(&h["at"]),
@@ -118,6 +114,15 @@ pub fn print_task(t: &Value) {
                 s(&h["actor"]),
             );
         }
+    }
+}
+
+/// What a history entry says: a progress report's words, else the
+/// reason of its move.
+pub fn history_said(h: &Value) -> String {
+    match h["progress"]["message"].as_str() {
+        Some(m) => format!("progress: {m}"),
+        None => s(&h["reason"]),
     }
 }
 

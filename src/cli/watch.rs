@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::client::{Api, ClientArgs, Failure, finish};
-use super::output::{encode, outln, print_task, s};
+use super::output::{encode, history_said, outln, print_task, s};
 use super::runs::print_run;
 
 pub async fn watch(args: &ClientArgs, id: String) -> ExitCode {
@@ -51,12 +51,12 @@ async fn task(api: &Api, args: &ClientArgs, id: &str) -> Result<(Value, u8), Fai
     let mut shown = 0;
     loop {
         let task = api.get(&format!("/v1/tasks/{id}?wait=1s")).await?.0;
-        let history = task["history"].as_array().cloned().unwrap_or_default();
+        let history = task["history"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         for h in history.iter().skip(shown) {
-            let said = match h["progress"]["message"].as_str() {
-                Some(m) => format!("progress: {m}"),
-                None => s(&h["reason"]),
-            };
+            let said = history_said(h);
             let line = format!(
                 "{}  {:<14} attempt {}  {}  ({said})",
                 s(&h["at"]),

@@ -300,6 +300,7 @@ async fn list(
                         .map_err(|e: String| ApiError::bad_param("run_id", e))
                 })
                 .transpose()?,
+            owner: None,
         };
         o.tasks_newest(filter, cursor, limit + 1, &caller).await?
     } else {

@@ -73,16 +73,11 @@ impl Orchestrator {
         limit: usize,
         caller: &Caller,
     ) -> Result<Vec<TaskRecord>, ServiceError> {
-        let query = crate::store::TaskQuery {
-            state: filter.state,
-            agent: filter.agent,
-            // A caller who may not read every task lists its own.
+        let query = TaskFilter {
+            // A caller who may not read every task lists its own, whatever
+            // the filter says.
             owner: (!caller.grants.covers(grants::READ_ALL)).then(|| caller.principal.clone()),
-            correlation: filter.correlation,
-            since: filter.since,
-            trigger: filter.trigger,
-            action: filter.action,
-            run: filter.run,
+            ..filter
         };
         let store = &self.inner.store;
         let records = store.list_newest(&query, before, limit)?;
@@ -151,21 +146,6 @@ fn walk(
     }
 }
 
-/// What a listing newest first keeps; every field given must match.
-#[derive(Debug, Default, Clone)]
-pub struct TaskFilter {
-    /// In this state.
-    pub state: Option<crate::task::TaskState>,
-    /// For this agent.
-    pub agent: Option<String>,
-    /// Of this request.
-    pub correlation: Option<crate::envelope::CorrelationId>,
-    /// Created at or after this time.
-    pub since: Option<crate::envelope::Timestamp>,
-    /// Started by this trigger.
-    pub trigger: Option<String>,
-    /// Of this skill.
-    pub action: Option<String>,
-    /// The steps of this workflow run.
-    pub run: Option<crate::workflow::RunId>,
-}
+/// What a listing newest first keeps; every field given must match. Its
+/// `owner` is the service's to set (from the caller), never the face's.
+pub use crate::store::TaskQuery as TaskFilter;
