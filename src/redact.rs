@@ -82,10 +82,39 @@ impl SensitiveFields {
     }
 }
 
+/// A credential shorter than this is not scrubbed: it would replace
+/// ordinary words, and no real key is that short.
+const MIN_CREDENTIAL: usize = 8;
+
 impl Secrets {
+    /// Credentials the process holds (an API key, a password): each
+    /// value of at least 8 characters; shorter and empty ones are left out.
+    pub fn credentials(values: impl IntoIterator<Item = String>) -> Secrets {
+        Secrets::of(
+            values
+                .into_iter()
+                .filter(|v| v.chars().count() >= MIN_CREDENTIAL)
+                .collect(),
+        )
+    }
+
+    /// The values of the process's environment variables `names` (unset
+    /// ones left out), as [`Secrets::credentials`].
+    pub fn of_env<'a>(names: impl IntoIterator<Item = &'a str>) -> Secrets {
+        Secrets::credentials(names.into_iter().filter_map(|n| std::env::var(n).ok()))
+    }
+
+    /// These secrets and `other`'s.
+    pub fn and(&self, other: &Secrets) -> Secrets {
+        if other.is_empty() {
+            return self.clone();
+        }
+        Secrets::of(self.0.iter().chain(&other.0).cloned().collect())
+    }
+
     fn of(mut found: Vec<String>) -> Secrets {
         // Longest first, so a secret containing another is replaced whole.
-        found.sort_by_key(|s: &String| std::cmp::Reverse(s.len()));
+        found.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         found.dedup();
         Secrets(found)
     }
@@ -181,5 +210,19 @@ mod tests {
                 .secrets(json!({"q": "x"}).as_object().unwrap())
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn credentials_are_scrubbed_whole_and_short_values_are_left_alone() {
+        let key = "sk-test-0123456789abcdef";
+        let secrets = Secrets::credentials([key.to_string(), "short".to_string(), String::new()])
+            .and(&Secrets::credentials(["sk-test-0123".to_string()]));
+        assert_eq!(
+            secrets.scrub(&format!(
+                "401: Incorrect API key provided: {key} (Bearer {key}); short"
+            )),
+            "401: Incorrect API key provided: [redacted] (Bearer [redacted]); short"
+        );
+        assert!(Secrets::credentials(["abc".to_string()]).is_empty());
     }
 }

@@ -29,16 +29,20 @@ pub async fn serve(
     let config = orchestrator.config();
     let bounds = crate::http::listen::Bounds {
         header_timeout: config.http_header_timeout,
+        header_timeout_under_pressure: config.http_header_timeout_under_pressure,
         max_connections: crate::http::listen::fit_connections(
             config.http_max_connections,
-            RESERVED_FILES,
+            RESERVED_FILES + config.http_probe_connections as u64,
         ),
+        probe_connections: config.http_probe_connections,
+        max_connections_per_peer: config.http_max_connections_per_peer,
         // A long poll answers within the request timeout.
         shutdown_grace: config.http_request_timeout + Duration::from_secs(1),
     };
+    let probes = crate::http::probes_router(orchestrator.clone());
     let app = crate::http::router(orchestrator, access, shutdown.clone());
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
-    crate::http::listen::serve(listener, app, bounds, shutdown.cancelled_owned()).await;
+    crate::http::listen::serve(listener, app, probes, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();
     let _ = outbox.await;
     background.join().await

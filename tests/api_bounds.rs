@@ -116,8 +116,9 @@ async fn a_caller_with_slow_bodies_holds_only_its_share() {
 }
 
 /// Connections that send part of their headers and stop are closed after
-/// the header timeout, at most `http_max_connections` are open at once,
-/// and a real request behind them is answered once they are cut.
+/// the header timeout; past `http_max_connections` and the probes'
+/// reserve, a connection is answered 503 at once (not left in the
+/// backlog), and the API serves again once the dribblers are cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_dribble_headers_are_cut_and_capped() {
     let sys = System::start_with(
@@ -126,38 +127,268 @@ async fn connections_that_dribble_headers_are_cut_and_capped() {
         fast_bus(),
         |c| {
             c.http_max_connections = 4;
+            c.http_probe_connections = 2;
             c.http_header_timeout = Duration::from_secs(1);
         },
     )
     .await;
     let mut dribblers = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..6 {
         dribblers.push(dribble(&sys.http, "GET /healthz HTTP/1.1\r\nHo").await);
     }
-    let started = Instant::now();
-    let healthy = tokio::time::timeout(
-        Duration::from_secs(15),
-        reqwest::get(format!("{}/healthz", sys.http)),
-    )
-    .await
-    .expect("the probe is answered once the dribblers are cut")
-    .unwrap();
-    assert_eq!(healthy.status(), 200);
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "the cap did not hold it back"
-    );
+    let mut refused = dribble(&sys.http, "GET /healthz HTTP/1.1\r\nHo").await;
+    let (status, text) = answer(&mut refused, Duration::from_secs(5)).await;
+    assert_eq!(status, Some(503), "{text}");
+    assert!(text.contains("too_many_connections"), "{text}");
+    assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
     for mut stream in dribblers {
         let (_, text) = answer(&mut stream, Duration::from_secs(15)).await;
         assert!(!text.contains("200 OK"), "a dribbler was served: {text}");
     }
+    let (status, _) = sys.get("/healthz").await;
+    assert_eq!(status, 200, "served once the dribblers are cut");
     let metrics = common::get_text(&reqwest::Client::new(), &format!("{}/metrics", sys.http)).await;
-    let reached = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("orch_http_connection_cap_reached_total "))
-        .and_then(|n| n.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let reached = metric(&metrics, "orch_http_connection_cap_reached_total ");
     assert!(reached > 0, "{metrics}");
+    let full = metric(
+        &metrics,
+        "orch_http_connections_refused_total{reason=\"full\"} ",
+    );
+    assert!(full > 0, "{metrics}");
+}
+
+/// The value of the metric line that starts with `prefix`, or 0.
+fn metric(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A connection to `http` from the loopback address `from` (the whole of
+/// 127.0.0.0/8 is this machine), so a test can play several peers.
+async fn connect_from(from: [u8; 4], http: &str) -> TcpStream {
+    let to: std::net::SocketAddr = http.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((from, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// A connection from `from` that sent `head` and nothing after it.
+async fn dribble_from(from: [u8; 4], http: &str, head: &str) -> TcpStream {
+    let mut stream = connect_from(from, http).await;
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// The status of the first answer on `stream`, read within `within`
+/// without waiting for the end (a stream's answer has none).
+async fn status_line(stream: &mut TcpStream, within: Duration) -> Option<u16> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 512];
+    let deadline = Instant::now() + within;
+    while !head.windows(2).any(|w| w == b"\r\n") {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    String::from_utf8_lossy(&head)
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+}
+
+/// An HTTP client whose connections come from `from`, sending `key`.
+fn client_from(from: [u8; 4], key: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .local_address(std::net::IpAddr::from(from))
+        .timeout(PROMPTLY)
+        .build()
+        .unwrap()
+}
+
+/// What "answered at once" means under attack: well under the header
+/// deadline an attacker's connections hold a slot for.
+const PROMPTLY: Duration = Duration::from_secs(1);
+
+/// The attack that locked everyone out, and the one beside it: one
+/// ordinary key opens idle streams (`GET /v1/changes`, A2A
+/// `SubscribeToTask`) while a peer without credentials runs a slowloris.
+/// The key holds at most `http_max_streams_per_principal` streams (429,
+/// and -32103 on the A2A face, past it), the slowloris at most
+/// `http_max_connections_per_peer` connections (503 at once past it), and
+/// meanwhile another principal's submit and every probe answer within a
+/// second. Then dribblers from many peers fill every API slot: the probes
+/// still answer (from their reserve) while the API answers 503 at once,
+/// and dribblers opened under that pressure are cut at the shorter header
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_and_a_slowloris_cannot_lock_others_out() {
+    let (eve, eve_entry) = key_for("eve", &[]);
+    let sys = System::start_with(
+        common::nats::NatsServer::start(),
+        vec![card("echo", &["echo"])],
+        fast_bus(),
+        |c| {
+            c.api_auth.api_keys.push(eve_entry);
+            c.http_max_connections = 64;
+            c.http_probe_connections = 8;
+            c.http_max_connections_per_peer = 16;
+            c.http_max_streams_per_principal = 4;
+            c.http_header_timeout = Duration::from_secs(30);
+            c.http_header_timeout_under_pressure = Duration::from_secs(2);
+        },
+    )
+    .await;
+    let admin = sys.admin_key.clone().unwrap();
+    const EVE: [u8; 4] = [127, 0, 0, 4];
+    const SLOWLORIS: [u8; 4] = [127, 0, 0, 2];
+    const OTHER: [u8; 4] = [127, 0, 0, 3];
+
+    // Eve's streams: her share, then 429.
+    let changes =
+        format!("GET /v1/changes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {eve}\r\n\r\n");
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let mut stream = dribble_from(EVE, &sys.http, &changes).await;
+        assert_eq!(
+            status_line(&mut stream, Duration::from_secs(5)).await,
+            Some(200)
+        );
+        streams.push(stream);
+    }
+    let mut over = dribble_from(
+        EVE,
+        &sys.http,
+        &changes.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    let (status, text) = answer(&mut over, Duration::from_secs(5)).await;
+    assert_eq!(status, Some(429), "{text}");
+    assert!(text.contains("http_max_streams_per_principal"), "{text}");
+    assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
+    let eve_client = client_from(EVE, &eve);
+    let refused: serde_json::Value = eve_client
+        .post(format!("{}/a2a", sys.http))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "tasks/0193a1b2-0000-7000-8000-000000000000"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(refused["error"]["code"], -32103, "{refused:#}");
+
+    // A slowloris from one peer: 16 held, the rest refused at once.
+    let mut slowloris = Vec::new();
+    let mut turned_away = 0;
+    for _ in 0..40 {
+        let mut stream = dribble_from(SLOWLORIS, &sys.http, "GET /healthz HTTP/1.1\r\nHo").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let mut probe = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(300), stream.peek(&mut probe)).await {
+            Ok(_) => {
+                let (status, text) = answer(&mut stream, Duration::from_secs(2)).await;
+                assert_eq!(status, Some(503), "{text}");
+                turned_away += 1;
+            }
+            Err(_) => slowloris.push(stream),
+        }
+    }
+    assert_eq!(slowloris.len(), 16, "the peer holds its cap");
+    assert_eq!(turned_away, 24);
+
+    // Meanwhile another principal and the probes are served at once.
+    let other = client_from(OTHER, &admin);
+    let submitted = other
+        .post(format!("{}/v1/tasks", sys.http))
+        .json(&json!({"to": "echo", "action": "echo", "params": {}}))
+        .send()
+        .await
+        .expect("another principal's submit answers within a second");
+    assert_eq!(submitted.status(), 201);
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let answered = other
+            .get(format!("{}{probe}", sys.http))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{probe} within a second: {e}"));
+        assert_eq!(answered.status(), 200, "{probe}");
+    }
+
+    // Every API slot taken by dribblers from many peers (4 streams and 16
+    // slowloris connections hold 20 of 64 once the clients' idle
+    // connections are gone).
+    drop((other, eve_client));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut crowd = Vec::new();
+    for i in 0..44u8 {
+        let from = [127, 0, 1, i / 11];
+        crowd.push(dribble_from(from, &sys.http, "GET /healthz HTTP/1.1\r\nHo").await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = client_from([127, 0, 0, 9], &admin);
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let answered = fresh
+            .get(format!("{}{probe}", sys.http))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{probe} within a second from the reserve: {e}"));
+        assert_eq!(answered.status(), 200, "{probe}");
+    }
+    let full = fresh
+        .post(format!("{}/v1/tasks", sys.http))
+        .json(&json!({"to": "echo", "action": "echo", "params": {}}))
+        .send()
+        .await
+        .expect("the API answers at once when full");
+    assert_eq!(full.status(), 503);
+    let body: serde_json::Value = full.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_connections", "{body:#}");
+
+    // The dribblers opened under pressure are cut at its deadline (2 s),
+    // the first slowloris connections (opened before) are not.
+    let started = Instant::now();
+    for mut stream in crowd.drain(22..) {
+        let (_, text) = answer(&mut stream, Duration::from_secs(10)).await;
+        assert!(!text.contains("200 OK"), "{text}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cut at the shorter deadline"
+    );
+    let mut probe = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), slowloris[0].peek(&mut probe))
+            .await
+            .is_err(),
+        "a connection opened before the pressure keeps its deadline"
+    );
+    let metrics = common::get_text(&reqwest::Client::new(), &format!("{}/metrics", sys.http)).await;
+    assert!(
+        metric(
+            &metrics,
+            "orch_http_connections_refused_total{reason=\"peer\"} "
+        ) >= 24,
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "orch_http_streams_refused_total{reason=\"principal\"} "
+        ) >= 2,
+        "{metrics}"
+    );
+    drop(streams);
 }
 
 /// Started with a low soft open-file limit, `orchestrator run` raises it
@@ -198,5 +429,5 @@ async fn run_raises_its_open_file_limit_and_fits_the_connection_cap() {
     assert_eq!(open_files, ["700", "700"], "{limits}");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("raised the open-file limit"), "{text}");
-    assert!(text.contains("lowered to 444"), "{text}");
+    assert!(text.contains("lowered to 428"), "{text}");
 }

@@ -2,7 +2,9 @@
 //! command agent that prints it in its failure message and refused by a
 //! skill's inputSchema, appears in no log line of the orchestrator or the
 //! worker (at the level they run with, info), in no API answer and in no
-//! audit record.
+//! audit record. A worker's own credentials (a model's API key, a
+//! configured secret, the task's token) that a service quotes back are
+//! scrubbed the same way.
 
 mod common;
 
@@ -135,6 +137,192 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
                 !line.contains(&wrong_key),
                 "{log} holds a presented key: {line}"
             );
+        }
+    }
+}
+
+/// The model's key, and a configured secret of an HTTP agent's worker.
+const MODEL_KEY: &str = "sk-planted-0123456789abcdef";
+const DB_SECRET: &str = "db-planted-secret-42a7";
+
+/// A provider that quotes the key it was given (in a 401's body, a 500's
+/// body, and a redirect's `Location` header the client follows to a port
+/// nothing answers, which names the key in no error), and an HTTP agent's service that quotes a configured
+/// secret (500) and the task token it was sent (401): the worker
+/// processes report each failure with `[redacted]` in its place, and no
+/// API answer, audit record or log line holds any of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_services_words_never_carry_the_workers_credentials() {
+    use common::llm::{Model, Reply};
+    let model = Model::serve(|r| {
+        let text = r["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let quote = json!({"error": {"message": format!("Incorrect API key provided: {MODEL_KEY}"), "type": "invalid_request_error"}});
+        match text.as_str() {
+            "401" => Reply::Status(401, quote, None),
+            "500" => Reply::Status(500, json!({"error": {"message": format!("upstream saw Authorization: Bearer {MODEL_KEY}")}}), None),
+            _ => Reply::Redirect(format!("http://127.0.0.1:1/v1/chat?api_key={MODEL_KEY}")),
+        }
+    })
+    .await;
+    // The HTTP agent's service: 500 quoting the secret, 401 quoting the
+    // token it got.
+    let service = axum::Router::new().route(
+        "/",
+        axum::routing::post(|headers: axum::http::HeaderMap, body: String| async move {
+            use axum::response::IntoResponse;
+            let token = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            if body.contains("secret") {
+                (axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\": {{\"message\": \"the database refused password {DB_SECRET}\"}}}}")).into_response()
+            } else {
+                (axum::http::StatusCode::UNAUTHORIZED, format!("{{\"error\": {{\"message\": \"refused {token}\"}}}}")).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let service_url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
+
+    let nats = NatsServer::start();
+    let agents = tempfile::tempdir().unwrap();
+    let write = |name: &str, card: Value| {
+        std::fs::create_dir_all(agents.path().join(name)).unwrap();
+        std::fs::write(
+            agents.path().join(name).join("agent.json"),
+            card.to_string(),
+        )
+        .unwrap();
+    };
+    write(
+        "writer",
+        json!({
+            "name": "writer", "version": "1.0.0", "description": "writes",
+            "skills": [{"id": "write", "description": "write"}],
+            "invocation": {"type": "llm", "model": "stub-model", "baseUrl": model.url,
+                           "apiKeyEnv": "ORCH_TEST_MODEL_KEY", "timeout": "10s"}
+        }),
+    );
+    write(
+        "store",
+        json!({
+            "name": "store", "version": "1.0.0", "description": "stores",
+            "skills": [{"id": "put", "description": "put"}],
+            "invocation": {"type": "http", "url": service_url, "poll": "100ms", "timeout": "5s"}
+        }),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let config = logs.path().join("worker.json");
+    std::fs::write(
+        &config,
+        json!({"secret_env": ["ORCH_TEST_DB_SECRET"]}).to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut run = orchestrator(
+        &run_args(agents.path(), data.path(), port, &[]),
+        &nats.url(),
+        &logs.path().join("run.log"),
+    );
+    wait_ready(&format!("{base}/readyz")).await;
+    let env = [
+        ("ORCH_TEST_MODEL_KEY", MODEL_KEY),
+        ("ORCH_TEST_DB_SECRET", DB_SECRET),
+    ];
+    let mut workers = Vec::new();
+    for name in ["writer", "store"] {
+        let dir = agents.path().join(name);
+        workers.push(common::process::orchestrator_with_env(
+            &[
+                "worker",
+                "--agent",
+                dir.to_str().unwrap(),
+                "--data-dir",
+                data.path().to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            &nats.url(),
+            &logs.path().join(format!("{name}.log")),
+            &env,
+        ));
+    }
+    let http = common::process::admin_client(data.path());
+    let mut answers = Vec::new();
+    let cases = [
+        ("writer", "write", json!({"text": "401"})),
+        ("writer", "write", json!({"text": "500"})),
+        ("writer", "write", json!({"text": "redirect"})),
+        ("store", "put", json!({"what": "secret"})),
+        ("store", "put", json!({"what": "token"})),
+    ];
+    for (to, action, params) in cases {
+        let task = common::post_json(
+            &http,
+            &format!("{base}/v1/tasks"),
+            &json!({"to": to, "action": action, "params": params, "max_attempts": 1}),
+        )
+        .await;
+        let id = task["task_id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let done: Value = loop {
+            let t = common::get_json(&http, &format!("{base}/v1/tasks/{id}?wait=5s")).await;
+            if t["state"] == "failed" {
+                break t;
+            }
+            assert!(Instant::now() < deadline, "the task never failed: {t:#}");
+        };
+        let message = done["error"]["message"].as_str().unwrap();
+        // A header never reaches a reported text (reqwest names the URL
+        // asked, not the one it was sent to): nothing to scrub there, and
+        // the checks below hold that.
+        if params["text"] != "redirect" {
+            assert!(message.contains("[redacted]"), "{params}: {done:#}");
+        }
+        answers.push(done.to_string());
+        let correlation = done["correlation_id"].as_str().unwrap();
+        answers.push(
+            common::get_text(
+                &http,
+                &format!("{base}/v1/tasks?correlation_id={correlation}&limit=100"),
+            )
+            .await,
+        );
+        answers.push(
+            common::get_text(
+                &http,
+                &format!("{base}/v1/audit?correlation_id={correlation}&limit=100"),
+            )
+            .await,
+        );
+    }
+    run.kill();
+    for w in &mut workers {
+        w.kill();
+    }
+    for answer in &answers {
+        for secret in [MODEL_KEY, DB_SECRET, "eyJ"] {
+            assert!(
+                !answer.contains(secret),
+                "an answer holds {secret}: {answer}"
+            );
+        }
+    }
+    for log in ["run.log", "writer.log", "store.log"] {
+        let text = std::fs::read_to_string(logs.path().join(log)).unwrap();
+        assert!(
+            !text.is_empty(),
+            "{log} is empty: the test captured nothing"
+        );
+        for secret in [MODEL_KEY, DB_SECRET] {
+            assert!(!text.contains(secret), "{log} holds {secret}");
         }
     }
 }

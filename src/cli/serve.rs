@@ -431,6 +431,9 @@ async fn run_worker(
         max_envelope_bytes: config.max_envelope_bytes,
         verifier,
         sensitive: config.sensitive_fields.clone(),
+        secrets: orchestrator::redact::Secrets::of_env(
+            config.secret_env.iter().map(String::as_str),
+        ),
         stall_after: config.ready_stall_after,
         ..WorkerConfig::default()
     };

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -66,13 +65,7 @@ async fn changes(
     Requester(caller): Requester,
     Extension(streams): Extension<Arc<Streams>>,
 ) -> Result<Response, ApiError> {
-    let permit = streams.enter().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_streams",
-            "too many streams open; try again shortly",
-        )
-    })?;
+    let permit = streams.enter(&caller.principal).map_err(ApiError::from)?;
     let live = o.live(&caller);
     let closing = streams.closing();
     let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });

@@ -18,6 +18,9 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
+    /// Seconds to wait before trying again (`Retry-After`), for refusals
+    /// that pass.
+    retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -28,7 +31,14 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
+    }
+
+    /// With `Retry-After: seconds`.
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// 404 for `what`.
@@ -98,6 +108,26 @@ impl IntoResponse for ApiError {
         if let Some(field) = self.field {
             error["field"] = field.into();
         }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        let mut response = (self.status, Json(json!({ "error": error }))).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
+    }
+}
+
+impl From<super::streams::StreamRefused> for ApiError {
+    fn from(refused: super::streams::StreamRefused) -> Self {
+        let (status, code) = match refused {
+            super::streams::StreamRefused::Full => {
+                (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams")
+            }
+            super::streams::StreamRefused::PrincipalShare(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_requests")
+            }
+        };
+        ApiError::new(status, code, refused.message()).retry_after(1)
     }
 }

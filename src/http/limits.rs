@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tower::{BoxError, ServiceBuilder};
 
@@ -33,16 +33,13 @@ pub fn limit(router: Router, max_in_flight: usize, timeout: Duration) -> Router 
 
 fn refused(e: BoxError, timeout: Duration) -> Response {
     if e.is::<tower::load_shed::error::Overloaded>() {
-        let mut response = ApiError::new(
+        return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded",
             "too many requests in progress; try again shortly",
         )
+        .retry_after(1)
         .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
     }
     if e.is::<tower::timeout::error::Elapsed>() {
         let message = format!(
@@ -59,29 +56,37 @@ fn refused(e: BoxError, timeout: Duration) -> Response {
     .into_response()
 }
 
-/// How many requests each principal has in progress, at most `max`.
+/// How many of something (requests in progress, streams open) each
+/// principal holds, at most `max`.
 pub(super) struct PerPrincipal {
-    /// The most one principal may have in progress.
+    /// The most one principal may hold.
     max: usize,
+    /// What is counted, for the refusal ("requests in progress").
+    what: &'static str,
+    /// The setting that bounds it, for the refusal.
+    setting: &'static str,
     /// In progress, by principal; a principal with none has no entry.
     held: Mutex<HashMap<String, usize>>,
 }
 
-/// One request of a principal in progress; ends when dropped.
+/// One of a principal's share in use; given back when dropped.
 pub(super) struct Entered {
     limits: Arc<PerPrincipal>,
     principal: String,
 }
 
 impl PerPrincipal {
-    pub(super) fn new(max: usize) -> Arc<Self> {
+    /// At most `max` of `what` per principal, as `setting` says.
+    pub(super) fn new(max: usize, what: &'static str, setting: &'static str) -> Arc<Self> {
         Arc::new(PerPrincipal {
             max,
+            what,
+            setting,
             held: Mutex::default(),
         })
     }
 
-    /// A request of `principal` begins, unless it has `max` in progress.
+    /// One more for `principal`, unless it holds `max` already.
     pub(super) fn enter(self: &Arc<Self>, principal: &str) -> Option<Entered> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let n = held.entry(principal.to_string()).or_default();
@@ -95,19 +100,20 @@ impl PerPrincipal {
         })
     }
 
-    /// The answer to a principal over its limit.
+    /// Why `principal` is refused one more.
+    pub(super) fn refusal(&self, principal: &str) -> String {
+        format!(
+            "`{principal}` has {} {}, the most one principal may ({}); try again shortly",
+            self.max, self.what, self.setting
+        )
+    }
+
+    /// The answer to a principal over its limit: 429 with `Retry-After`.
     pub(super) fn refused(&self, principal: &str) -> Response {
-        let message = format!(
-            "`{principal}` has {} requests in progress, the most one principal may (http_max_in_flight_per_principal); try again shortly",
-            self.max
-        );
-        let mut response =
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
-                .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        response
+        let message = self.refusal(principal);
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
+            .retry_after(1)
+            .into_response()
     }
 }
 

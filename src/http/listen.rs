@@ -1,19 +1,30 @@
-//! Serving the API on a listener, with the bounds `axum::serve` lacks:
-//! a connection's request headers must arrive within a time (an idle
-//! keep-alive connection is closed after it too), at most so many
-//! connections are open at once (more wait in the kernel's backlog, and
-//! the cap is said in the log), and shutdown lets requests in progress
-//! finish within a grace period. HTTP/1.1 only.
+//! Serving the API on a listener, with the bounds `axum::serve` lacks,
+//! so that no caller can take the server from the others:
+//! - a connection's request headers must arrive within a time (an idle
+//!   keep-alive connection is closed after it too), shorter for new
+//!   connections while more than half the slots are taken;
+//! - at most so many connections are open at once for the API; past that
+//!   a reserve of connections is served the probes only (anything else is
+//!   503), so `/healthz`, `/readyz` and `/metrics` answer however full the
+//!   API is; past the reserve a connection is answered 503 and closed;
+//! - at most so many connections are open from one address, one more is
+//!   answered 503 and closed, so one peer cannot hold the rest;
+//! - shutdown lets requests in progress finish within a grace period.
+//!
+//! HTTP/1.1 only.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, warn};
 
@@ -22,8 +33,15 @@ use tracing::{debug, error, warn};
 pub struct Bounds {
     /// Time for a request's headers to arrive.
     pub header_timeout: Duration,
-    /// Connections open at once.
+    /// Time for a new connection's headers while more than half of
+    /// `max_connections` are open (the lower of the two applies).
+    pub header_timeout_under_pressure: Duration,
+    /// Connections open at once for the API.
     pub max_connections: usize,
+    /// Connections beyond `max_connections` served the probes only.
+    pub probe_connections: usize,
+    /// Connections open at once from one address.
+    pub max_connections_per_peer: usize,
     /// Time for requests in progress to finish once shutdown begins.
     pub shutdown_grace: Duration,
 }
@@ -31,25 +49,44 @@ pub struct Bounds {
 /// How often the connection cap is said in the log while it holds.
 const CAP_WARNING_EVERY: Duration = Duration::from_secs(60);
 
-/// Serves `app` on `listener` within `bounds` until `shutdown` resolves.
+/// How long a refused connection's 503 may take to write.
+const REFUSAL_WRITE: Duration = Duration::from_millis(200);
+
+/// The whole answer to a refused connection.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n\
+content-length: 97\r\n\r\n\
+{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many connections; try again shortly\"}}";
+
+/// Serves `app` on `listener` within `bounds` until `shutdown` resolves;
+/// a connection from the probes' reserve is served by `probes` instead.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    probes: Router,
     bounds: Bounds,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let slots = Slots::new(&bounds);
     let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_timeout);
+    let (relaxed, pressed, reserve) = (
+        builder(bounds.header_timeout, true),
+        builder(
+            bounds
+                .header_timeout
+                .min(bounds.header_timeout_under_pressure),
+            true,
+        ),
+        builder(
+            bounds
+                .header_timeout
+                .min(bounds.header_timeout_under_pressure),
+            false,
+        ),
+    );
     let mut warned: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            slot = slot(&slots, bounds.max_connections, &mut warned) => slot,
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -60,7 +97,26 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(app.clone());
+        let slot = match slots.take(peer.ip()) {
+            Ok(slot) => slot,
+            Err(reason) => {
+                crate::telemetry::metrics::http_connection_refused(reason.label());
+                if reason == Refused::Full {
+                    cap_reached(bounds.max_connections, &mut warned);
+                }
+                tokio::spawn(refuse(stream));
+                continue;
+            }
+        };
+        let (http, service) = match slot.kind {
+            Kind::Api { pressed: false } => (&relaxed, &app),
+            Kind::Api { pressed: true } => (&pressed, &app),
+            Kind::Probes => {
+                cap_reached(bounds.max_connections, &mut warned);
+                (&reserve, &probes)
+            }
+        };
+        let service = TowerToHyperService::new(service.clone());
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -81,29 +137,148 @@ pub async fn serve(
     }
 }
 
-/// A connection slot; at the cap, waits for one (saying so at most once a
-/// minute): the connections beyond it stay in the listen backlog.
-async fn slot(
-    slots: &Arc<Semaphore>,
-    max: usize,
-    warned: &mut Option<Instant>,
-) -> OwnedSemaphorePermit {
-    if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
-        return slot;
-    }
+/// An HTTP/1.1 connection builder with this header deadline.
+fn builder(header_timeout: Duration, keep_alive: bool) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(keep_alive);
+    http
+}
+
+/// Says that the API's connections are all taken, at most once a minute.
+fn cap_reached(max: usize, warned: &mut Option<Instant>) {
     crate::telemetry::metrics::http_connection_cap_reached();
     if warned.is_none_or(|at| at.elapsed() >= CAP_WARNING_EVERY) {
         *warned = Some(Instant::now());
         warn!(
             max_connections = max,
-            "HTTP connection cap reached: new connections wait until one closes (http_max_connections)"
+            "HTTP connection cap reached: new connections are served the probes only, or refused (http_max_connections)"
         );
     }
-    // The semaphore is never closed.
-    Arc::clone(slots)
-        .acquire_owned()
-        .await
-        .unwrap_or_else(|_| unreachable!("the connection semaphore is never closed"))
+}
+
+/// Answers a refused connection 503 (within a moment) and closes it.
+async fn refuse(mut stream: TcpStream) {
+    let _ = tokio::time::timeout(REFUSAL_WRITE, async {
+        stream.write_all(REFUSAL).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Its address holds `max_connections_per_peer`.
+    Peer,
+    /// The API's slots and the probes' reserve are all taken.
+    Full,
+}
+
+impl Refused {
+    fn label(self) -> &'static str {
+        match self {
+            Refused::Peer => "peer",
+            Refused::Full => "full",
+        }
+    }
+}
+
+/// What a connection may ask for.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// The whole API; `pressed`: opened while over half the slots were
+    /// taken.
+    Api { pressed: bool },
+    /// The probes only, from the reserve.
+    Probes,
+}
+
+/// The connections open: the API's slots, the probes' reserve, and a
+/// count per address.
+struct Slots {
+    api: Arc<Semaphore>,
+    probes: Arc<Semaphore>,
+    /// Half of the API's slots: fewer free than this is pressure.
+    pressure_below: usize,
+    per_peer: Arc<PerPeer>,
+}
+
+/// Connections open per address, at most `max`.
+struct PerPeer {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One open connection: its slot and its address's count, given back
+/// when dropped.
+struct Slot {
+    kind: Kind,
+    _permit: OwnedSemaphorePermit,
+    peer: IpAddr,
+    per_peer: Arc<PerPeer>,
+}
+
+impl Slots {
+    fn new(bounds: &Bounds) -> Self {
+        Slots {
+            api: Arc::new(Semaphore::new(bounds.max_connections)),
+            probes: Arc::new(Semaphore::new(bounds.probe_connections)),
+            pressure_below: bounds.max_connections / 2,
+            per_peer: Arc::new(PerPeer {
+                max: bounds.max_connections_per_peer,
+                open: Mutex::default(),
+            }),
+        }
+    }
+
+    /// A slot for a connection from `peer`: the API's, else the probes',
+    /// else refused.
+    fn take(&self, peer: IpAddr) -> Result<Slot, Refused> {
+        // 127.0.0.1 and ::ffff:127.0.0.1 are one address.
+        let peer = peer.to_canonical();
+        let (kind, permit) = if let Ok(permit) = Arc::clone(&self.api).try_acquire_owned() {
+            let pressed = self.api.available_permits() < self.pressure_below;
+            (Kind::Api { pressed }, permit)
+        } else if let Ok(permit) = Arc::clone(&self.probes).try_acquire_owned() {
+            (Kind::Probes, permit)
+        } else {
+            return Err(Refused::Full);
+        };
+        let mut open = self
+            .per_peer
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(peer).or_default();
+        if *n >= self.per_peer.max {
+            return Err(Refused::Peer);
+        }
+        *n += 1;
+        Ok(Slot {
+            kind,
+            _permit: permit,
+            peer,
+            per_peer: Arc::clone(&self.per_peer),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self
+            .per_peer
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
 }
 
 /// After a failed accept: a connection's own error is nothing; anything

@@ -115,13 +115,18 @@ pub fn router(
     let open = access.is_off();
     let streams = Arc::new(streams::Streams::new(
         config.a2a.max_streams,
+        config.http_max_streams_per_principal,
         config.a2a.keepalive,
         closing,
     ));
     let face = a2a::Face::new(!open, Arc::clone(&streams));
     let gate = Arc::new(auth::Gate {
         access,
-        per_principal: limits::PerPrincipal::new(config.http_max_in_flight_per_principal),
+        per_principal: limits::PerPrincipal::new(
+            config.http_max_in_flight_per_principal,
+            "requests in progress",
+            "http_max_in_flight_per_principal",
+        ),
     });
     let api = Router::new()
         .merge(tasks::router())
@@ -155,6 +160,23 @@ pub fn router(
     } else {
         app
     }
+}
+
+/// What a connection from the probes' reserve is served (the API's
+/// connections all taken): `/healthz`, `/readyz` and `/metrics`, and 503
+/// for anything else.
+pub fn probes_router(orchestrator: Orchestrator) -> Router {
+    health::router()
+        .fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_connections",
+                "every connection of the API is taken; try again shortly",
+            )
+            .retry_after(1)
+        })
+        .layer(axum::middleware::from_fn(trace::layer))
+        .with_state(orchestrator)
 }
 
 /// A request's body, read within the configured time and size

@@ -67,14 +67,39 @@ pub struct ServiceConfig {
     /// keep-alive connection is closed after it too.
     #[serde(with = "humantime_serde")]
     pub http_header_timeout: Duration,
-    /// HTTP connections open at once; more wait in the listen backlog.
-    /// Lowered at start to fit the open-file limit.
+    /// HTTP connections open at once for the API. Past it, up to
+    /// `http_probe_connections` more are served the probes only
+    /// (`/healthz`, `/readyz`, `/metrics`; anything else 503), and any
+    /// more are answered 503 and closed. Lowered at start to fit the
+    /// open-file limit.
     pub http_max_connections: usize,
+    /// Connections kept for the probes beyond `http_max_connections`, so
+    /// they answer however full the API is.
+    pub http_probe_connections: usize,
+    /// HTTP connections open at once from one address (IPv4, or IPv6);
+    /// one more is answered 503 and closed, so no single peer (a slowloris
+    /// above all) holds the rest.
+    pub http_max_connections_per_peer: usize,
+    /// The header deadline of a new connection while more than half of
+    /// `http_max_connections` are open (`http_header_timeout` when lower),
+    /// so dribbling connections are cut sooner under pressure.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout_under_pressure: Duration,
+    /// Streams (the console's `GET /v1/changes`, A2A subscriptions and
+    /// streamed sends) one principal holds open at once; one more is
+    /// refused (429), so one key cannot take every connection with idle
+    /// streams.
+    pub http_max_streams_per_principal: usize,
     /// Task tokens: keys, issuer, lifetime, checking.
     pub tokens: crate::auth::TokenSettings,
     /// Param field names whose values are secrets: they are scrubbed from
     /// error messages, the audit trail and logs.
     pub sensitive_fields: crate::redact::SensitiveFields,
+    /// Variables of a worker's environment whose values are credentials
+    /// (besides the model's API key, a remote agent's credential and the
+    /// MCP servers' `${NAME}` values, which each handler knows): a worker
+    /// scrubs them from every error and status message it reports.
+    pub secret_env: Vec<String>,
     /// Who may call the HTTP API: API keys, a JWT issuer, or `mode: none`.
     pub api_auth: crate::access::ApiAuthSettings,
     /// Traces, metrics and the Jaeger link (see docs/observability.md).
@@ -256,8 +281,13 @@ impl Default for ServiceConfig {
             http_body_timeout: Duration::from_secs(10),
             http_header_timeout: Duration::from_secs(10),
             http_max_connections: 1024,
+            http_probe_connections: 16,
+            http_max_connections_per_peer: 256,
+            http_header_timeout_under_pressure: Duration::from_secs(2),
+            http_max_streams_per_principal: 32,
             tokens: crate::auth::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
+            secret_env: Vec::new(),
             api_auth: crate::access::ApiAuthSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
             a2a: A2aSettings::default(),
@@ -280,6 +310,15 @@ impl crate::codec::Validate for ServiceConfig {
                 self.http_max_in_flight_per_principal,
             ),
             ("http_max_connections", self.http_max_connections),
+            ("http_probe_connections", self.http_probe_connections),
+            (
+                "http_max_connections_per_peer",
+                self.http_max_connections_per_peer,
+            ),
+            (
+                "http_max_streams_per_principal",
+                self.http_max_streams_per_principal,
+            ),
             ("a2a.max_streams", self.a2a.max_streams),
             ("deliveries.max_in_flight", self.deliveries.max_in_flight),
             ("llm.max_turns", self.llm.max_turns as usize),
@@ -300,6 +339,10 @@ impl crate::codec::Validate for ServiceConfig {
             ("http_request_timeout", self.http_request_timeout),
             ("http_body_timeout", self.http_body_timeout),
             ("http_header_timeout", self.http_header_timeout),
+            (
+                "http_header_timeout_under_pressure",
+                self.http_header_timeout_under_pressure,
+            ),
             ("a2a.keepalive", self.a2a.keepalive),
             ("deliveries.timeout", self.deliveries.timeout),
             ("deliveries.backoff_first", self.deliveries.backoff_first),

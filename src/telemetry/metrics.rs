@@ -131,8 +131,24 @@ static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 static HTTP_CONNECTION_CAP: LazyLock<IntCounter> = LazyLock::new(|| {
     registered(IntCounter::new(
         "orch_http_connection_cap_reached_total",
-        "Times a new HTTP connection had to wait because http_max_connections were open.",
+        "Times a new HTTP connection found http_max_connections open: it was served probes only, from the reserve, or refused.",
     ))
+});
+
+static HTTP_CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_http_connections_refused_total",
+        "HTTP connections answered 503 and closed at once, by reason (peer: its address held http_max_connections_per_peer; full: every slot and the probes' reserve were taken).",
+        &["reason"],
+    )
+});
+
+static HTTP_STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "orch_http_streams_refused_total",
+        "Streams (SSE) refused, by reason (principal: its principal held http_max_streams_per_principal; full: a2a.max_streams were open).",
+        &["reason"],
+    )
 });
 
 static RUNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -330,6 +346,16 @@ pub fn http_connection_cap_reached() {
     HTTP_CONNECTION_CAP.inc();
 }
 
+/// An HTTP connection was refused at once (`reason`: `peer` or `full`).
+pub fn http_connection_refused(reason: &str) {
+    HTTP_CONNECTIONS_REFUSED.with_label_values(&[reason]).inc();
+}
+
+/// A stream was refused (`reason`: `principal` or `full`).
+pub fn http_stream_refused(reason: &str) {
+    HTTP_STREAMS_REFUSED.with_label_values(&[reason]).inc();
+}
+
 /// A worker received a task message (`delivered`: its delivery count).
 pub fn delivered(agent: &str, delivered: i64) {
     DELIVERIES.with_label_values(&[agent]).inc();
@@ -377,6 +403,8 @@ pub fn render() -> String {
     LazyLock::force(&REDELIVERIES);
     LazyLock::force(&HTTP_REQUESTS);
     LazyLock::force(&HTTP_CONNECTION_CAP);
+    LazyLock::force(&HTTP_CONNECTIONS_REFUSED);
+    LazyLock::force(&HTTP_STREAMS_REFUSED);
     LazyLock::force(&TASK_SECONDS);
     LazyLock::force(&QUEUE_DEPTH);
     LazyLock::force(&DLQ);

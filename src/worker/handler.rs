@@ -49,6 +49,13 @@ pub struct Task {
 pub trait Handler: Send + Sync + 'static {
     /// Runs one task to its outcome.
     fn handle(&self, task: Task) -> BoxFuture<'static, Outcome>;
+
+    /// The credentials this handler holds (an API key, a remote's
+    /// password): the worker scrubs them from every error and status
+    /// message it reports, as a service may quote them in its own.
+    fn credentials(&self) -> crate::redact::Secrets {
+        crate::redact::Secrets::default()
+    }
 }
 
 /// Answers every task with its own params: `{"echo": params}`. For tests

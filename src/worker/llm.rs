@@ -54,6 +54,9 @@ struct Inner {
     model: Option<String>,
     stream: bool,
     http: reqwest::Client,
+    /// The API key and the MCP servers' credentials (a provider may quote
+    /// the key in its error): [`Handler::credentials`].
+    secrets: crate::redact::Secrets,
 }
 
 impl LlmHandler {
@@ -79,14 +82,20 @@ impl LlmHandler {
         let url = reqwest::Url::parse(&format!("{}/chat/completions", base.trim_end_matches('/')))
             .map_err(|e| format!("the model endpoint `{base}`: {e}"))?;
         let variable = api_key_env.as_deref().unwrap_or(&settings.api_key_env);
-        let key = match std::env::var(variable) {
-            Ok(k) if !k.is_empty() => {
+        let api_key = std::env::var(variable).ok().filter(|k| !k.is_empty());
+        let secrets = crate::redact::Secrets::credentials(api_key.clone()).and(
+            &mcp.as_ref()
+                .map(super::mcp::McpTools::credentials)
+                .unwrap_or_default(),
+        );
+        let key = match api_key {
+            Some(k) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
                     .map_err(|_| format!("${variable} cannot be sent as a header"))?;
                 v.set_sensitive(true);
                 Some(v)
             }
-            _ => {
+            None => {
                 tracing::warn!(
                     variable,
                     "no API key: ${variable} is not set, so model calls carry none (a local server needs none)"
@@ -106,12 +115,17 @@ impl LlmHandler {
                 model: model.clone().or_else(|| settings.model.clone()),
                 stream: settings.stream,
                 http,
+                secrets,
             }),
         })
     }
 }
 
 impl Handler for LlmHandler {
+    fn credentials(&self) -> crate::redact::Secrets {
+        self.inner.secrets.clone()
+    }
+
     fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {

@@ -92,6 +92,29 @@ impl McpTools {
         Ok((!servers.is_empty()).then_some(McpTools { servers }))
     }
 
+    /// The credentials the servers are given: every `${NAME}` value of
+    /// their environments and headers, as the worker's environment has it
+    /// now (a handler scrubs them from what it reports).
+    pub fn credentials(&self) -> crate::redact::Secrets {
+        let worker: Vec<(String, String)> = std::env::vars().collect();
+        let named = |values: &BTreeMap<String, String>| -> Vec<String> {
+            let referenced: BTreeMap<String, String> = values
+                .iter()
+                .filter(|(_, v)| v.starts_with("${") && v.ends_with('}'))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            expand(&referenced, worker.iter().cloned())
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect()
+        };
+        crate::redact::Secrets::credentials(self.servers.iter().flat_map(|s| {
+            named(&s.config.env)
+                .into_iter()
+                .chain(named(&s.config.headers))
+        }))
+    }
+
     /// The function tools of the servers, for a model's request: a needed
     /// server that cannot be reached fails the turn (retryably), another
     /// is left out.

@@ -88,6 +88,10 @@ pub struct WorkerConfig {
     pub verifier: Option<Arc<crate::auth::Verifier>>,
     /// Params whose values never appear in a reported error message.
     pub sensitive: crate::redact::SensitiveFields,
+    /// Credentials of this worker (the values of `secret_env`'s
+    /// variables): scrubbed from every error and status message it
+    /// reports.
+    pub secrets: crate::redact::Secrets,
     /// Readiness turns false when this agent's messages wait for delivery
     /// while the worker has free slots and nothing has moved for this long
     /// (default 5 min; zero: never).
@@ -108,6 +112,7 @@ impl Default for WorkerConfig {
             working_after: Duration::from_millis(100),
             verifier: None,
             sensitive: crate::redact::SensitiveFields::default(),
+            secrets: crate::redact::Secrets::default(),
             stall_after: Duration::from_secs(300),
             readiness: Readiness::default(),
         }
@@ -245,6 +250,8 @@ impl Worker {
         );
         let claims = bus.patiently(|| bus.claims(settings.ack_wait)).await?;
         let card_name = card.name.clone();
+        // What the handler holds is scrubbed like what the settings name.
+        config.secrets = config.secrets.and(&handler.credentials());
         Ok(Worker {
             shared: Arc::new(Shared {
                 bus,

@@ -57,25 +57,32 @@ impl Outcome {
         }
     }
 
-    /// This outcome with the values of `params`' sensitive fields scrubbed
-    /// from its error message (the message is reported, logged and audited;
-    /// the result is the task's output and is kept as it is). Params are
-    /// only looked through when there is a message.
+    /// This outcome with the values of `params`' sensitive fields, `held`
+    /// (the credentials the worker holds) and `token` (the task's) scrubbed
+    /// from its words (an error's message, a question for a person: they
+    /// are reported, logged and audited; the result is the task's output
+    /// and is kept as it is). Params are only looked through when there
+    /// is a message.
     pub fn redacted(
         self,
         fields: &crate::redact::SensitiveFields,
         params: &serde_json::Map<String, Value>,
+        held: &crate::redact::Secrets,
+        token: Option<&crate::envelope::BearerToken>,
     ) -> Outcome {
         if matches!(
             self,
-            Outcome::Completed { .. }
-                | Outcome::Replied(_)
-                | Outcome::Canceled
-                | Outcome::InputRequired(_)
+            Outcome::Completed { .. } | Outcome::Replied(_) | Outcome::Canceled
         ) {
             return self;
         }
-        let secrets = fields.secrets(params);
+        let token = crate::redact::Secrets::credentials(token.map(|t| t.expose().to_string()));
+        self.scrubbed(&fields.secrets(params).and(held).and(&token))
+    }
+
+    /// This outcome with every one of `secrets` scrubbed from its error's
+    /// message or its question.
+    fn scrubbed(self, secrets: &crate::redact::Secrets) -> Outcome {
         if secrets.is_empty() {
             return self;
         }
@@ -90,6 +97,7 @@ impl Outcome {
             },
             Outcome::Rejected(e) => Outcome::Rejected(scrub(e)),
             Outcome::AuthRequired(e) => Outcome::AuthRequired(scrub(e)),
+            Outcome::InputRequired(question) => Outcome::InputRequired(secrets.scrub(&question)),
             other => other,
         }
     }

@@ -99,6 +99,19 @@ impl Publisher {
         );
         shared.stamp(&mut event, resumed);
         let trace = trace.clone();
+        // A status message is words, like an error's: scrubbed the same.
+        let secrets = shared
+            .config
+            .sensitive
+            .secrets(&envelope.payload.params)
+            .and(&shared.config.secrets)
+            .and(&crate::redact::Secrets::credentials(
+                envelope
+                    .header
+                    .token
+                    .as_ref()
+                    .map(|t| t.expose().to_string()),
+            ));
         let task = tokio::spawn(async move {
             let mut seq = NonZeroU32::MIN;
             while let Some(update) = rx.recv().await {
@@ -106,7 +119,7 @@ impl Publisher {
                 event.at = crate::envelope::Timestamp::now();
                 event.progress = Some(Progress {
                     seq,
-                    message: update.message,
+                    message: update.message.map(|m| secrets.scrub(&m)),
                     artifact: update.artifact,
                 });
                 if let Err(e) = event.validate() {

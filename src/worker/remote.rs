@@ -46,6 +46,9 @@ struct Inner {
     poll: Duration,
     /// The JSON-RPC endpoint, once the card was read.
     endpoint: Mutex<Option<String>>,
+    /// The credential ([`Handler::credentials`]): a remote may quote it in
+    /// its error.
+    secrets: crate::redact::Secrets,
 }
 
 /// What the note of a task delegated to a remote holds.
@@ -93,6 +96,7 @@ impl RemoteHandler {
         else {
             return Err("not an `a2a` invocation".into());
         };
+        let mut secrets = crate::redact::Secrets::default();
         let auth = match auth {
             None => None,
             Some(a) => {
@@ -102,6 +106,7 @@ impl RemoteHandler {
                         a.env
                     )
                 })?;
+                secrets = crate::redact::Secrets::credentials([secret.clone()]);
                 let name = HeaderName::try_from(a.header.as_str())
                     .map_err(|e| format!("invocation.auth.header: {e}"))?;
                 let text = if a.scheme.is_empty() {
@@ -128,12 +133,17 @@ impl RemoteHandler {
                 forward: forward.clone(),
                 poll: *poll,
                 endpoint: Mutex::new(None),
+                secrets,
             }),
         })
     }
 }
 
 impl Handler for RemoteHandler {
+    fn credentials(&self) -> crate::redact::Secrets {
+        self.inner.secrets.clone()
+    }
+
     fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.run(task).await })

@@ -161,7 +161,12 @@ pub(super) async fn run_task(
             return give_back(shared, &msg, Some(held)).await;
         }
     };
-    let outcome = outcome.redacted(&shared.config.sensitive, &envelope.payload.params);
+    let outcome = outcome.redacted(
+        &shared.config.sensitive,
+        &envelope.payload.params,
+        &shared.config.secrets,
+        envelope.header.token.as_ref(),
+    );
     let mut event = event_for(&envelope, attempt, &outcome);
     shared.stamp(&mut event, resumed);
     info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");

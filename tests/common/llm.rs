@@ -24,6 +24,8 @@ pub enum Reply {
     Status(u16, Value, Option<u64>),
     /// A 200 with this body as it is (a malformed answer).
     Raw(String),
+    /// A 302 to this `Location`.
+    Redirect(String),
     /// The answer after the gate opens ([`Model::open`]).
     Held(Box<Reply>),
 }
@@ -177,6 +179,9 @@ async fn answer(
         }
         Reply::Raw(body) => {
             return (StatusCode::OK, [("content-type", "application/json")], body).into_response();
+        }
+        Reply::Redirect(to) => {
+            return (StatusCode::FOUND, [("location", to)]).into_response();
         }
         Reply::Held(_) => unreachable!(),
         Reply::Text(text) => json!({"role": "assistant", "content": text}),

@@ -69,6 +69,11 @@ fn describe(code: i32) -> (&'static str, StatusCode, &'static str) {
             OUR_DOMAIN,
         ),
         UNAVAILABLE => ("UNAVAILABLE", StatusCode::SERVICE_UNAVAILABLE, OUR_DOMAIN),
+        TOO_MANY => (
+            "TOO_MANY_REQUESTS",
+            StatusCode::TOO_MANY_REQUESTS,
+            OUR_DOMAIN,
+        ),
         _ => ("INTERNAL", StatusCode::INTERNAL_SERVER_ERROR, DOMAIN),
     }
 }
@@ -79,6 +84,7 @@ const FORBIDDEN: i32 = -32000;
 const CONFLICT: i32 = -32100;
 const TOO_LARGE: i32 = -32101;
 const UNAVAILABLE: i32 = -32102;
+const TOO_MANY: i32 = -32103;
 
 impl A2aError {
     pub(super) fn new(code: i32, message: impl Into<String>) -> Self {
@@ -141,6 +147,11 @@ impl A2aError {
         A2aError::new(UNAVAILABLE, message)
     }
 
+    /// The caller's principal holds its share (429); retry later.
+    pub(super) fn too_many(message: impl Into<String>) -> Self {
+        A2aError::new(TOO_MANY, message)
+    }
+
     /// With `key: value` in the `ErrorInfo`'s metadata.
     pub(super) fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.metadata.insert(key.into(), value.into());
@@ -191,6 +202,7 @@ impl A2aError {
             StatusCode::UNSUPPORTED_MEDIA_TYPE => "INVALID_ARGUMENT",
             StatusCode::PAYLOAD_TOO_LARGE => "RESOURCE_EXHAUSTED",
             StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
+            StatusCode::TOO_MANY_REQUESTS => "RESOURCE_EXHAUSTED",
             StatusCode::BAD_GATEWAY => "INTERNAL",
             _ => "INTERNAL",
         };

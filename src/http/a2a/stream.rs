@@ -12,7 +12,6 @@ use std::convert::Infallible;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use axum::http::HeaderMap;
@@ -20,15 +19,19 @@ use axum::http::HeaderMap;
 use super::error::A2aError;
 use super::subject::{self, Following, Subject};
 use super::wire;
-use crate::http::streams::Streams;
+use crate::http::streams::{StreamPermit, StreamRefused, Streams};
 use crate::service::{Caller, Orchestrator};
 use crate::task::TaskState;
 
-/// Room for one more stream, or -32102 (503) when every one is taken.
-fn enter(streams: &Streams) -> Result<OwnedSemaphorePermit, A2aError> {
+/// Room for one more stream of `caller`: -32102 (503) when every one is
+/// taken, -32103 (429) when the caller's principal holds its share.
+fn enter(streams: &Streams, caller: &Caller) -> Result<StreamPermit, A2aError> {
     streams
-        .enter()
-        .ok_or_else(|| A2aError::unavailable("too many streams open; try again shortly"))
+        .enter(&caller.principal)
+        .map_err(|refused| match refused {
+            StreamRefused::Full => A2aError::unavailable(refused.message()),
+            StreamRefused::PrincipalShare(message) => A2aError::too_many(message),
+        })
 }
 
 /// How one binding frames an event: a 1.0 `StreamResponse` (as JSON) and
@@ -61,7 +64,7 @@ struct State {
     ends: fn(TaskState) -> bool,
     frame: Frame,
     closing: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    _permit: StreamPermit,
 }
 
 fn body(event: &a2a::StreamResponse) -> Value {
@@ -95,7 +98,7 @@ pub(super) async fn send(
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
-    let permit = enter(streams)?;
+    let permit = enter(streams, caller)?;
     let resume = last_event_id(headers)?;
     let sent = super::ops::submit(o, send, key, v03, caller).await?;
     let (first, follow) = subject::follow(o, &sent.id().to_string(), caller).await?;
@@ -115,7 +118,7 @@ pub(super) async fn subscribe(
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
-    let permit = enter(streams)?;
+    let permit = enter(streams, caller)?;
     let resume = last_event_id(headers)?;
     let (first, follow) = subject::follow(o, id, caller).await?;
     if resume.is_none() && first.state().is_terminal() {
@@ -137,7 +140,7 @@ pub(super) async fn subscribe(
 /// snapshot, or after `resume`.
 fn respond(
     streams: &Streams,
-    permit: OwnedSemaphorePermit,
+    permit: StreamPermit,
     first: &Subject,
     follow: Following,
     resume: Option<u64>,
