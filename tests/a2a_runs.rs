@@ -460,3 +460,95 @@ async fn a_new_trigger_changes_the_card() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Asks for input on its first attempt, then completes with the answer.
+struct Asker;
+
+impl Handler for Asker {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        let input = task.envelope.payload.input.clone();
+        Box::pin(async move {
+            match input {
+                None => Outcome::InputRequired("which one?".into()),
+                Some(given) => Outcome::completed(json!({ "given": given })),
+            }
+        })
+    }
+}
+
+/// One `messageId` names one thing for the key's retention (docs/a2a.md,
+/// "Idempotent sends"): the id of a message that started a run cannot
+/// make a task, nor the other way; an answer's id sent again with another
+/// answer, and a gate decision's id with the other decision, are refused
+/// with -32100 (naming the message), where each used to return the first
+/// silently; every refusal is audited; the same message again is still
+/// the same thing; and a refused message gives its id back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_id_names_one_thing() {
+    let (mut sys, _) = system().await;
+    let asker = card("ask", &["q"]);
+    sys.stop_orchestrator().await;
+    let mut cards = vec![card("work", &["do"]), asker.clone()];
+    sys.start_orchestrator(cards.clone()).await;
+    sys.worker(asker, Arc::new(Asker)).await;
+    cards.pop();
+
+    // A run, then a task, under one id; and a task, then a run.
+    let run = message("one-1", json!([{"text": "hi"}]), json!({"trigger": "simple"}));
+    let r = say(&sys, run.clone()).await;
+    assert!(r["result"]["task"]["id"].is_string(), "{r:#}");
+    let task = message("one-1", json!([{"data": {"x": 1}}]), json!({"skillId": "work/do"}));
+    let refused = say(&sys, task.clone()).await;
+    assert_eq!(error_code(&refused), -32100, "{refused:#}");
+    assert_eq!(
+        refused["error"]["data"][0]["metadata"]["messageId"], "one-1",
+        "{refused:#}"
+    );
+    let again = say(&sys, run).await;
+    assert_eq!(again["result"]["task"]["id"], r["result"]["task"]["id"]);
+    let t = say(&sys, message("one-2", json!([{"data": {"x": 1}}]), json!({"skillId": "work/do"}))).await;
+    assert!(t["result"]["task"]["id"].is_string(), "{t:#}");
+    let refused = say(&sys, message("one-2", json!([{"text": "hi"}]), json!({"trigger": "simple"}))).await;
+    assert_eq!(error_code(&refused), -32100, "{refused:#}");
+
+    // An answer's id with another answer.
+    let asked = say(&sys, message("ask-1", json!([{"data": {}}]), json!({"skillId": "ask/q"}))).await;
+    let asked_id = asked["result"]["task"]["id"].as_str().unwrap().to_string();
+    assert_eq!(state(&asked["result"]["task"]), "TASK_STATE_INPUT_REQUIRED", "{asked:#}");
+    let first = answer("ans-1", &asked_id, json!([{"data": {"pick": "a"}}]));
+    let r = say(&sys, first.clone()).await;
+    assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r:#}");
+    let other = say(&sys, answer("ans-1", &asked_id, json!([{"data": {"pick": "b"}}]))).await;
+    assert_eq!(error_code(&other), -32100, "{other:#}");
+    let resent = say(&sys, first).await;
+    assert_eq!(resent["result"]["task"]["id"], asked_id.as_str(), "{resent:#}");
+    // The answer's id cannot start anything else either.
+    let refused = say(&sys, message("ans-1", json!([{"text": "hi"}]), json!({"trigger": "simple"}))).await;
+    assert_eq!(error_code(&refused), -32100, "{refused:#}");
+
+    // A gate approved with an id, then rejected with it.
+    let gate = gated_waiting(&sys, "gate-1").await;
+    let gate_id = gate["id"].as_str().unwrap();
+    let approve = answer("dec-1", gate_id, json!([{"text": "approve"}, {"data": {"note": "ok"}}]));
+    let r = say(&sys, approve.clone()).await;
+    assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r:#}");
+    let reject = say(&sys, answer("dec-1", gate_id, json!([{"text": "reject: no"}]))).await;
+    assert_eq!(error_code(&reject), -32100, "{reject:#}");
+    assert_eq!(state(&say(&sys, approve).await["result"]["task"]), "TASK_STATE_COMPLETED");
+
+    // A refused message gives its id back: corrected, it goes through.
+    let bad = say(&sys, message("fix-1", json!([{"text": "x"}]), json!({"skillId": "nobody/nothing"}))).await;
+    assert_eq!(error_code(&bad), -32602, "{bad:#}");
+    let fixed = say(&sys, message("fix-1", json!([{"data": {"x": 2}}]), json!({"skillId": "work/do"}))).await;
+    assert!(fixed["result"]["task"]["id"].is_string(), "{fixed:#}");
+
+    // Each refusal is in the audit trail.
+    let (_, audit) = sys.get("/v1/audit?limit=1000").await;
+    let conflicts = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "message.conflict")
+        .count();
+    assert_eq!(conflicts, 5, "{audit:#}");
+}

@@ -29,7 +29,7 @@ impl Orchestrator {
         match self.inner.store.status(task_id)? {
             Some(status) if caller.may_cancel(&status) => {
                 if status.state != TaskState::InputRequired {
-                    return self.answered_before(task_id, key, caller, status.state);
+                    return self.answered_before(task_id, &input, key, caller, status.state);
                 }
             }
             Some(status) if caller.may_see(&status) => {
@@ -42,7 +42,7 @@ impl Orchestrator {
         }
         let change = Change {
             said: Said {
-                input: Some(input),
+                input: Some(input.clone()),
                 answer_key: key.map(str::to_string),
                 ..Said::default()
             },
@@ -63,7 +63,7 @@ impl Orchestrator {
                     .store
                     .status(task_id)?
                     .map_or(TaskState::Failed, |s| s.state);
-                return self.answered_before(task_id, key, caller, state);
+                return self.answered_before(task_id, &input, key, caller, state);
             }
             Err(e) => return Err(e.into()),
         };
@@ -77,23 +77,32 @@ impl Orchestrator {
             .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
     }
 
-    /// The task, if `caller` gave it the answer keyed `key` before; else
-    /// the refusal of an answer to a task in `state`.
+    /// The task, if `caller` gave it the answer `input` keyed `key`
+    /// before (the same key with another answer is
+    /// [`ServiceError::KeyReused`]); else the refusal of an answer to a
+    /// task in `state`.
     fn answered_before(
         &self,
         task_id: TaskId,
+        input: &Map<String, Value>,
         key: Option<&str>,
         caller: &Caller,
         state: TaskState,
     ) -> Result<TaskRecord, ServiceError> {
         if let Some(key) = key
             && let Some(record) = self.inner.store.get(task_id)?
-            && record.history.iter().any(|h| {
+            && let Some(earlier) = record.history.iter().find(|h| {
                 h.event == Some(TaskEvent::Answer)
                     && h.said.answer_key.as_deref() == Some(key)
                     && h.actor == caller.principal
             })
         {
+            if earlier.said.input.as_ref() != Some(input) {
+                return Err(ServiceError::KeyReused {
+                    key: key.to_string(),
+                    earlier: format!("another answer to task {task_id}"),
+                });
+            }
             return Ok(record);
         }
         Err(ServiceError::NotWaiting { task_id, state })

@@ -64,6 +64,15 @@ pub enum ServiceError {
         /// Why.
         reason: String,
     },
+    /// An idempotency key names an earlier answer or decision with other
+    /// content: a key names one.
+    #[error("idempotency key `{key}` was used for {earlier}; a key names one answer")]
+    KeyReused {
+        /// The key.
+        key: String,
+        /// What it named (`another answer to task …`).
+        earlier: String,
+    },
     /// The task's envelope is larger than the broker carries.
     #[error(
         "the task's envelope would be {size} bytes; the broker carries at most {max} (its max_payload, less room for headers)"
@@ -121,7 +130,8 @@ impl ServiceError {
             ServiceError::Forbidden { .. } => ErrorKind::Forbidden,
             ServiceError::NotCancelable { .. }
             | ServiceError::NotWaiting { .. }
-            | ServiceError::ReplayRefused { .. } => ErrorKind::Conflict,
+            | ServiceError::ReplayRefused { .. }
+            | ServiceError::KeyReused { .. } => ErrorKind::Conflict,
             ServiceError::TooLarge { .. } => ErrorKind::TooLarge,
             ServiceError::Bus(_) => ErrorKind::Unavailable,
             ServiceError::Keys(_) | ServiceError::InvalidCard(_) => ErrorKind::Internal,
@@ -131,6 +141,7 @@ impl ServiceError {
                 StoreError::RunRefused(_)
                 | StoreError::IdempotencyConflict { .. }
                 | StoreError::RunKeyConflict { .. }
+                | StoreError::MessageConflict { .. }
                 | StoreError::Transition { .. } => ErrorKind::Conflict,
                 _ => ErrorKind::Internal,
             },
@@ -146,6 +157,7 @@ impl ServiceError {
             ServiceError::NotCancelable { .. } => "not_cancelable",
             ServiceError::NotWaiting { .. } => "not_waiting_for_input",
             ServiceError::ReplayRefused { .. } => "replay_refused",
+            ServiceError::KeyReused { .. } => "idempotency_conflict",
             ServiceError::UnknownTrigger(_) | ServiceError::NoDeadLetter(_) => "not_found",
             ServiceError::BadInput(e) => e.code(),
             ServiceError::Store(e) => e.code(),
@@ -172,7 +184,8 @@ impl ServiceError {
             ServiceError::BadInput(e) => e.field(),
             ServiceError::Store(
                 StoreError::IdempotencyConflict { .. } | StoreError::RunKeyConflict { .. },
-            ) => Some("idempotency_key"),
+            )
+            | ServiceError::KeyReused { .. } => Some("idempotency_key"),
             _ => None,
         }
     }

@@ -23,6 +23,7 @@ mod events;
 mod follow;
 mod held_view;
 mod live;
+mod messages;
 mod orphans;
 mod overview;
 mod patterns;

@@ -314,11 +314,21 @@ impl Orchestrator {
     ) -> Result<RunView, ServiceError> {
         let store = &self.inner.store;
         let run = self.run_to(id, RunAct::Answer, caller)?;
-        let answered = run
+        let earlier = run
             .decisions
-            .values()
-            .any(|d| key.is_some() && d.key == key && d.by == caller.principal);
-        if answered {
+            .iter()
+            .find(|(_, d)| key.is_some() && d.key == key && d.by == caller.principal);
+        if let Some((step, d)) = earlier {
+            // The same key with another decision is not a resend.
+            if d.approved != (answer != Answer::Reject) || (answer == Answer::Input && d.input != input) {
+                return Err(ServiceError::KeyReused {
+                    key: key.unwrap_or_default(),
+                    earlier: format!(
+                        "another decision at step `{step}` ({})",
+                        if d.approved { "approved" } else { "rejected" }
+                    ),
+                });
+            }
             return self
                 .run(id, caller)
                 .await?

@@ -91,6 +91,14 @@ pub enum StoreError {
         /// The run that owns it.
         existing: crate::workflow::RunId,
     },
+    /// The message id (or key) names another message.
+    #[error(
+        "message id `{key}` was used for another message (other content, target or decision); a message id names one message"
+    )]
+    MessageConflict {
+        /// The id or key.
+        key: String,
+    },
 }
 
 impl StoreError {
@@ -105,7 +113,9 @@ impl StoreError {
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
             StoreError::Quarantined { .. } => "quarantined",
             StoreError::RunRefused(_) => "invalid_transition",
-            StoreError::RunKeyConflict { .. } => "idempotency_conflict",
+            StoreError::RunKeyConflict { .. } | StoreError::MessageConflict { .. } => {
+                "idempotency_conflict"
+            }
             StoreError::DuplicateTask(_) => "duplicate_task",
             StoreError::IdempotencyConflict { .. } => "idempotency_conflict",
             StoreError::Transition { .. } => "invalid_transition",

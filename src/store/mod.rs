@@ -35,6 +35,7 @@ mod mark;
 mod migrate;
 mod quarantine;
 mod run_index;
+mod messages;
 mod runs;
 mod tasks;
 mod watch;
@@ -49,6 +50,7 @@ pub use error::StoreError;
 pub use idempotency::Fingerprint;
 pub use listing::TaskQuery;
 pub use quarantine::Quarantined;
+pub use messages::MessageClaim;
 pub use runs::{NewRun, ScheduleCursor, StepLink};
 pub use tasks::NewTask;
 pub use watch::Watch;
@@ -252,6 +254,11 @@ impl Store {
                 tree: runs.clone(),
                 name: "runs",
                 prefix: runs::KEYS,
+            },
+            idempotency::KeySpace {
+                tree: runs.clone(),
+                name: "runs",
+                prefix: messages::MESSAGES,
             },
         ];
         let collector = idempotency::Collector::start(key_spaces.clone(), config.gc_interval)?;

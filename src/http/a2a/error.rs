@@ -152,6 +152,16 @@ impl A2aError {
         A2aError::new(TOO_MANY, message)
     }
 
+    /// A conflict (a message id reused) with the message's id in its
+    /// metadata; any other error as it is.
+    pub(super) fn naming_message(self, message_id: &str) -> Self {
+        if self.code == CONFLICT {
+            self.with("messageId", message_id)
+        } else {
+            self
+        }
+    }
+
     /// With `key: value` in the `ErrorInfo`'s metadata.
     pub(super) fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.metadata.insert(key.into(), value.into());

@@ -111,15 +111,7 @@ async fn run_now(
 
 /// A refusal of a key reused with other content names the message.
 fn conflict_names_message(send: &SendMessageRequest) -> impl Fn(ServiceError) -> A2aError {
-    move |e| {
-        let conflict = e.kind() == crate::service::ErrorKind::Conflict;
-        let e = A2aError::from(e);
-        if conflict {
-            e.with("messageId", send.message.message_id.clone())
-        } else {
-            e
-        }
-    }
+    move |e| A2aError::from(e).naming_message(&send.message.message_id)
 }
 
 /// Stores the task a message asks for, or starts the run (or finds the
@@ -141,7 +133,15 @@ pub(super) async fn submit(
         (Some(id), true) => subject::find(o, id, caller).await?.generation(),
         _ => 0,
     };
-    let subject = made(o, send, header_key, caller).await?;
+    let subject = match send::message_key(o, send, header_key) {
+        Some(key) => {
+            let act = async || made(o, send, header_key, caller).await;
+            o.once_per_message(&key, &send.message, caller, act)
+                .await
+                .map_err(|e: A2aError| e.naming_message(&send.message.message_id))?
+        }
+        None => made(o, send, header_key, caller).await?,
+    };
     if pushes {
         push_on_send(o, send, &subject, before, v03, caller).await?;
     }
