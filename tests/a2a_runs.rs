@@ -494,10 +494,18 @@ async fn a_message_id_names_one_thing() {
     cards.pop();
 
     // A run, then a task, under one id; and a task, then a run.
-    let run = message("one-1", json!([{"text": "hi"}]), json!({"trigger": "simple"}));
+    let run = message(
+        "one-1",
+        json!([{"text": "hi"}]),
+        json!({"trigger": "simple"}),
+    );
     let r = say(&sys, run.clone()).await;
     assert!(r["result"]["task"]["id"].is_string(), "{r:#}");
-    let task = message("one-1", json!([{"data": {"x": 1}}]), json!({"skillId": "work/do"}));
+    let task = message(
+        "one-1",
+        json!([{"data": {"x": 1}}]),
+        json!({"skillId": "work/do"}),
+    );
     let refused = say(&sys, task.clone()).await;
     assert_eq!(error_code(&refused), -32100, "{refused:#}");
     assert_eq!(
@@ -506,40 +514,107 @@ async fn a_message_id_names_one_thing() {
     );
     let again = say(&sys, run).await;
     assert_eq!(again["result"]["task"]["id"], r["result"]["task"]["id"]);
-    let t = say(&sys, message("one-2", json!([{"data": {"x": 1}}]), json!({"skillId": "work/do"}))).await;
+    let t = say(
+        &sys,
+        message(
+            "one-2",
+            json!([{"data": {"x": 1}}]),
+            json!({"skillId": "work/do"}),
+        ),
+    )
+    .await;
     assert!(t["result"]["task"]["id"].is_string(), "{t:#}");
-    let refused = say(&sys, message("one-2", json!([{"text": "hi"}]), json!({"trigger": "simple"}))).await;
+    let refused = say(
+        &sys,
+        message(
+            "one-2",
+            json!([{"text": "hi"}]),
+            json!({"trigger": "simple"}),
+        ),
+    )
+    .await;
     assert_eq!(error_code(&refused), -32100, "{refused:#}");
 
     // An answer's id with another answer.
-    let asked = say(&sys, message("ask-1", json!([{"data": {}}]), json!({"skillId": "ask/q"}))).await;
+    let asked = say(
+        &sys,
+        message("ask-1", json!([{"data": {}}]), json!({"skillId": "ask/q"})),
+    )
+    .await;
     let asked_id = asked["result"]["task"]["id"].as_str().unwrap().to_string();
-    assert_eq!(state(&asked["result"]["task"]), "TASK_STATE_INPUT_REQUIRED", "{asked:#}");
+    assert_eq!(
+        state(&asked["result"]["task"]),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{asked:#}"
+    );
     let first = answer("ans-1", &asked_id, json!([{"data": {"pick": "a"}}]));
     let r = say(&sys, first.clone()).await;
     assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r:#}");
-    let other = say(&sys, answer("ans-1", &asked_id, json!([{"data": {"pick": "b"}}]))).await;
+    let other = say(
+        &sys,
+        answer("ans-1", &asked_id, json!([{"data": {"pick": "b"}}])),
+    )
+    .await;
     assert_eq!(error_code(&other), -32100, "{other:#}");
     let resent = say(&sys, first).await;
-    assert_eq!(resent["result"]["task"]["id"], asked_id.as_str(), "{resent:#}");
+    assert_eq!(
+        resent["result"]["task"]["id"],
+        asked_id.as_str(),
+        "{resent:#}"
+    );
     // The answer's id cannot start anything else either.
-    let refused = say(&sys, message("ans-1", json!([{"text": "hi"}]), json!({"trigger": "simple"}))).await;
+    let refused = say(
+        &sys,
+        message(
+            "ans-1",
+            json!([{"text": "hi"}]),
+            json!({"trigger": "simple"}),
+        ),
+    )
+    .await;
     assert_eq!(error_code(&refused), -32100, "{refused:#}");
 
     // A gate approved with an id, then rejected with it.
     let gate = gated_waiting(&sys, "gate-1").await;
     let gate_id = gate["id"].as_str().unwrap();
-    let approve = answer("dec-1", gate_id, json!([{"text": "approve"}, {"data": {"note": "ok"}}]));
+    let approve = answer(
+        "dec-1",
+        gate_id,
+        json!([{"text": "approve"}, {"data": {"note": "ok"}}]),
+    );
     let r = say(&sys, approve.clone()).await;
     assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r:#}");
-    let reject = say(&sys, answer("dec-1", gate_id, json!([{"text": "reject: no"}]))).await;
+    let reject = say(
+        &sys,
+        answer("dec-1", gate_id, json!([{"text": "reject: no"}])),
+    )
+    .await;
     assert_eq!(error_code(&reject), -32100, "{reject:#}");
-    assert_eq!(state(&say(&sys, approve).await["result"]["task"]), "TASK_STATE_COMPLETED");
+    assert_eq!(
+        state(&say(&sys, approve).await["result"]["task"]),
+        "TASK_STATE_COMPLETED"
+    );
 
     // A refused message gives its id back: corrected, it goes through.
-    let bad = say(&sys, message("fix-1", json!([{"text": "x"}]), json!({"skillId": "nobody/nothing"}))).await;
+    let bad = say(
+        &sys,
+        message(
+            "fix-1",
+            json!([{"text": "x"}]),
+            json!({"skillId": "nobody/nothing"}),
+        ),
+    )
+    .await;
     assert_eq!(error_code(&bad), -32602, "{bad:#}");
-    let fixed = say(&sys, message("fix-1", json!([{"data": {"x": 2}}]), json!({"skillId": "work/do"}))).await;
+    let fixed = say(
+        &sys,
+        message(
+            "fix-1",
+            json!([{"data": {"x": 2}}]),
+            json!({"skillId": "work/do"}),
+        ),
+    )
+    .await;
     assert!(fixed["result"]["task"]["id"].is_string(), "{fixed:#}");
 
     // Each refusal is in the audit trail.

@@ -310,6 +310,72 @@ async fn a_call_to_a_tool_the_card_does_not_offer_runs_nothing_and_the_model_is_
     assert_eq!(refused[0]["detail"]["tool"], "vault");
 }
 
+/// Every call of one model answer is checked as a submit checks params
+/// (depth, canonical form, schema, scopes) before the first is submitted:
+/// arguments nested deeper than the params limit, or holding an integer
+/// beyond 2^53, are refused (audited `llm.tool_refused`, the model told
+/// why) while the answer's good call runs, and the conversation goes on
+/// (it used to fail whole as `step_refused`, after the good call ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_that_a_submit_would_refuse_is_refused_before_any_call_runs() {
+    let mut deep = json!("bottom");
+    for _ in 0..70 {
+        deep = json!({ "d": deep });
+    }
+    let model = Model::serve(move |r| match last_role(r).as_str() {
+        "user" => Reply::Calls(vec![
+            ("researcher".into(), json!({"query": "fine"})),
+            (
+                "researcher".into(),
+                json!({"query": "big", "n": 9_007_199_254_740_993u64}),
+            ),
+            (
+                "researcher".into(),
+                json!({"query": "deep", "nested": deep.clone()}),
+            ),
+        ]),
+        _ => Reply::Text(
+            tool_results(r)
+                .iter()
+                .map(|(_, c)| c.clone())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        ),
+    })
+    .await;
+    let planner = prompt_card("planner", "plan", "Plan.", &["researcher"]);
+    let researcher = card("researcher", &["research"]);
+    let mut sys = System::start(vec![planner.clone(), researcher.clone()], fast_bus()).await;
+    sys.worker(
+        planner.clone(),
+        handler_for(&planner, &settings(&model, false), &Default::default()).unwrap(),
+    )
+    .await;
+    sys.worker(researcher, Arc::new(EchoHandler)).await;
+    let id = sys.submit("planner", "plan", json!({"text": "go"})).await;
+    let done = sys.wait_terminal(&id, Duration::from_secs(30)).await;
+    assert_eq!(done["state"], "completed", "{done:#}");
+    let told = done["result"].as_str().unwrap();
+    assert!(
+        told.contains("fine"),
+        "the good call ran and was answered: {told}"
+    );
+    assert!(told.contains("params.n"), "{told}");
+    assert!(told.contains("deep"), "{told}");
+    assert_eq!(told.matches("do not fit `researcher`").count(), 2, "{told}");
+    let tasks = correlated(&sys, done["correlation_id"].as_str().unwrap()).await;
+    let calls = tasks.iter().filter(|t| t["agent"] == "researcher").count();
+    assert_eq!(calls, 1, "only the good call became a task: {tasks:#?}");
+    let (_, audit) = sys.get(&format!("/v1/audit?task_id={id}")).await;
+    let refused = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "llm.tool_refused")
+        .count();
+    assert_eq!(refused, 2, "{audit:#}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_faults_are_retried_after_their_wait_or_fail_with_the_providers_words() {
     let n = Arc::new(AtomicUsize::new(0));

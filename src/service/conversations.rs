@@ -198,9 +198,12 @@ async fn converse(
                 Ok(p) => p,
                 Err(why) => return Some(why),
             };
-            // An MCP server checks its own tool's arguments.
+            // An MCP server checks its own tool's arguments against its
+            // schema; they are a task's params all the same.
             let Tool::Agent(agent, skill) = tool else {
-                return None;
+                return super::Declared::check_form(&params)
+                    .err()
+                    .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name));
             };
             if agent.held().is_some() {
                 match depth.get_or_init(|| depth_of(o, envelope).map_err(|e| e.to_string())) {

@@ -83,23 +83,35 @@ impl Declared {
         })
     }
 
-    /// Checks `params` for `action` of `agent`; the first error names the
-    /// field (`params.query`) and what the schema wants there.
+    /// The checks a submit applies to `params` for `action` of `agent`:
+    /// their depth (first: the other checks walk them, and every stored
+    /// envelope must read back), the skill's input schema, and that a
+    /// token can bind them (an integer beyond 2^53 has no canonical form);
+    /// the first error names the field (`params.query`) and what is
+    /// wanted there.
     pub(crate) fn check_params(
         &self,
         agent: &AgentName,
         action: &str,
         params: &Map<String, Value>,
     ) -> Result<(), DecodeError> {
-        let Some(validator) = self.compiled(agent, action).and_then(|c| c.input.as_ref()) else {
-            return Ok(());
-        };
-        crate::codec::check_schema(
-            validator,
-            &Value::Object(params.clone()),
-            "params",
-            &format!("the `{action}` skill's inputSchema"),
-        )
+        crate::codec::check_depth("params", params.values(), 1)?;
+        if let Some(validator) = self.compiled(agent, action).and_then(|c| c.input.as_ref()) {
+            crate::codec::check_schema(
+                validator,
+                &Value::Object(params.clone()),
+                "params",
+                &format!("the `{action}` skill's inputSchema"),
+            )?;
+        }
+        check_canonical(params)
+    }
+
+    /// [`Declared::check_params`] without a schema: for params no skill
+    /// declares (a turn's model request, an MCP tool's arguments).
+    pub(crate) fn check_form(params: &Map<String, Value>) -> Result<(), DecodeError> {
+        crate::codec::check_depth("params", params.values(), 1)?;
+        check_canonical(params)
     }
 
     /// Whether any agent declares an output schema.
@@ -135,4 +147,17 @@ impl Declared {
     fn compiled(&self, agent: &AgentName, action: &str) -> Option<&Compiled> {
         self.schemas.0.get(&(agent.clone(), action.to_string()))
     }
+}
+
+/// That a token can bind `params`: each has a canonical form.
+fn check_canonical(params: &Map<String, Value>) -> Result<(), DecodeError> {
+    let mut path = String::from("params");
+    for (name, value) in params {
+        path.truncate("params".len());
+        path.push('.');
+        path.push_str(name);
+        crate::auth::canonical::check(value, &mut path)
+            .map_err(|e| DecodeError::invalid(e.path, e.message))?;
+    }
+    Ok(())
 }

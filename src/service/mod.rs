@@ -397,30 +397,18 @@ impl Orchestrator {
         Ok(submitted)
     }
 
-    /// The params' checks: their depth (first: the other checks walk
-    /// them, and every stored envelope must read back), the skill's input
-    /// schema, and that the token can bind them (an integer beyond 2^53
-    /// has no canonical form: refused now, not failed at publish time).
+    /// The params' checks ([`Declared::check_params`]); a turn's params
+    /// are the model request the orchestrator built, so no schema.
     fn check_params(
         &self,
         declared: &Declared,
         request: &TaskRequest,
         turn: bool,
     ) -> Result<(), crate::codec::DecodeError> {
-        crate::codec::check_depth("params", request.params.values(), 1)?;
-        // A turn's params are the model request the orchestrator built.
-        if !turn {
-            declared.check_params(&request.to, request.action.as_str(), &request.params)?;
+        if turn {
+            return Declared::check_form(&request.params);
         }
-        let mut path = String::from("params");
-        for (name, value) in &request.params {
-            path.truncate("params".len());
-            path.push('.');
-            path.push_str(name);
-            crate::auth::canonical::check(value, &mut path)
-                .map_err(|e| crate::codec::DecodeError::invalid(e.path, e.message))?;
-        }
-        Ok(())
+        declared.check_params(&request.to, request.action.as_str(), &request.params)
     }
 
     /// Cancels a task: idempotent for a canceled task, refused for one that

@@ -320,7 +320,9 @@ impl Orchestrator {
             .find(|(_, d)| key.is_some() && d.key == key && d.by == caller.principal);
         if let Some((step, d)) = earlier {
             // The same key with another decision is not a resend.
-            if d.approved != (answer != Answer::Reject) || (answer == Answer::Input && d.input != input) {
+            if d.approved != (answer != Answer::Reject)
+                || (answer == Answer::Input && d.input != input)
+            {
                 return Err(ServiceError::KeyReused {
                     key: key.unwrap_or_default(),
                     earlier: format!(

@@ -78,7 +78,9 @@ impl Store {
                     .transpose()
                     .map_err(abort)?;
                 match held.filter(|h| !expired(h.expires_at, now.unix_seconds())) {
-                    Some(h) if h.fingerprint == fingerprint => Ok((head, Some(MessageClaim::Again))),
+                    Some(h) if h.fingerprint == fingerprint => {
+                        Ok((head, Some(MessageClaim::Again)))
+                    }
                     Some(_) => Ok((audit::append(tx, head, &refused, now)?, None)),
                     None => {
                         tx.runs.insert(at.as_slice(), value.as_slice())?;
