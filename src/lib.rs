@@ -18,7 +18,7 @@
 //! 6. Contracts between processes and their context: `claim`, `auth`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
-//!    `codec`, `redact`, `retry`, `target`, `source`.
+//!    `codec`, `redact`, `retry`, `target`, `source`, `files`.
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
@@ -41,6 +41,8 @@
 //!   conversation does next, the `llm` settings.
 //! - [`redact`]: keeping sensitive param values out of error messages,
 //!   logs and the audit trail.
+//! - [`files`]: files written with the modes they need, whatever the
+//!   umask (data and secrets private, a public key readable).
 //! - [`retry`]: backoff with jitter between tries of what keeps failing.
 //! - [`target`]: which addresses a push notification or callback may go
 //!   to.
@@ -80,6 +82,7 @@ pub mod claim;
 pub mod codec;
 pub mod envelope;
 pub mod event;
+pub mod files;
 pub mod http;
 pub mod llm;
 pub mod redact;

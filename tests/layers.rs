@@ -17,7 +17,7 @@ const LAYERS: [&[&str]; 7] = [
     ],
     &["claim", "auth", "telemetry"],
     &[
-        "event", "artifact", "envelope", "codec", "redact", "retry", "target", "source",
+        "event", "artifact", "envelope", "codec", "redact", "retry", "target", "source", "files",
     ],
 ];
 

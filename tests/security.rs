@@ -315,3 +315,110 @@ async fn params_are_checked_against_the_skills_input_schema() {
         "{message}"
     );
 }
+
+/// The mode bits of `path` (`0o7777` of them).
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// Runs the orchestrator binary with `args` under `umask 000` (the
+/// loosest a user may have), as `sh` would start it.
+fn under_umask_000(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args);
+    command
+}
+
+/// Whatever the umask, what `run` writes is its owner's: the data
+/// directory and the store 0700 with every store file 0600, the signing
+/// key and the API key 0600, the verify key 0644 (readable, never
+/// writable by others); `keys generate` the same; the managed broker's
+/// settings and users 0600. `store verify` warns about a store others
+/// could read, names each file, and it is private afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_written_with_their_modes_whatever_the_umask() {
+    use common::process::{Proc, free_port, run_args, wait_ready};
+    let nats = NatsServer::start();
+    let (agents, data, keys_dir) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let dir = data.path().join("d");
+    let port = free_port();
+    let args = run_args(agents.path(), &dir, port, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let child = under_umask_000(&args)
+        .env("NATS_URL", nats.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut run = Proc(child);
+    wait_ready(&format!("http://127.0.0.1:{port}/readyz")).await;
+    run.kill();
+    assert_eq!(mode_of(&dir), 0o700);
+    let store = dir.join("store");
+    let exposed = orchestrator::files::exposed(&store);
+    assert!(exposed.is_empty(), "{exposed:?}");
+    assert_eq!(mode_of(&dir.join("keys/signing.pem")), 0o600);
+    assert_eq!(mode_of(&dir.join("keys/verify.pem")), 0o644);
+    assert_eq!(mode_of(&dir.join("keys/admin.api-key")), 0o600);
+
+    let generated = keys_dir.path().join("k");
+    let status = under_umask_000(&["keys", "generate", "--dir", generated.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(mode_of(&generated), 0o700);
+    assert_eq!(mode_of(&generated.join("signing.pem")), 0o600);
+    assert_eq!(mode_of(&generated.join("verify.pem")), 0o644);
+
+    let broker_dir = keys_dir.path().join("broker");
+    let names = orchestrator::bus::Names::new("orch");
+    let agent: orchestrator::envelope::AgentName = "a".parse().unwrap();
+    let broker = orchestrator::broker::ManagedBroker::start(
+        &broker_dir,
+        free_port(),
+        Some((&names, std::slice::from_ref(&agent))),
+    )
+    .await
+    .unwrap();
+    drop(broker);
+    assert_eq!(mode_of(&broker_dir.join("nats-server.conf")), 0o600);
+    let users = orchestrator::broker::users_dir(&broker_dir);
+    assert_eq!(mode_of(&users), 0o700);
+    assert_eq!(mode_of(&users.join("auth.conf")), 0o600);
+
+    // A store others can read: said, then mended.
+    for entry in std::fs::read_dir(&store).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    let verify = |json: bool| {
+        let mut args = vec!["store", "verify", "--data-dir", dir.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let said = verify(false);
+    let text = String::from_utf8_lossy(&said.stdout);
+    assert!(said.status.success(), "{text}");
+    assert!(text.contains("warning: others could read"), "{text}");
+    assert!(text.contains("(group/others: 044)"), "{text}");
+    let again: serde_json::Value = serde_json::from_slice(&verify(true).stdout).unwrap();
+    assert_eq!(again["exposed"], serde_json::json!([]), "{again:#}");
+}

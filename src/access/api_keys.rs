@@ -103,7 +103,7 @@ pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), Strin
     let (key, generated) = match std::fs::read_to_string(&path) {
         Ok(text) => (text.trim().to_string(), None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(key_dir).map_err(io)?;
+            crate::files::private_dir(key_dir).map_err(io)?;
             let key = generate();
             crate::auth::keys::write_private(&path, format!("{key}\n").as_bytes()).map_err(io)?;
             (key, Some(path.clone()))

@@ -51,7 +51,7 @@ impl DeliveryKey {
         let made = !path.exists();
         if made {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
+                crate::files::private_dir(dir).map_err(|e| bad(e.to_string()))?;
             }
             let key = ed25519_dalek::SigningKey::generate(&mut OsRng);
             let pem = key

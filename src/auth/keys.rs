@@ -257,7 +257,7 @@ pub fn generate(dir: &Path, kind: KeyKind, replace: bool) -> Result<KeyFiles, Ke
         path: path.display().to_string(),
         message: e.to_string(),
     };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    crate::files::private_dir(dir).map_err(|e| io(dir, e))?;
     for path in [&files.signing, &files.verify] {
         if path.exists() && !replace {
             return Err(KeyError {
@@ -283,7 +283,10 @@ pub fn generate(dir: &Path, kind: KeyKind, replace: bool) -> Result<KeyFiles, Ke
                     message: format!("cannot encode the key: {e}"),
                 })?;
             write_private(&files.signing, private.as_bytes()).map_err(|e| io(&files.signing, e))?;
-            std::fs::write(&files.verify, public).map_err(|e| io(&files.verify, e))?;
+            // Workers read it, perhaps as other users: readable, never
+            // writable by them.
+            crate::files::write_file(&files.verify, public.as_bytes(), crate::files::PUBLIC)
+                .map_err(|e| io(&files.verify, e))?;
         }
         KeyKind::Hs256 => {
             let mut secret = [0u8; 32];
@@ -299,14 +302,5 @@ pub fn generate(dir: &Path, kind: KeyKind, replace: bool) -> Result<KeyFiles, Ke
 
 /// Writes a file only its owner can read (replacing one that exists).
 pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
+    crate::files::write_file(path, bytes, crate::files::PRIVATE)
 }

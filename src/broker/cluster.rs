@@ -78,7 +78,7 @@ impl LocalCluster {
         for (i, (port, route)) in ports.iter().enumerate() {
             let name = format!("n{i}");
             let home = dir.join(&name);
-            std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            crate::files::private_dir(&home).map_err(|e| format!("{}: {e}", home.display()))?;
             let store =
                 serde_json::to_string(&home.join("js").to_string_lossy()).unwrap_or_default();
             let text = format!(
@@ -88,7 +88,8 @@ impl LocalCluster {
                 routes.join(", ")
             );
             let conf = home.join("nats-server.conf");
-            std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
+            crate::files::write_file(&conf, text.as_bytes(), crate::files::PRIVATE)
+                .map_err(|e| format!("{}: {e}", conf.display()))?;
             cluster.nodes.push(Node {
                 name,
                 port: *port,

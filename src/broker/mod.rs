@@ -49,7 +49,7 @@ impl ManagedBroker {
         users: Option<(&crate::bus::Names, &[crate::envelope::AgentName])>,
     ) -> Result<ManagedBroker, String> {
         let store = data_dir.join("nats");
-        std::fs::create_dir_all(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        crate::files::private_dir(&store).map_err(|e| format!("{}: {e}", store.display()))?;
         let users = users
             .map(|(names, agents)| {
                 crate::bus::permissions::write(&users_dir(data_dir), names, agents)
@@ -67,7 +67,8 @@ impl ManagedBroker {
                 ""
             },
         );
-        std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
+        crate::files::write_file(&conf, text.as_bytes(), crate::files::PRIVATE)
+            .map_err(|e| format!("{}: {e}", conf.display()))?;
         let bin = server_bin();
         let log = std::fs::File::create(data_dir.join("nats-server.log"))
             .map_err(|e| format!("{}: {e}", data_dir.display()))?;

@@ -133,7 +133,7 @@ fn user_key(path: &Path) -> Result<String, String> {
 /// `dir`: `auth.conf` (rewritten) and a seed file per user (kept when it
 /// exists, so re-running for a new agent does not log the others out).
 pub fn write(dir: &Path, names: &Names, agents: &[AgentName]) -> Result<BusFiles, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    crate::files::private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut users = Vec::new();
     let seed = orchestrator_seed(dir);
     users.push(BusUser {
@@ -152,8 +152,12 @@ pub fn write(dir: &Path, names: &Names, agents: &[AgentName]) -> Result<BusFiles
         });
     }
     let auth_conf = dir.join("auth.conf");
-    std::fs::write(&auth_conf, auth_conf_text(&users))
-        .map_err(|e| format!("{}: {e}", auth_conf.display()))?;
+    crate::files::write_file(
+        &auth_conf,
+        auth_conf_text(&users).as_bytes(),
+        crate::files::PRIVATE,
+    )
+    .map_err(|e| format!("{}: {e}", auth_conf.display()))?;
     Ok(BusFiles { auth_conf, users })
 }
 

@@ -96,6 +96,11 @@ fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
 
 pub fn verify(args: &VerifyArgs) -> ExitCode {
     let config = StoreConfig::in_data_dir(&args.data_dir);
+    // Looked at before opening: opening makes the store private.
+    let exposed: Vec<serde_json::Value> = orchestrator::files::exposed(&config.path)
+        .into_iter()
+        .map(|(path, bits)| json!({"path": path, "mode_for_others": format!("{bits:03o}")}))
+        .collect();
     let store = match Store::open_existing(&config) {
         Ok(store) => store,
         Err(e) => return fail(args.json, e.code(), &e.to_string()),
@@ -114,10 +119,23 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     if args.json {
         outln!(
             "{}",
-            json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined})
+            json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined, "exposed": exposed})
         );
     } else {
         outln!("store {}", store.path().display());
+        if !exposed.is_empty() {
+            outln!(
+                "warning: others could read or change {} of the store's files, which hold every task's params and push credentials; made private now (0700 directories, 0600 files):",
+                exposed.len()
+            );
+            for e in &exposed {
+                outln!(
+                    "  - {} (group/others: {})",
+                    e["path"].as_str().unwrap_or_default(),
+                    e["mode_for_others"].as_str().unwrap_or_default()
+                );
+            }
+        }
         match (&audit.first_bad_seq, &audit.problem) {
             (Some(seq), Some(problem)) => {
                 outln!(

@@ -153,6 +153,10 @@ async fn stop_telemetry(telemetry: Telemetry) {
 }
 
 pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
+    // What `run` writes (the store, keys, the managed broker's files and
+    // data) is its owner's, whatever umask it was started with; the
+    // files meant for others (the verify key) set their own mode.
+    orchestrator::files::restrict_umask();
     let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -232,7 +236,8 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode 
 fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
     use std::io::{Read, Seek, Write};
     let at = |e: std::io::Error| format!("{}: {e}", dir.display());
-    std::fs::create_dir_all(dir).map_err(at)?;
+    // Every task's params and push credentials are in it: its owner's.
+    orchestrator::files::private_dir(dir).map_err(at)?;
     let path = dir.join("run.lock");
     let mut file = std::fs::OpenOptions::new()
         .create(true)

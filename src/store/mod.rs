@@ -186,11 +186,17 @@ impl Store {
     /// truncated, or the directory holds some other sled database.
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
         let path = config.path.clone();
-        std::fs::create_dir_all(&path).map_err(|e| StoreError::Open {
+        crate::files::private_dir(&path).map_err(|e| StoreError::Open {
             path: path.clone(),
             message: e.to_string(),
         })?;
         let db = open_db(&path, config.cache_bytes)?;
+        // Every task's params and push credentials: its owner's alone,
+        // also when sled wrote its files under a looser umask.
+        crate::files::make_private(&path).map_err(|e| StoreError::Open {
+            path: path.clone(),
+            message: format!("cannot make it private: {e}"),
+        })?;
         // Before any tree is opened (which creates it): is this database new?
         let fresh = db.is_empty() && db.tree_names().len() == 1;
         let open_tree = |name: &str| {
