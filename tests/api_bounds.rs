@@ -431,3 +431,68 @@ async fn run_raises_its_open_file_limit_and_fits_the_connection_cap() {
     assert!(text.contains("raised the open-file limit"), "{text}");
     assert!(text.contains("lowered to 428"), "{text}");
 }
+
+/// Submitting faster than any worker takes: past `max_backlog` tasks
+/// waiting, a new task is refused with 429 `overloaded` and
+/// `Retry-After`, counted in the metrics, while every task accepted before
+/// completes once a worker comes; then new tasks are taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overload_is_shed_and_what_was_accepted_completes() {
+    let mut sys = System::start_with(
+        common::nats::NatsServer::start(),
+        vec![card("echo", &["echo"])],
+        fast_bus(),
+        |c| c.max_backlog = 20,
+    )
+    .await;
+    let task = json!({"to": "echo", "action": "echo", "params": {}});
+    let mut accepted = Vec::new();
+    let mut shed = None;
+    // The count is read again every 250 ms: a burst may pass it by a few.
+    for _ in 0..200 {
+        let resp = sys
+            .client
+            .post(format!("{}/v1/tasks", sys.http))
+            .json(&task)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 429 {
+            shed = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status(), 201);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        accepted.push(body["task_id"].as_str().unwrap().to_string());
+        if accepted.len() >= 20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let shed = shed.expect("an overload is shed");
+    assert_eq!(shed.headers()["retry-after"], "5");
+    let body: serde_json::Value = shed.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body:#}");
+    assert!(
+        (20..40).contains(&accepted.len()),
+        "shed near the bound: {}",
+        accepted.len()
+    );
+
+    sys.worker(
+        card("echo", &["echo"]),
+        std::sync::Arc::new(orchestrator::worker::EchoHandler),
+    )
+    .await;
+    for id in &accepted {
+        let done = sys.wait_terminal(id, Duration::from_secs(60)).await;
+        assert_eq!(done["state"], "completed", "{done:#}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = sys.post("/v1/tasks", task).await;
+    assert_eq!(status, 201, "taken again once drained: {body:#}");
+    let metrics = common::get_text(&reqwest::Client::new(), &format!("{}/metrics", sys.http)).await;
+    assert!(
+        metric(&metrics, "orch_requests_shed_total ") >= 1,
+        "{metrics}"
+    );
+}

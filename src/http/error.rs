@@ -11,6 +11,9 @@ use tracing::error;
 use crate::codec::DecodeError;
 use crate::service::{ErrorKind, ServiceError};
 
+/// Seconds an overloaded orchestrator asks a client to wait.
+const OVERLOAD_RETRY_AFTER: u32 = 5;
+
 /// An API error.
 #[derive(Debug)]
 pub struct ApiError {
@@ -93,6 +96,10 @@ impl From<ServiceError> for ApiError {
             ErrorKind::Gone => StatusCode::GONE,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Overloaded => {
+                return ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.code(), e.to_string())
+                    .retry_after(OVERLOAD_RETRY_AFTER);
+            }
             ErrorKind::Internal => return ApiError::internal(e),
         };
         ApiError {

@@ -49,6 +49,10 @@ pub struct ServiceConfig {
     /// tasks without finishing one.
     #[serde(with = "humantime_serde")]
     pub ready_stall_after: Duration,
+    /// Tasks waiting for a worker (`submitted`) past which a new task or
+    /// run from a caller is refused (429 with `Retry-After`), so an
+    /// overload is shed instead of queued without bound.
+    pub max_backlog: usize,
     /// Envelopes published but not yet acknowledged by the broker, at most.
     pub publish_in_flight: usize,
     /// HTTP requests served at once; more are answered 503 at once.
@@ -274,6 +278,7 @@ impl Default for ServiceConfig {
             reap_interval: Duration::from_secs(10),
             stall_after: Duration::from_secs(60),
             ready_stall_after: Duration::from_secs(300),
+            max_backlog: 100_000,
             publish_in_flight: 1024,
             http_max_in_flight: 512,
             http_max_in_flight_per_principal: 128,
@@ -304,6 +309,7 @@ impl crate::codec::Validate for ServiceConfig {
         let positive = [
             ("max_envelope_bytes", self.max_envelope_bytes),
             ("publish_in_flight", self.publish_in_flight),
+            ("max_backlog", self.max_backlog),
             ("http_max_in_flight", self.http_max_in_flight),
             (
                 "http_max_in_flight_per_principal",

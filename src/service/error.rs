@@ -64,6 +64,16 @@ pub enum ServiceError {
         /// Why.
         reason: String,
     },
+    /// Too many tasks wait for a worker to take a new request.
+    #[error(
+        "{waiting} tasks wait for a worker, the most the orchestrator queues (max_backlog is {max}); try again later"
+    )]
+    Overloaded {
+        /// Tasks waiting (counted up to `max`).
+        waiting: usize,
+        /// `max_backlog`.
+        max: usize,
+    },
     /// An idempotency key names an earlier answer or decision with other
     /// content: a key names one.
     #[error("idempotency key `{key}` was used for {earlier}; a key names one answer")]
@@ -115,6 +125,9 @@ pub enum ErrorKind {
     TooLarge,
     /// A dependency (the broker) is unreachable: try again (503).
     Unavailable,
+    /// More is waiting than the orchestrator takes on: try again later
+    /// (429).
+    Overloaded,
     /// The orchestrator failed; the details are for its log only (500).
     Internal,
 }
@@ -134,6 +147,7 @@ impl ServiceError {
             | ServiceError::KeyReused { .. } => ErrorKind::Conflict,
             ServiceError::TooLarge { .. } => ErrorKind::TooLarge,
             ServiceError::Bus(_) => ErrorKind::Unavailable,
+            ServiceError::Overloaded { .. } => ErrorKind::Overloaded,
             ServiceError::Keys(_) | ServiceError::InvalidCard(_) => ErrorKind::Internal,
             ServiceError::Store(e) => match e {
                 StoreError::NotFound(_) | StoreError::RunNotFound(_) => ErrorKind::NotFound,
@@ -162,6 +176,7 @@ impl ServiceError {
             ServiceError::BadInput(e) => e.code(),
             ServiceError::Store(e) => e.code(),
             ServiceError::Bus(_) => "bus_unavailable",
+            ServiceError::Overloaded { .. } => "overloaded",
             ServiceError::TooLarge { .. } => "payload_too_large",
             ServiceError::Keys(_) => "keys_unavailable",
             ServiceError::InvalidCard(_) => "invalid_card",

@@ -11,6 +11,7 @@
 //! back. The store alone owns the attempt number and decides retries.
 
 mod answer;
+mod backlog;
 mod caller;
 mod config;
 mod conversations;
@@ -125,6 +126,8 @@ struct Inner {
     ready: crate::telemetry::readiness::Readiness,
     /// Push notifications' and callbacks' key and queue.
     outbox: deliveries::Outbox,
+    /// The last count of tasks waiting for a worker (`max_backlog`).
+    backlog: backlog::Backlog,
 }
 
 impl Orchestrator {
@@ -186,6 +189,7 @@ impl Orchestrator {
                 jaeger_url,
                 ready: Default::default(),
                 outbox,
+                backlog: Default::default(),
                 pending: Mutex::new(Some(run::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
@@ -298,6 +302,7 @@ impl Orchestrator {
         request: TaskRequest,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
+        self.admit().await?;
         self.submit_with(request, Meta::default(), None, None, caller)
             .await
     }

@@ -98,6 +98,7 @@ impl Orchestrator {
         options: RunOptions,
         caller: &Caller,
     ) -> Result<RunStarted, ServiceError> {
+        self.admit().await?;
         let key = idempotency_key.map(|k| (caller.principal.clone(), k));
         let start = RunStart {
             origin: Origin::Request,

@@ -162,6 +162,19 @@ impl Store {
         Ok(out)
     }
 
+    /// How many tasks are in `state`, counted up to `cap`.
+    pub fn count_in_state(&self, state: TaskState, cap: usize) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for item in self.inner.by_state.scan_prefix([state.code()]) {
+            item?;
+            n += 1;
+            if n >= cap {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
     /// Tasks per state (those `owner` asked for, when given), looking at
     /// `cap` tasks per state at most (the newest `cap` of the owner's in
     /// all); and the states whose count is a floor (more were left

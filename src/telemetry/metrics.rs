@@ -143,6 +143,13 @@ static HTTP_CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static SHED: LazyLock<IntCounter> = LazyLock::new(|| {
+    registered(IntCounter::new(
+        "orch_requests_shed_total",
+        "New tasks and runs refused (429) because max_backlog tasks waited for a worker.",
+    ))
+});
+
 static HTTP_STREAMS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "orch_http_streams_refused_total",
@@ -351,6 +358,11 @@ pub fn http_connection_refused(reason: &str) {
     HTTP_CONNECTIONS_REFUSED.with_label_values(&[reason]).inc();
 }
 
+/// A new task or run was refused: the backlog is full.
+pub fn shed() {
+    SHED.inc();
+}
+
 /// A stream was refused (`reason`: `principal` or `full`).
 pub fn http_stream_refused(reason: &str) {
     HTTP_STREAMS_REFUSED.with_label_values(&[reason]).inc();
@@ -405,6 +417,7 @@ pub fn render() -> String {
     LazyLock::force(&HTTP_CONNECTION_CAP);
     LazyLock::force(&HTTP_CONNECTIONS_REFUSED);
     LazyLock::force(&HTTP_STREAMS_REFUSED);
+    LazyLock::force(&SHED);
     LazyLock::force(&TASK_SECONDS);
     LazyLock::force(&QUEUE_DEPTH);
     LazyLock::force(&DLQ);

@@ -236,6 +236,7 @@ impl From<ServiceError> for A2aError {
             ErrorKind::Gone => A2aError::new(-32001, e.to_string()),
             ErrorKind::TooLarge => A2aError::too_large(e.to_string()),
             ErrorKind::Unavailable => A2aError::unavailable(e.to_string()),
+            ErrorKind::Overloaded => A2aError::too_many(e.to_string()),
             ErrorKind::Internal => {
                 tracing::error!(error = %e, "internal error");
                 A2aError::new(-32603, "internal error")
