@@ -29,10 +29,37 @@ pub enum Reach {
 pub fn reach(ip: IpAddr) -> Option<Reach> {
     match ip {
         IpAddr::V4(v4) => reach_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match embedded_v4(v6) {
             Some(v4) => reach_v4(v4),
             None => reach_v6(v6),
         },
+    }
+}
+
+/// The IPv4 address an IPv6 form carries, which is where a packet to it
+/// may end up: mapped (`::ffff:a.b.c.d`), translated
+/// (`::ffff:0:a.b.c.d`), compatible (`::a.b.c.d`), NAT64
+/// (`64:ff9b::a.b.c.d`, `64:ff9b:1::/48`) and 6to4 (`2002:AABB:CCDD::`).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let last = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    match s {
+        // ::ffff:0:a.b.c.d
+        [0, 0, 0, 0, 0xffff, 0, _, _] => Some(last),
+        // ::a.b.c.d, but not :: and ::1 (their own kinds)
+        [0, 0, 0, 0, 0, 0, _, _] if !ip.is_unspecified() && !ip.is_loopback() => Some(last),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(last),
+        [0x64, 0xff9b, 1, ..] => Some(last),
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )),
+        _ => None,
     }
 }
 
@@ -63,7 +90,13 @@ fn reach_v6(ip: Ipv6Addr) -> Option<Reach> {
         Some(Reach::Loopback)
     } else if first & 0xffc0 == 0xfe80 {
         Some(Reach::LinkLocal)
-    } else if first & 0xfe00 == 0xfc00 || ip.is_unspecified() || ip.is_multicast() {
+    } else if first & 0xfe00 == 0xfc00
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        // Teredo (2001::/32) hides its IPv4 addresses: not to be trusted
+        // as public.
+        || (first == 0x2001 && ip.segments()[1] == 0)
+    {
         Some(Reach::Private)
     } else {
         None
@@ -193,6 +226,19 @@ mod tests {
         assert_eq!(r("127.0.0.1"), Some(Reach::Loopback));
         assert_eq!(r("::1"), Some(Reach::Loopback));
         assert_eq!(r("::ffff:127.0.0.1"), Some(Reach::Loopback));
+        // IPv6 forms that carry 127.0.0.1, 10.0.0.1, 169.254.169.254.
+        assert_eq!(r("::127.0.0.1"), Some(Reach::Loopback));
+        assert_eq!(r("::ffff:0:127.0.0.1"), Some(Reach::Loopback));
+        assert_eq!(r("64:ff9b::127.0.0.1"), Some(Reach::Loopback));
+        assert_eq!(r("64:ff9b:1::7f00:1"), Some(Reach::Loopback));
+        assert_eq!(r("2002:7f00:1::"), Some(Reach::Loopback));
+        assert_eq!(r("2002:a00:1::1"), Some(Reach::Private));
+        assert_eq!(r("64:ff9b::a9fe:a9fe"), Some(Reach::LinkLocal));
+        assert_eq!(
+            r("2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+            Some(Reach::Private)
+        );
+        assert_eq!(r("2002:5db8:d70e::1"), None, "6to4 of a public address");
         assert_eq!(r("10.1.2.3"), Some(Reach::Private));
         assert_eq!(r("172.20.0.1"), Some(Reach::Private));
         assert_eq!(r("192.168.1.1"), Some(Reach::Private));

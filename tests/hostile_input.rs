@@ -343,3 +343,106 @@ async fn the_registry_and_the_audit_name_the_subjects_agent() {
     let (_, task) = sys.get(&format!("/v1/tasks/{id}")).await;
     assert_eq!(task["state"], "submitted", "{task:#}");
 }
+
+/// The low findings of the attack on the faces, each refused now: a
+/// JSON-RPC request with `method` twice is -32600 (not read as its last),
+/// `pageSize: 0` is -32602, the HTTP+JSON binding refuses a `text/plain`
+/// body (415), a query string that does not parse is answered in the
+/// API's JSON error shape (not `text/plain`), every answer (API, probe,
+/// unknown path) says `X-Content-Type-Options: nosniff`, and a callback
+/// to an IPv6 form of 127.0.0.1 is refused as loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_faces_refuse_what_is_ambiguous_or_mistyped() {
+    let sys = System::start(vec![card("echo", &["echo"])], fast_bus()).await;
+    let rpc = |body: &'static str| {
+        sys.client
+            .post(format!("{}/a2a", sys.http))
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let twice: Value = rpc(
+        r#"{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "method": "ListTasks", "params": {}}"#,
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(twice["error"]["code"], -32600, "{twice:#}");
+    assert!(
+        twice["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`method` twice")
+    );
+    let zero: Value =
+        rpc(r#"{"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"pageSize": 0}}"#)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(zero["error"]["code"], -32602, "{zero:#}");
+
+    let plain = sys
+        .client
+        .post(format!("{}/a2a/rest/message:send", sys.http))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "text/plain")
+        .body(
+            r#"{"message": {"messageId": "p-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+
+    let bad_query = sys
+        .client
+        .get(format!("{}/v1/tasks?limit=many", sys.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_query.status(), 400);
+    assert_eq!(bad_query.headers()["content-type"], "application/json");
+    let body: Value = bad_query.json().await.unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("limit"),
+        "{body:#}"
+    );
+
+    for path in ["/v1/tasks", "/healthz", "/metrics", "/no/such/path", "/ui"] {
+        let answer = sys
+            .client
+            .get(format!("{}{path}", sys.http))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            answer
+                .headers()
+                .get("x-content-type-options")
+                .map(|v| v.to_str().unwrap()),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+
+    for url in [
+        "http://[::ffff:0:127.0.0.1]:9/cb",
+        "http://[64:ff9b::7f00:1]:9/cb",
+        "http://[2002:7f00:1::]:9/cb",
+    ] {
+        let (status, body) = sys
+            .post(
+                "/v1/tasks",
+                json!({"to": "echo", "action": "echo", "params": {},
+                       "response_mode": "callback", "callback_url": url}),
+            )
+            .await;
+        assert_eq!(status, 422, "{url}: {body:#}");
+        assert!(body.to_string().contains("loopback"), "{url}: {body:#}");
+    }
+}

@@ -357,7 +357,8 @@ async fn configs_are_created_read_listed_and_deleted_in_both_versions() {
 
 /// Targets inside the network are refused unless allowed: loopback,
 /// private and link-local addresses, `localhost`, other schemes, for push
-/// configs and for callbacks; a redirect inward is not followed.
+/// configs and for callbacks; a redirect is never followed (inward or
+/// not), and a 3xx is no delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_inside_the_network_are_refused() {
     let sys = system(|_| {}).await;
@@ -414,8 +415,29 @@ async fn targets_inside_the_network_are_refused() {
     })
     .await;
     let error = d["gave_up"][0]["error"].as_str().unwrap();
-    assert!(error.contains("redirect"), "{error}");
-    assert!(error.contains("link-local"), "{error}");
+    assert!(error.contains("redirect: not followed"), "{error}");
+    // Nor to an allowed host: a 3xx is no delivery, and the signed
+    // request goes nowhere else.
+    let onward = format!(
+        "http://127.0.0.1:{}/redirect?to={}",
+        receiver.port,
+        receiver.url()
+    );
+    let id = go(
+        &sys,
+        "m-5",
+        json!({"taskPushNotificationConfig": {"url": onward}}),
+    )
+    .await;
+    let d = delivery_when(&sys, &id, "a give-up", |d| {
+        !d["gave_up"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert!(
+        d["gave_up"][0]["error"].as_str().unwrap().contains("307"),
+        "{d:#}"
+    );
+    assert!(receiver.all().is_empty(), "delivered through a redirect");
 }
 
 /// A receiver that answers slowly, or with a body that never ends, holds

@@ -138,3 +138,31 @@ impl From<super::streams::StreamRefused> for ApiError {
         ApiError::new(status, code, refused.message()).retry_after(1)
     }
 }
+
+/// What every answer of the API gets on its way out: `X-Content-Type-Options:
+/// nosniff` (no browser reads an answer as other than its type says), and
+/// a refusal of axum's own extractors (a query string or path that does
+/// not parse, in `text/plain`) in the API's error shape.
+pub(super) async fn every_answer(response: Response) -> Response {
+    let mut response = if response.status().is_client_error()
+        && response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"))
+    {
+        let status = response.status();
+        let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        ApiError::new(status, "invalid_request", text).into_response()
+    } else {
+        response
+    };
+    response.headers_mut().insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    response
+}

@@ -154,7 +154,9 @@ pub fn router(
         .layer(axum::Extension(face))
         .layer(axum::middleware::from_fn(trace::layer))
         .with_state(orchestrator);
-    let app = probes.merge(limits::limit(api, max_in_flight, timeout));
+    let app = probes
+        .merge(limits::limit(api, max_in_flight, timeout))
+        .layer(axum::middleware::map_response(error::every_answer));
     if open {
         app.layer(axum::middleware::map_response(auth::mark_unauthenticated))
     } else {
@@ -176,6 +178,7 @@ pub fn probes_router(orchestrator: Orchestrator) -> Router {
             .retry_after(1)
         })
         .layer(axum::middleware::from_fn(trace::layer))
+        .layer(axum::middleware::map_response(error::every_answer))
         .with_state(orchestrator)
 }
 

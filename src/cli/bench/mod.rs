@@ -17,6 +17,7 @@ mod console;
 mod cpu;
 mod inproc;
 mod llm;
+mod overload;
 mod preload;
 mod procs;
 mod push;
@@ -100,6 +101,16 @@ pub struct BenchArgs {
     /// With `--console`: the finished tasks stored first.
     #[arg(long, default_value_t = 100_000)]
     console_tasks: usize,
+    /// Measure an overload instead: for this many seconds, clients submit
+    /// as fast as the orchestrator answers to a worker taking one task at
+    /// a time, with `max_backlog` at `--overload-backlog`: what was
+    /// offered, accepted and shed (429), the orchestrator's memory, and
+    /// that every accepted task completed.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "cluster")]
+    overload: Option<u64>,
+    /// With `--overload`: the orchestrator's `max_backlog`.
+    #[arg(long, default_value_t = 2000)]
+    overload_backlog: usize,
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
@@ -216,6 +227,21 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         prefix: format!("bench{tag}"),
         ..BusConfig::default()
     };
+    if let Some(seconds) = args.overload {
+        let m = overload::measure(&url, &format!("bencho{tag}"), dir.path(), args, seconds).await?;
+        if args.json {
+            outln!("{}", json!({"overload": m.json(args.overload_backlog)}));
+        } else {
+            if on_terminal() {
+                eprint!("\r\x1b[2K");
+            }
+            m.print(args.overload_backlog);
+        }
+        if let Some(m) = managed {
+            m.stop().await;
+        }
+        return Ok(());
+    }
 
     let brokers: Vec<u32> = managed.iter().filter_map(ManagedBroker::pid).collect();
     let (bare, bare_cpu) = bare::bare_round_trip(&url, &brokers, tag, 1, args).await?;

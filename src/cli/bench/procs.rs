@@ -159,6 +159,9 @@ impl Deployed {
                 "sha256": orchestrator::access::api_keys::hash(&api_key),
             }]},
         });
+        if args.overload.is_some() {
+            settings["max_backlog"] = json!(args.overload_backlog);
+        }
         if args.push && args.client == Client::A2a {
             // The bench's push receiver listens on loopback.
             settings["deliveries"] = json!({"allow_addresses": ["loopback"]});

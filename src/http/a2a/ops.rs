@@ -318,7 +318,7 @@ pub(super) async fn list_tasks(
     caller: &Caller,
 ) -> Result<ListTasksResponse, A2aError> {
     let size = match list.page_size {
-        None | Some(0) => DEFAULT_PAGE,
+        None => DEFAULT_PAGE,
         Some(n) if (1..=MAX_PAGE).contains(&n) => n,
         Some(_) => {
             return Err(A2aError::invalid_params(

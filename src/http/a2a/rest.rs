@@ -53,6 +53,11 @@ fn frame(version: Version) -> stream::Frame {
 
 /// The body as JSON (an empty one is `{}`).
 async fn body_json(o: &Orchestrator, headers: &HeaderMap, body: Body) -> Result<Value, A2aError> {
+    if let Some(other) = super::rpc::not_json(headers) {
+        return Err(A2aError::content_type(format!(
+            "the request's Content-Type is `{other}`; the HTTP+JSON binding takes application/json"
+        )));
+    }
     let bytes = crate::http::body(o, headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));

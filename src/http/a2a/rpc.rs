@@ -80,7 +80,7 @@ fn camel_case_fields(v: &mut Value) {
 /// The request's Content-Type when it is given and is not JSON
 /// (`application/json` or a `+json` type); a request without one is read as
 /// JSON.
-fn not_json(headers: &HeaderMap) -> Option<String> {
+pub(super) fn not_json(headers: &HeaderMap) -> Option<String> {
     let given = headers.get(axum::http::header::CONTENT_TYPE)?;
     let given = given.to_str().unwrap_or("(not text)");
     let essence = given
@@ -93,6 +93,41 @@ fn not_json(headers: &HeaderMap) -> Option<String> {
     (!json).then(|| given.to_string())
 }
 
+/// The first member the request's top-level object has twice, if any
+/// (the body is known to be a JSON object).
+fn repeated_member(body: &[u8]) -> Option<String> {
+    struct Members(Option<String>);
+    impl<'de> serde::Deserialize<'de> for Members {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Members, A::Error> {
+                    let mut seen = std::collections::HashSet::new();
+                    let mut repeated = None;
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        if !seen.insert(key.clone()) && repeated.is_none() {
+                            repeated = Some(key);
+                        }
+                    }
+                    Ok(Members(repeated))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    serde_json::from_slice::<Members>(body)
+        .ok()
+        .and_then(|m| m.0)
+}
+
 /// The request's id, method and params, or why it is no request.
 fn envelope(body: &[u8]) -> Result<(Value, String, Value), (Value, A2aError)> {
     let v: Value = serde_json::from_slice(body)
@@ -103,6 +138,14 @@ fn envelope(body: &[u8]) -> Result<(Value, String, Value), (Value, A2aError)> {
             A2aError::invalid_request("a request is a JSON object (batches are not taken)"),
         ));
     };
+    // A JSON object with a member twice is ambiguous (which `method`?):
+    // refused, not read as its last.
+    if let Some(key) = repeated_member(body) {
+        return Err((
+            Value::Null,
+            A2aError::invalid_request(format!("the request has the member `{key}` twice")),
+        ));
+    }
     let id = match o.remove("id") {
         Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
         Some(_) => {

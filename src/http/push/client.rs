@@ -1,6 +1,8 @@
 //! The HTTP client deliveries go out through: each address a name
-//! resolves to is checked (`crate::target`), redirects are followed only
-//! to allowed hosts (at most three), proxies from the environment are not
+//! resolves to is checked (`crate::target`), redirects are not followed
+//! (a 3xx is an attempt that failed: the delivery's signature and token
+//! are for its target alone, never for a host it points at), proxies
+//! from the environment are not
 //! used (a proxy would resolve names where they are not checked), and one
 //! attempt, response included, is bounded by the configured timeout. The
 //! response's body is never read: its status is the answer.
@@ -43,20 +45,10 @@ impl Client {
     /// A client for targets of the kinds in `allowed` (and public ones),
     /// each attempt bounded by `timeout`.
     pub(super) fn new(allowed: &[Reach], timeout: Duration) -> Client {
-        let redirect_allowed = allowed.to_vec();
-        let policy = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 3 {
-                return attempt.error("more than three redirects");
-            }
-            match target::check(attempt.url().as_str(), &redirect_allowed) {
-                Ok(_) => attempt.follow(),
-                Err(why) => attempt.error(format!("a redirect to a refused target: {why}")),
-            }
-        });
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .redirect(policy)
+            .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .dns_resolver(Arc::new(Checked {
                 allowed: allowed.to_vec(),
@@ -80,6 +72,10 @@ impl Client {
         let sent = self.http.post(url).headers(headers).body(body).send().await;
         match sent {
             Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) if r.status().is_redirection() => Err(format!(
+                "the target answered {} (a redirect: not followed)",
+                r.status()
+            )),
             Ok(r) => Err(format!("the target answered {}", r.status())),
             Err(e) => Err(describe(&e)),
         }
