@@ -266,7 +266,9 @@ where
     let value: T = {
         let mut note_unknown = |path: serde_ignored::Path<'_>| {
             if unknown.is_none() {
-                unknown = Some(path.to_string());
+                // A member named "" is named so, not left blank.
+                let path = path.to_string();
+                unknown = Some(if path.is_empty() { "\"\"".into() } else { path });
             }
         };
         let tracked = serde_ignored::Deserializer::new(&mut json, &mut note_unknown);
@@ -274,7 +276,7 @@ where
         let with_path = serde_path_to_error::Deserializer::new(tracked, &mut track);
         match object(with_path) {
             Ok(value) => value,
-            Err(e) => return Err(from_path_error(track.path(), e)),
+            Err(e) => return Err(from_path_error(track.path(), e, bytes)),
         }
     };
     json.end().map_err(syntax)?;
@@ -287,7 +289,11 @@ where
     Ok(value)
 }
 
-fn from_path_error(path: serde_path_to_error::Path, inner: serde_json::Error) -> DecodeError {
+fn from_path_error(
+    path: serde_path_to_error::Path,
+    inner: serde_json::Error,
+    bytes: &[u8],
+) -> DecodeError {
     let path = path.to_string();
     // serde_json's own limit (128 levels) is far past [`MAX_DEPTH`]: the
     // same refusal, naming the outermost field on the way down.
@@ -299,7 +305,17 @@ fn from_path_error(path: serde_path_to_error::Path, inner: serde_json::Error) ->
         };
     }
     if inner.is_syntax() || inner.is_eof() || inner.is_io() {
-        return syntax(inner);
+        // serde_json says "expected value" (a syntax error) also when a
+        // type's own reader refuses a well-formed value (a `null` where a
+        // string must be): that is the field's fault, not the JSON's.
+        let well_formed = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+        if !well_formed || path.is_empty() || path == "." {
+            return syntax(inner);
+        }
+        return DecodeError::InvalidField {
+            field: path,
+            message: "not a value this field takes".into(),
+        };
     }
     let message = strip_position(&inner.to_string());
     if let Some(name) = message

@@ -83,6 +83,8 @@ pub mod codec;
 pub mod envelope;
 pub mod event;
 pub mod files;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod llm;
 pub mod redact;

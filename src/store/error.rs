@@ -93,7 +93,7 @@ pub enum StoreError {
     },
     /// The message id (or key) names another message.
     #[error(
-        "message id `{key}` was used for another message (other content, target or decision); a message id names one message"
+        "message id `{key}` was used for a different message (other content, target or decision); a message id names one message"
     )]
     MessageConflict {
         /// The id or key.

@@ -13,7 +13,7 @@ mod check;
 mod parse;
 mod schedule;
 mod step;
-mod template;
+pub(crate) mod template;
 mod validate;
 
 pub use check::{Placed, Problem};

@@ -22,6 +22,10 @@ pub struct TemplateError {
     pub message: String,
 }
 
+/// Instructions one rendering may take: far more than any template of a
+/// step or condition needs.
+const FUEL: u64 = 1_000_000;
+
 /// The one environment: strict about undefined names when printing,
 /// lenient (false) when testing truth, so `when: steps.a.result.ok` works
 /// for a result without `ok`.
@@ -30,6 +34,9 @@ fn env() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+        // A template over a caller's input (a loop over a list it sent)
+        // ends: past this many instructions it is an error, not a hang.
+        env.set_fuel(Some(FUEL));
         env
     })
 }

@@ -353,3 +353,56 @@ impl Call<'_> {
         })
     }
 }
+
+/// Machines try the JSON-RPC face's reading (`crate::fuzz`): any bytes,
+/// and edits of valid requests, are a request or a JSON-RPC error, and a
+/// refusal of params names the field.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::{decode, envelope};
+
+    fn seed() -> serde_json::Value {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m-1", "role": "ROLE_USER", "taskId": "t", "contextId": "c",
+                        "parts": [{"text": "hi"}, {"data": {"q": 1}}], "metadata": {"skillId": "a/b"}},
+            "configuration": {"historyLength": 3, "returnImmediately": true,
+                              "taskPushNotificationConfig": {"url": "https://example.com/h", "token": "x"}}
+        }})
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn requests(edits in crate::fuzz::edits(), bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let doc = crate::fuzz::edited(&seed(), &edits);
+            let body = serde_json::to_vec(&doc).unwrap();
+            for body in [body, bytes] {
+                match envelope(&body) {
+                    Ok((_, _, params)) => {
+                        for attempt in [
+                            decode::<a2a::SendMessageRequest>(params.clone()).err(),
+                            decode::<a2a::GetTaskRequest>(params.clone()).err(),
+                            decode::<a2a::ListTasksRequest>(params.clone()).err(),
+                            decode::<a2a::SubscribeToTaskRequest>(params).err(),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        {
+                            prop_assert_eq!(attempt.code, -32602);
+                            prop_assert!(attempt.field.as_deref().is_some_and(|f| !f.is_empty()));
+                        }
+                    }
+                    Err((_, e)) => prop_assert!(
+                        [-32700, -32600, -32602].contains(&e.code),
+                        "{:?}",
+                        e
+                    ),
+                }
+            }
+        }
+    }
+}

@@ -205,3 +205,33 @@ fn respond(
         .keep_alive(KeepAlive::new().interval(streams.keepalive()))
         .into_response()
 }
+
+/// Machines try `Last-Event-ID` (`crate::fuzz`): any header value is an
+/// event id exactly when it is a number, else a refusal, never a panic.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn last_event_id(bytes in proptest::collection::vec(any::<u8>(), 0..40), n in any::<u64>()) {
+            for value in [bytes, format!(" {n} ").into_bytes()] {
+                let Ok(header) = axum::http::HeaderValue::from_bytes(&value) else {
+                    continue;
+                };
+                let mut headers = axum::http::HeaderMap::new();
+                headers.insert("last-event-id", header);
+                let read = super::last_event_id(&headers);
+                let number = std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
+                match number {
+                    Some(n) => prop_assert_eq!(read.ok(), Some(Some(n))),
+                    None => prop_assert!(read.is_err()),
+                }
+            }
+        }
+    }
+}
