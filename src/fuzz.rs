@@ -554,6 +554,19 @@ fn regression_an_unknown_member_named_blank_is_named() {
     assert_eq!(e.field(), Some("\"\""), "{e:?}");
 }
 
+/// A trigger file whose text put a non-ASCII character after a `]` in a
+/// field's path panicked while its problem's line was looked for (found
+/// by [`trigger_files`] in the long run: `locate` sliced inside the
+/// character). Now the problem is reported.
+#[test]
+fn regression_a_path_with_text_after_a_bracket_is_located() {
+    let dir = scratch();
+    let path = dir.path().join("t.yaml");
+    std::fs::write(&path, "Ἐ[]🮔]:").unwrap();
+    let problems = crate::trigger::Trigger::load(&path).unwrap_err();
+    assert!(!problems.is_empty());
+}
+
 /// The seeds the edits start from are valid, so the properties try the
 /// parsers past their first check, not only their refusals.
 #[test]

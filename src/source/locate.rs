@@ -22,11 +22,15 @@ pub(super) fn segments(path: &str) -> Vec<Segment<'_>> {
         if !key.is_empty() {
             out.push(Segment::Key(key));
         }
-        while let Some(end) = rest.find(']') {
-            if let Ok(i) = rest[1..end].parse() {
+        while let Some(open) = rest.find('[') {
+            let after = &rest[open + 1..];
+            let Some(end) = after.find(']') else {
+                break;
+            };
+            if let Ok(i) = after[..end].parse() {
                 out.push(Segment::Index(i));
             }
-            rest = &rest[end + 1..];
+            rest = &after[end + 1..];
         }
     }
     out
@@ -238,6 +242,15 @@ fn json_line_of(text: &str, path: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn text_between_brackets_is_skipped_whatever_its_characters() {
+        assert_eq!(
+            segments("a[1]¥]x[2]"),
+            vec![Segment::Key("a"), Segment::Index(1), Segment::Index(2)]
+        );
+        assert_eq!(segments("Ἐ[]🮔]"), vec![Segment::Key("Ἐ")]);
+    }
     use super::*;
 
     const TEXT: &str = "\
