@@ -276,16 +276,14 @@ async fn one_key_and_a_slowloris_cannot_lock_others_out() {
     assert!(text.contains("http_max_streams_per_principal"), "{text}");
     assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
     let eve_client = client_from(EVE, &eve);
-    let refused: serde_json::Value = eve_client
-        .post(format!("{}/a2a", sys.http))
-        .header("A2A-Version", "1.0")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "tasks/0193a1b2-0000-7000-8000-000000000000"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let refused = common::a2a::rpc_as(
+        &sys,
+        &eve_client,
+        Some("1.0"),
+        "SubscribeToTask",
+        json!({"id": "tasks/0193a1b2-0000-7000-8000-000000000000"}),
+    )
+    .await;
     assert_eq!(refused["error"]["code"], -32103, "{refused:#}");
 
     // A slowloris from one peer: 16 held, the rest refused at once.

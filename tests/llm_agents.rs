@@ -56,6 +56,17 @@ async fn writer_system(model: &Model, instruction: &str, stream: bool) -> System
     sys
 }
 
+/// The model's answer once told its calls' results: each result, joined.
+fn told(request: &Value) -> Reply {
+    Reply::Text(
+        tool_results(request)
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect::<Vec<_>>()
+            .join(" | "),
+    )
+}
+
 /// The tasks of `correlation`, oldest first.
 async fn correlated(sys: &System, correlation: &str) -> Vec<Value> {
     let (_, page) = sys
@@ -254,13 +265,7 @@ async fn a_call_to_a_tool_the_card_does_not_offer_runs_nothing_and_the_model_is_
             ("vault".into(), json!({})),
             ("researcher".into(), json!({"query": 7})),
         ]),
-        _ => Reply::Text(
-            tool_results(r)
-                .iter()
-                .map(|(_, c)| c.clone())
-                .collect::<Vec<_>>()
-                .join(" | "),
-        ),
+        _ => told(r),
     })
     .await;
     let planner = prompt_card("planner", "plan", "Plan.", &["researcher"]);
@@ -334,13 +339,7 @@ async fn a_tool_call_that_a_submit_would_refuse_is_refused_before_any_call_runs(
                 json!({"query": "deep", "nested": deep.clone()}),
             ),
         ]),
-        _ => Reply::Text(
-            tool_results(r)
-                .iter()
-                .map(|(_, c)| c.clone())
-                .collect::<Vec<_>>()
-                .join(" | "),
-        ),
+        _ => told(r),
     })
     .await;
     let planner = prompt_card("planner", "plan", "Plan.", &["researcher"]);

@@ -38,6 +38,21 @@ fn leaky_agent(dir: &std::path::Path) {
     );
 }
 
+/// Submits `task` at `base` and waits until it failed (a minute at most):
+/// the task as it ended.
+async fn failed(http: &reqwest::Client, base: &str, task: Value) -> Value {
+    let task = common::post_json(http, &format!("{base}/v1/tasks"), &task).await;
+    let id = task["task_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = common::get_json(http, &format!("{base}/v1/tasks/{id}?wait=5s")).await;
+        if t["state"] == "failed" {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "the task never failed: {t:#}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
     let nats = NatsServer::start();
@@ -78,21 +93,13 @@ async fn a_planted_secret_is_in_no_log_line_answer_or_audit_record() {
     assert_eq!(refused.status().as_u16(), 422);
     answers.push(refused.text().await.unwrap());
 
-    let task = common::post_json(
+    let done = failed(
         &http,
-        &format!("{base}/v1/tasks"),
-        &json!({"to": "leaky", "action": "login", "params": {"user": "alice", "password": PLANTED}, "max_attempts": 1}),
+        &base,
+        json!({"to": "leaky", "action": "login", "params": {"user": "alice", "password": PLANTED}, "max_attempts": 1}),
     )
     .await;
-    let id = task["task_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let done: Value = loop {
-        let t = common::get_json(&http, &format!("{base}/v1/tasks/{id}?wait=5s")).await;
-        if t["state"] == "failed" {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "the task never failed: {t:#}");
-    };
+    let id = done["task_id"].as_str().unwrap().to_string();
     let message = done["error"]["message"].as_str().unwrap();
     assert!(message.contains("[redacted]"), "{message}");
     answers.push(done.to_string());
@@ -264,21 +271,12 @@ async fn a_services_words_never_carry_the_workers_credentials() {
         ("store", "put", json!({"what": "token"})),
     ];
     for (to, action, params) in cases {
-        let task = common::post_json(
+        let done = failed(
             &http,
-            &format!("{base}/v1/tasks"),
-            &json!({"to": to, "action": action, "params": params, "max_attempts": 1}),
+            &base,
+            json!({"to": to, "action": action, "params": params, "max_attempts": 1}),
         )
         .await;
-        let id = task["task_id"].as_str().unwrap().to_string();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let done: Value = loop {
-            let t = common::get_json(&http, &format!("{base}/v1/tasks/{id}?wait=5s")).await;
-            if t["state"] == "failed" {
-                break t;
-            }
-            assert!(Instant::now() < deadline, "the task never failed: {t:#}");
-        };
         let message = done["error"]["message"].as_str().unwrap();
         // A header never reaches a reported text (reqwest names the URL
         // asked, not the one it was sent to): nothing to scrub there, and
