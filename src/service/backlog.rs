@@ -32,6 +32,15 @@ impl Backlog {
     }
 }
 
+/// A count under way; ends it when dropped.
+struct Counting<'a>(&'a Backlog);
+
+impl Drop for Counting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().1 = false;
+    }
+}
+
 impl Orchestrator {
     /// Refuses a new request when `max_backlog` tasks wait for a worker.
     /// One caller at a time counts again (off the runtime's threads) when
@@ -53,20 +62,21 @@ impl Orchestrator {
         let waiting = match waiting {
             Some(n) => n,
             None => {
+                // Cleared however this ends, a dropped request included,
+                // so a count is never left under way for good.
+                let _counting = Counting(backlog);
                 let store = self.inner.store.clone();
                 let count = tokio::task::spawn_blocking(move || {
                     store.count_in_state(TaskState::Submitted, max)
                 })
                 .await;
-                let mut counted = backlog.lock();
-                counted.1 = false;
                 let n = match count {
                     Ok(Ok(n)) => n,
                     Ok(Err(e)) => return Err(e.into()),
                     // The count's thread panicked: let the request in.
                     Err(_) => 0,
                 };
-                counted.0 = Some((Instant::now(), n));
+                backlog.lock().0 = Some((Instant::now(), n));
                 n
             }
         };
