@@ -85,3 +85,34 @@ async fn start_run(
         .ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     Ok((status, Json(view)))
 }
+
+/// Machines try the run request's reading (`crate::fuzz`): edits of a
+/// valid body, and any JSON, are a request or a refusal naming the field.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::RunRequest;
+    use crate::codec::{DEFAULT_MAX_BYTES, Strictness};
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn run_requests(edits in crate::fuzz::edits(), any_json in crate::fuzz::json()) {
+            let seed = json!({"input": {"query": "x", "n": [1, 2]}, "idempotency_key": "k-1",
+                              "callback_url": "https://example.com/cb"});
+            for doc in [crate::fuzz::edited(&seed, &edits), any_json] {
+                let bytes = serde_json::to_vec(&doc).unwrap();
+                let read: Result<RunRequest, _> =
+                    crate::codec::decode(&bytes, Strictness::Strict, DEFAULT_MAX_BYTES);
+                if let Err(e) = read
+                    && doc.is_object()
+                {
+                    prop_assert!(e.field().is_some_and(|f| !f.is_empty()), "{:?} of {}", e, doc);
+                }
+            }
+        }
+    }
+}

@@ -385,6 +385,11 @@ mod fuzz {
                     Ok((_, _, params)) => {
                         for attempt in [
                             decode::<a2a::SendMessageRequest>(params.clone()).err(),
+                            // A 0.3 client's send, as either binding reads it.
+                            decode::<a2a::SendMessageRequest>(super::super::v03::send_params_v1(
+                                params.clone(),
+                            ))
+                            .err(),
                             decode::<a2a::GetTaskRequest>(params.clone()).err(),
                             decode::<a2a::ListTasksRequest>(params.clone()).err(),
                             decode::<a2a::SubscribeToTaskRequest>(params).err(),
