@@ -287,7 +287,7 @@ impl Default for ServiceConfig {
             http_header_timeout: Duration::from_secs(10),
             http_max_connections: 1024,
             http_probe_connections: 16,
-            http_max_connections_per_peer: 256,
+            http_max_connections_per_peer: 512,
             http_header_timeout_under_pressure: Duration::from_secs(2),
             http_max_streams_per_principal: 32,
             tokens: crate::auth::TokenSettings::default(),

@@ -152,8 +152,12 @@ impl Deployed {
             // Answers as one body: streamed text would add progress events.
             "llm": {"stream": false},
             "http_max_in_flight": in_flight,
-            // Every client is the one principal `bench`.
+            // Every client is the one principal `bench`, from one address,
+            // with every subscription it holds open.
             "http_max_in_flight_per_principal": in_flight,
+            "http_max_connections": in_flight + 1024,
+            "http_max_connections_per_peer": in_flight + 1024,
+            "http_max_streams_per_principal": args.subscribers.max(32) + 64,
             "api_auth": {"api_keys": [{
                 "principal": "bench", "scopes": ["*"],
                 "sha256": orchestrator::access::api_keys::hash(&api_key),
