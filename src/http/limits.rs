@@ -4,6 +4,7 @@
 //! shape.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -56,55 +57,94 @@ fn refused(e: BoxError, timeout: Duration) -> Response {
     .into_response()
 }
 
-/// How many of something (requests in progress, streams open) each
-/// principal holds, at most `max`.
-pub(super) struct PerPrincipal {
-    /// The most one principal may hold.
+/// How many of something each holder (a principal, an address) has in
+/// use, at most `max` each.
+pub(super) struct Shares<K: Eq + Hash + Clone> {
+    /// The most one holder may have.
     max: usize,
+    /// In use, by holder; a holder with none has no entry.
+    held: Mutex<HashMap<K, usize>>,
+}
+
+/// One of a holder's share in use; given back when dropped.
+pub(super) struct Share<K: Eq + Hash + Clone> {
+    shares: Arc<Shares<K>>,
+    holder: K,
+}
+
+impl<K: Eq + Hash + Clone> Shares<K> {
+    /// At most `max` for each holder.
+    pub(super) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Shares {
+            max,
+            held: Mutex::default(),
+        })
+    }
+
+    /// One more for `holder`, unless it holds `max` already.
+    pub(super) fn enter(self: &Arc<Self>, holder: &K) -> Option<Share<K>> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = held.entry(holder.clone()).or_default();
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(Share {
+            shares: Arc::clone(self),
+            holder: holder.clone(),
+        })
+    }
+}
+
+impl<K: Eq + Hash + Clone> Drop for Share<K> {
+    fn drop(&mut self) {
+        let mut held = self
+            .shares
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.holder) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.holder);
+            }
+        }
+    }
+}
+
+/// How many of something (requests in progress, streams open) each
+/// principal holds, at most `max`, and how a refusal says so.
+pub(super) struct PerPrincipal {
+    shares: Arc<Shares<String>>,
     /// What is counted, for the refusal ("requests in progress").
     what: &'static str,
     /// The setting that bounds it, for the refusal.
     setting: &'static str,
-    /// In progress, by principal; a principal with none has no entry.
-    held: Mutex<HashMap<String, usize>>,
 }
 
 /// One of a principal's share in use; given back when dropped.
-pub(super) struct Entered {
-    limits: Arc<PerPrincipal>,
-    principal: String,
-}
+pub(super) type Entered = Share<String>;
 
 impl PerPrincipal {
     /// At most `max` of `what` per principal, as `setting` says.
     pub(super) fn new(max: usize, what: &'static str, setting: &'static str) -> Arc<Self> {
         Arc::new(PerPrincipal {
-            max,
+            shares: Shares::new(max),
             what,
             setting,
-            held: Mutex::default(),
         })
     }
 
-    /// One more for `principal`, unless it holds `max` already.
-    pub(super) fn enter(self: &Arc<Self>, principal: &str) -> Option<Entered> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = held.entry(principal.to_string()).or_default();
-        if *n >= self.max {
-            return None;
-        }
-        *n += 1;
-        Some(Entered {
-            limits: Arc::clone(self),
-            principal: principal.to_string(),
-        })
+    /// One more for `principal`, unless it holds its share already.
+    pub(super) fn enter(&self, principal: &str) -> Option<Entered> {
+        self.shares.enter(&principal.to_string())
     }
 
     /// Why `principal` is refused one more.
     pub(super) fn refusal(&self, principal: &str) -> String {
         format!(
             "`{principal}` has {} {}, the most one principal may ({}); try again shortly",
-            self.max, self.what, self.setting
+            self.shares.max, self.what, self.setting
         )
     }
 
@@ -114,22 +154,6 @@ impl PerPrincipal {
         ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
             .retry_after(1)
             .into_response()
-    }
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        let mut held = self
-            .limits
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = held.get_mut(&self.principal) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.principal);
-            }
-        }
     }
 }
 

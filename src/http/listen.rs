@@ -13,10 +13,9 @@
 //!
 //! HTTP/1.1 only.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -27,6 +26,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, warn};
+
+use super::limits::{Share, Shares};
 
 /// How the listener bounds its connections.
 #[derive(Debug, Clone, Copy)]
@@ -202,22 +203,15 @@ struct Slots {
     probes: Arc<Semaphore>,
     /// Half of the API's slots: fewer free than this is pressure.
     pressure_below: usize,
-    per_peer: Arc<PerPeer>,
+    per_peer: Arc<Shares<IpAddr>>,
 }
 
-/// Connections open per address, at most `max`.
-struct PerPeer {
-    max: usize,
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One open connection: its slot and its address's count, given back
+/// One open connection: its slot and its address's share, given back
 /// when dropped.
 struct Slot {
     kind: Kind,
     _permit: OwnedSemaphorePermit,
-    peer: IpAddr,
-    per_peer: Arc<PerPeer>,
+    _peer: Share<IpAddr>,
 }
 
 impl Slots {
@@ -226,18 +220,13 @@ impl Slots {
             api: Arc::new(Semaphore::new(bounds.max_connections)),
             probes: Arc::new(Semaphore::new(bounds.probe_connections)),
             pressure_below: bounds.max_connections / 2,
-            per_peer: Arc::new(PerPeer {
-                max: bounds.max_connections_per_peer,
-                open: Mutex::default(),
-            }),
+            per_peer: Shares::new(bounds.max_connections_per_peer),
         }
     }
 
     /// A slot for a connection from `peer`: the API's, else the probes',
     /// else refused.
     fn take(&self, peer: IpAddr) -> Result<Slot, Refused> {
-        // 127.0.0.1 and ::ffff:127.0.0.1 are one address.
-        let peer = peer.to_canonical();
         let (kind, permit) = if let Ok(permit) = Arc::clone(&self.api).try_acquire_owned() {
             let pressed = self.api.available_permits() < self.pressure_below;
             (Kind::Api { pressed }, permit)
@@ -246,38 +235,16 @@ impl Slots {
         } else {
             return Err(Refused::Full);
         };
-        let mut open = self
+        // 127.0.0.1 and ::ffff:127.0.0.1 are one address.
+        let share = self
             .per_peer
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let n = open.entry(peer).or_default();
-        if *n >= self.per_peer.max {
-            return Err(Refused::Peer);
-        }
-        *n += 1;
+            .enter(&peer.to_canonical())
+            .ok_or(Refused::Peer)?;
         Ok(Slot {
             kind,
             _permit: permit,
-            peer,
-            per_peer: Arc::clone(&self.per_peer),
+            _peer: share,
         })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self
-            .per_peer
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = open.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.peer);
-            }
-        }
     }
 }
 
