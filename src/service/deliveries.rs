@@ -221,13 +221,15 @@ impl Orchestrator {
     }
 
     /// For the outbox: records how far `d` came (an event delivered, an
-    /// attempt failed, nothing more owed).
-    pub async fn delivery_moved(&self, d: Delivery) -> Result<(), ServiceError> {
-        Ok(self.store().put_delivery(d, None).await?)
+    /// attempt failed, nothing more owed), unless its config was removed
+    /// or its target replaced meanwhile; whether it was recorded.
+    pub async fn delivery_moved(&self, d: Delivery) -> Result<bool, ServiceError> {
+        Ok(self.store().advance_delivery(d, None).await?)
     }
 
     /// For the outbox: records that `d` gave up on event `event` after
-    /// `attempts` (and moves past it), in the audit trail too.
+    /// `attempts` (and moves past it), in the audit trail too, unless its
+    /// config was removed or its target replaced meanwhile.
     pub async fn delivery_gave_up(
         &self,
         mut d: Delivery,
@@ -249,7 +251,7 @@ impl Orchestrator {
         d.cursor = event;
         d.attempts = 0;
         d.retry_at = None;
-        self.store().put_delivery(d.clone(), Some(entry)).await?;
+        self.store().advance_delivery(d.clone(), Some(entry)).await?;
         Ok(d)
     }
 

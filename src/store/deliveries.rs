@@ -178,6 +178,43 @@ impl Store {
         self.inner.commit.durable().await
     }
 
+    /// For the outbox: writes `d` (with `entry` in the audit trail when
+    /// given) only if its config is still stored with the same target, in
+    /// one transaction, so that a config removed or replaced while an
+    /// attempt was under way is not written back; returns whether it was
+    /// written, once durable.
+    pub async fn advance_delivery(
+        &self,
+        d: Delivery,
+        entry: Option<AuditEntry>,
+    ) -> Result<bool, StoreError> {
+        let now = Timestamp::now();
+        let record = key(RECORD, d.subject, &d.id);
+        let written = self
+            .transact(Box::new(move |tx, head| {
+                let same = match tx.meta.get(&record)? {
+                    Some(bytes) => {
+                        let held: Delivery =
+                            keys::decode_value("meta", &record, &bytes).map_err(super::tasks::abort)?;
+                        held.target == d.target
+                    }
+                    None => false,
+                };
+                if !same {
+                    return Ok((head, false));
+                }
+                write(tx, &d)?;
+                let head = match &entry {
+                    Some(e) => audit::append(tx, head, e, now)?,
+                    None => head,
+                };
+                Ok((head, true))
+            }))
+            .await?;
+        self.inner.commit.durable().await?;
+        Ok(written)
+    }
+
     /// Removes delivery `id` of `subject`, with `entry` in the audit trail;
     /// whether it was there.
     pub async fn remove_delivery(
@@ -250,5 +287,63 @@ impl Store {
                 Ok((subject, id))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    fn entry(kind: &str, subject: TaskId) -> AuditEntry {
+        AuditEntry {
+            actor: "test".into(),
+            kind: kind.into(),
+            task_id: Some(subject),
+            correlation_id: None,
+            trace_id: None,
+            detail: serde_json::Value::Null,
+        }
+    }
+
+    fn pushed_to(subject: TaskId, url: &str) -> Delivery {
+        let target = Target::A2a(PushTarget {
+            url: url.into(),
+            token: None,
+            authentication: None,
+            v03: false,
+        });
+        Delivery::new(subject, "p1".into(), target, "alice".into(), 0)
+    }
+
+    /// The outbox's record of an attempt made while its config was removed
+    /// or replaced does not bring the old config back.
+    #[tokio::test]
+    async fn an_attempt_recorded_after_a_removal_or_replacement_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreConfig::new(dir.path())).unwrap();
+        let subject = TaskId::new();
+        let d = pushed_to(subject, "http://a.example/hook");
+        store.put_delivery(d.clone(), None).await.unwrap();
+
+        let mut moved = d.clone();
+        moved.delivered = 1;
+        assert!(store.advance_delivery(moved.clone(), None).await.unwrap());
+        assert_eq!(store.delivery(subject, "p1").unwrap(), Some(moved));
+
+        let replaced = pushed_to(subject, "http://b.example/hook");
+        store.put_delivery(replaced.clone(), None).await.unwrap();
+        assert!(!store.advance_delivery(d.clone(), None).await.unwrap());
+        assert_eq!(store.delivery(subject, "p1").unwrap(), Some(replaced));
+
+        let removed = store
+            .remove_delivery(subject, "p1", entry("push.removed", subject))
+            .await
+            .unwrap();
+        assert!(removed);
+        let gave_up = Some(entry("delivery.gave_up", subject));
+        assert!(!store.advance_delivery(d, gave_up).await.unwrap());
+        assert_eq!(store.delivery(subject, "p1").unwrap(), None);
+        assert!(store.pending_deliveries().unwrap().is_empty());
     }
 }

@@ -218,7 +218,7 @@ async fn record(
             d.attempts = 0;
             d.retry_at = None;
             d.last_error = None;
-            sh.o.delivery_moved(d).await
+            sh.o.delivery_moved(d).await.map(drop)
         }
         Err(why) => {
             crate::telemetry::metrics::delivery_sent(false);
@@ -232,7 +232,7 @@ async fn record(
                 tracing::debug!(subject = %d.subject, delivery = %d.id, event, attempts = d.attempts, error = %why, ?delay, "outbox: an attempt failed");
                 d.retry_at = Some(Timestamp::now().after(delay));
                 d.last_error = Some(why);
-                sh.o.delivery_moved(d).await
+                sh.o.delivery_moved(d).await.map(drop)
             }
         }
     }
