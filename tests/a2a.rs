@@ -3,7 +3,7 @@
 //! errors with the spec's codes, idempotent sends, and streams that
 //! resume from `Last-Event-ID`, across an orchestrator restart too.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! a run, the run is an A2A task (get, list, cancel, subscribe, resume),
 //! and an approval gate is `input-required`, answered by a message.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

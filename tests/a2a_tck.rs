@@ -5,7 +5,7 @@
 //! prefix). The agent is this file's fixture, never part of a default
 //! set-up.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

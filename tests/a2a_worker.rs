@@ -5,7 +5,7 @@
 //! progress into ours, surfaces its questions, cancels it with ours, and
 //! resumes it after a SIGKILL without a second message.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@
 //! and show where each agent came from, and a PromptPack alone is served
 //! with its entry as the A2A default.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! only its own tasks unless granted more; `mode: none` says so on every
 //! response.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! read only after the caller's scopes are checked, and connections that
 //! dribble their headers are cut and capped.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

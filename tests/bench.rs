@@ -2,7 +2,7 @@
 //! the counts and the shape of `--json`, never for the speed (that is the
 //! bench's own job).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,6 +1,6 @@
 //! The bus against a real nats-server: provisioning and publishing.
 
-mod common;
+use crate::common;
 
 use common::envelope;
 use common::nats::NatsServer;

@@ -6,7 +6,7 @@
 //! info among it, which would list other agents' task ids), or change the
 //! streams; a client without credentials is refused.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

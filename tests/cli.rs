@@ -1,6 +1,6 @@
 //! The command line as scripts use it: exit codes and `--json` output.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

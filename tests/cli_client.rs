@@ -5,7 +5,7 @@
 //! --wait`, `watch` on a task and on a run, `triggers list`, `version`,
 //! `completions`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

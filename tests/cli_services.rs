@@ -1,7 +1,7 @@
 //! The client commands and `run` as scripts use them, against a real
 //! orchestrator and broker: exit codes, `--json`, `--wait`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;

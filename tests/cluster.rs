@@ -7,7 +7,7 @@
 //! be lost, and a task runs twice only when its first run's result was in
 //! flight, the second told it resumed, both on the audit record.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The bus on a real three-node NATS cluster: several broker URLs, and
 //! `bus.replicas` for every stream and bucket.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! one's tasks, an API error shown as the API words it, signing out; and
 //! the browser's console holds no error.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

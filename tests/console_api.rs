@@ -4,7 +4,7 @@
 //! /v1/overview` (system figures only for a caller who may read every
 //! task), `GET /v1/me`, and a task's envelope with its secrets redacted.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! write the writer was told was stored, its indexes agree with its tasks,
 //! and its audit chain verifies.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -67,7 +67,7 @@ fn run_and_kill(path: &std::path::Path, round: usize, after: Duration) -> Vec<St
     let mut child = Command::new(exe)
         .args([
             "--exact",
-            "crash_writer_child",
+            "crash::crash_writer_child",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -2,7 +2,7 @@
 //! orchestrator with tasks in flight, the orchestrator in the middle of
 //! workflow runs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! stuck, none runs twice or after a cancel, a live task is never
 //! dead-lettered, and what the broker cannot carry is refused up front.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -4,7 +4,7 @@
 //! made), a retry through exit code 75, a trigger that uses an agent, and
 //! Ctrl-C stopping every process `dev` started.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

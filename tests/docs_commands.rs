@@ -11,7 +11,7 @@
 //!   names, `<!-- run: exit 2 -->`);
 //! - every command's `--help` shows examples, and each example parses.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

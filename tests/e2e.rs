@@ -1,7 +1,7 @@
 //! Tasks flow end to end: HTTP → store → JetStream → worker → events →
 //! store, against a real nats-server.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Failure paths against a real broker: retries, bad messages published
 //! straight onto the bus, a broker restart, cancel.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,7 +2,7 @@
 //! bounded at the edge: nothing accepted can make a stored record
 //! unreadable, and no refusal quotes a secret back.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! the Retry-After of a 429, and fails with the service's words on a 4xx
 //! or a body that is not JSON.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

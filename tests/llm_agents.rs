@@ -6,7 +6,7 @@
 //! model told; provider faults are retried or fail with the provider's
 //! words; the bounds stop a runaway loop.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

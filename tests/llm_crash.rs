@@ -5,7 +5,7 @@
 //! call that ran is made twice. The API key reaches the model and nothing
 //! else.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

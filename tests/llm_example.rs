@@ -3,7 +3,7 @@
 //! conversation of its own (a tool call to an LLM agent), and answers
 //! from what the researcher found.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! filtered-out tool runs nothing, a tool's error goes back to the model,
 //! and the server sees none of the worker's variables it was not given.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! picks. Each is a task the orchestrator holds, its steps tasks listed
 //! on it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! separate processes exporting to a receiver inside the test that decodes
 //! real OTLP protobuf (the orchestrator over HTTP, the worker over gRPC).
 
-mod common;
+use crate::common;
 #[path = "common/otlp.rs"]
 mod otlp;
 

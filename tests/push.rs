@@ -3,7 +3,7 @@
 //! by the Python code docs/a2a.md shows), through receiver failures and an
 //! orchestrator SIGKILL; refused targets; give-ups; REST callbacks.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

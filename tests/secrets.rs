@@ -6,7 +6,7 @@
 //! configured secret, the task's token) that a service quotes back are
 //! scrubbed the same way.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! with a token the worker accepts; a refused one never reaches the handler
 //! and ends `rejected` or `auth_required` with the reason in the audit trail.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! The store as its users see it: tasks, idempotency, state changes,
 //! indexes, the audit chain, and what happens to bad or damaged files.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

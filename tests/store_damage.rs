@@ -1,7 +1,7 @@
 //! What the store does with damaged, foreign or busy files: a clear error
 //! naming the path or the record, never a panic, never a silent loss.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! memory per page of every tree, so keys per task are memory per task
 //! (`docs/store.md`).
 
-mod common;
+use crate::common;
 
 use common::{envelope, list_correlated, new_task, submit_correlated, temp_store, with_raw_sled};
 use orchestrator::envelope::CorrelationId;

@@ -1,7 +1,7 @@
 //! Stores written by earlier versions: each format step is migrated on
 //! open, and what was stored reads back the same.
 
-mod common;
+use crate::common;
 
 use common::{envelope, filled_store, new_task, with_raw_sled};
 use orchestrator::{Store, StoreConfig};

@@ -2,7 +2,7 @@
 //! token is refused with its own reason, and the verdict says what becomes
 //! of the task (`auth_required` or `rejected`).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

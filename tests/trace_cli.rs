@@ -2,7 +2,7 @@
 //! query API JSON (`GET /api/traces/{id}`), and the trace links of `tasks
 //! get` and `audit list`.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 use std::sync::Arc;

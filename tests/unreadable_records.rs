@@ -2,7 +2,7 @@
 //! starts, sets the task aside (quarantined, audited), lists the rest,
 //! and `store verify` names the record before and after.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! Both serve the agent `py-echo`, whose handler journals every start and
 //! end, so the tests count real handler runs.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! workers: cascades, fan-out, approval gates, cancel, a restart between
 //! steps. Each handler run is recorded, so the tests count real runs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
