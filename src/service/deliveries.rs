@@ -251,7 +251,9 @@ impl Orchestrator {
         d.cursor = event;
         d.attempts = 0;
         d.retry_at = None;
-        self.store().advance_delivery(d.clone(), Some(entry)).await?;
+        self.store()
+            .advance_delivery(d.clone(), Some(entry))
+            .await?;
         Ok(d)
     }
 

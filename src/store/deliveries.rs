@@ -194,8 +194,8 @@ impl Store {
             .transact(Box::new(move |tx, head| {
                 let same = match tx.meta.get(&record)? {
                     Some(bytes) => {
-                        let held: Delivery =
-                            keys::decode_value("meta", &record, &bytes).map_err(super::tasks::abort)?;
+                        let held: Delivery = keys::decode_value("meta", &record, &bytes)
+                            .map_err(super::tasks::abort)?;
                         held.target == d.target
                     }
                     None => false,
