@@ -33,6 +33,7 @@ mod e2e;
 mod failures;
 mod hostile_input;
 mod http_agent;
+mod instructions;
 mod layers;
 mod llm_agents;
 mod llm_crash;
