@@ -32,6 +32,7 @@ use orchestrator::trigger::Triggers;
 use orchestrator::worker::EchoHandler;
 use serde_json::{Value, json};
 
+use crate::common::a2a::{message, rpc};
 use crate::common::nats::NatsServer;
 use crate::common::system::{System, card};
 
@@ -288,27 +289,10 @@ async fn count(names: &Path) {
     .await;
 
     window(names, PATHS[2], |i| async move {
-        let request = json!({
-            "jsonrpc": "2.0", "id": i, "method": "SendMessage",
-            "params": {"message": {
-                "messageId": uuid::Uuid::now_v7().to_string(),
-                "role": "ROLE_USER",
-                "parts": [{"data": {"i": i}}],
-                "metadata": {"skillId": "echo/echo"},
-            }},
-        });
-        let answer: Value = sys
-            .client
-            .post(format!("{}/a2a", sys.http))
-            .header("A2A-Version", "1.0")
-            .json(&request)
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let id = uuid::Uuid::now_v7().to_string();
+        let parts = json!([{"data": {"i": i}}]);
+        let sent = message(&id, parts, json!({"skillId": "echo/echo"}));
+        let answer = rpc(sys, "SendMessage", json!({ "message": sent })).await;
         assert_eq!(
             answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
             "{answer}"
