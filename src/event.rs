@@ -2,7 +2,7 @@
 //!
 //! Schema: `docs/schema/worker-event.schema.json`. A wire format, below
 //! the task's state machine: what an event means for the task is the
-//! orchestrator's to say (`service::events`).
+//! orchestrator's to say (`service::loops::applier`).
 
 use std::num::NonZeroU32;
 

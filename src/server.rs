@@ -25,7 +25,12 @@ pub async fn serve(
 ) -> Result<(), ServiceError> {
     let stop = CancellationToken::new();
     let background = orchestrator.start(stop.clone()).await?;
+    // The push outbox's sender is the faces' background work: stopped and
+    // waited for with the service's loops.
     let outbox = crate::http::push::start(orchestrator.clone(), stop.clone());
+    background.spawn(async move {
+        let _ = outbox.await;
+    });
     let config = orchestrator.config();
     let bounds = crate::http::listen::Bounds {
         header_timeout: config.http_header_timeout,
@@ -44,6 +49,5 @@ pub async fn serve(
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
     crate::http::listen::serve(listener, app, probes, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();
-    let _ = outbox.await;
     background.join().await
 }

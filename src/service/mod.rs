@@ -17,30 +17,21 @@ mod config;
 mod conversations;
 mod declared;
 mod deliveries;
-mod dlq;
 mod error;
-mod event_triggers;
-mod events;
 mod follow;
 mod held_view;
 mod live;
+mod loops;
 mod messages;
-mod orphans;
 mod overview;
 mod patterns;
-mod publisher;
 mod quarantine;
-mod readiness;
 mod reads;
-mod reaper;
 mod registry;
-mod reload;
 mod request;
-mod run;
 mod run_follow;
 mod run_view;
 mod runs;
-mod schedules;
 mod workflows;
 
 pub use caller::Caller;
@@ -51,16 +42,16 @@ pub use declared::Declared;
 pub use deliveries::{
     CALLBACK, Delivery, DeliveryName, GaveUp, PushAuth, PushTarget, Target as DeliveryTarget,
 };
-pub use dlq::DeadLetter;
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
 pub use held_view::HeldStep;
 pub use live::{Live, LiveBatch};
+pub use loops::Background;
+pub use loops::dead_letters::DeadLetter;
 pub use overview::{AgentLine, Overview};
 pub use reads::TaskFilter;
 pub use registry::{AgentFilter, AgentInstances, Agents};
 pub use request::TaskRequest;
-pub use run::Background;
 pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct, RunOptions};
@@ -76,6 +67,7 @@ use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, Store
 use crate::task::{Submitted, TaskEvent, TaskRecord, TaskState};
 use crate::telemetry::context::StoredTrace;
 use crate::trigger::Triggers;
+use loops::{dead_letters, publisher, reaper};
 use publisher::Publisher;
 use reaper::Deadlines;
 
@@ -119,7 +111,7 @@ struct Inner {
     /// The key files generated at open, when there were none.
     generated_keys: Option<crate::auth::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
-    pending: Mutex<Option<run::Queues>>,
+    pending: Mutex<Option<loops::Queues>>,
     /// The Jaeger UI that trace links point at.
     jaeger_url: String,
     /// The background checks' last verdict on the bus.
@@ -190,7 +182,7 @@ impl Orchestrator {
                 ready: Default::default(),
                 outbox,
                 backlog: Default::default(),
-                pending: Mutex::new(Some(run::Queues {
+                pending: Mutex::new(Some(loops::Queues {
                     publish: publish_queue,
                     deadlines: deadline_queue,
                     runs: engine_queue,
@@ -487,7 +479,7 @@ impl Orchestrator {
             "replaying a dead letter",
             [crate::access::grants::DLQ_MANAGE],
         )?;
-        let letters = dlq::letters_of(&self.inner.bus, task_id).await?;
+        let letters = dead_letters::letters_of(&self.inner.bus, task_id).await?;
         if letters.is_empty() {
             return Err(ServiceError::NoDeadLetter(task_id));
         }
@@ -512,7 +504,12 @@ impl Orchestrator {
             let why = letter.disagrees_with(&record).unwrap_or_default();
             self.inner
                 .store
-                .audit(dlq::refused_entry(task_id, letter, &why, &caller.principal))
+                .audit(dead_letters::refused_entry(
+                    task_id,
+                    letter,
+                    &why,
+                    &caller.principal,
+                ))
                 .await?;
         }
         let Some(letter) = agreeing.first() else {
@@ -552,14 +549,14 @@ impl Orchestrator {
         let new_id = submitted.record().task_id();
         self.inner
             .store
-            .audit(dlq::replay_entry(
+            .audit(dead_letters::replay_entry(
                 task_id,
                 new_id,
                 letter.seq,
                 &caller.principal,
             ))
             .await?;
-        dlq::remove(&self.inner.bus, letter.seq).await?;
+        dead_letters::remove(&self.inner.bus, letter.seq).await?;
         Ok(submitted)
     }
 
@@ -572,7 +569,7 @@ impl Orchestrator {
         caller: &Caller,
     ) -> ServiceError {
         for letter in letters {
-            let entry = dlq::refused_entry(task_id, letter, why, &caller.principal);
+            let entry = dead_letters::refused_entry(task_id, letter, why, &caller.principal);
             if let Err(e) = self.inner.store.audit(entry).await {
                 return e.into();
             }

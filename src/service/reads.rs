@@ -9,7 +9,7 @@ use crate::envelope::{CorrelationId, TaskId};
 use crate::store::StoreError;
 use crate::task::{TaskRecord, TaskState};
 
-use super::{Caller, DeadLetter, Orchestrator, ServiceError, dlq};
+use super::{Caller, DeadLetter, Orchestrator, ServiceError};
 
 impl Orchestrator {
     /// The task with this id, if the caller may see it.
@@ -113,7 +113,7 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<Vec<DeadLetter>, ServiceError> {
         caller.require("listing dead letters", [grants::DLQ_MANAGE])?;
-        Ok(dlq::list(&self.inner.bus, after, limit).await?)
+        Ok(super::loops::dead_letters::list(&self.inner.bus, after, limit).await?)
     }
 }
 

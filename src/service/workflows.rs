@@ -139,10 +139,13 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
     let (done, mut finished) = mpsc::unbounded_channel::<RunId>();
     // Runs being advanced; `true`: nudged again meanwhile.
     let mut busy: HashMap<RunId, bool> = HashMap::new();
+    // The advances under way: waited for once stopped (within the loops'
+    // bound), so none is cut between its writes by the stop itself.
+    let advancing = tokio_util::task::TaskTracker::new();
     let spawn = |id: RunId| {
         let o = o.clone();
         let done = done.clone();
-        tokio::spawn(async move {
+        advancing.spawn(async move {
             match advance(&o, id).await {
                 Ok(()) => {}
                 // Reading it again will not help: said once, left alone
@@ -179,6 +182,8 @@ pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: Cancell
             }
         }
     }
+    advancing.close();
+    advancing.wait().await;
 }
 
 /// Whether a failed submit may succeed later (the store or the broker).

@@ -13,13 +13,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::publisher::Publisher;
 use crate::audit::AuditEntry;
 use crate::bus::{
     Bus, BusError, DeadLetterCopy, Original, PullSettings, Puller, Settlement, settle,
 };
 use crate::envelope::AgentName;
 use crate::event::{ErrorInfo, ReportedState, RunAbandoned, WorkerEvent};
+use crate::service::loops::publisher::Publisher;
 use crate::store::{Applied, Change, Store, StoreError};
 use crate::task::{Said, TaskEvent, TaskState};
 use crate::telemetry::{context, metrics, spans};
@@ -61,7 +61,7 @@ pub(crate) struct Applier {
     pub(crate) sensitive: crate::redact::SensitiveFields,
     /// The agents declared: a result is checked against its skill's
     /// `outputSchema` before the task completes.
-    pub(crate) agents: tokio::sync::watch::Receiver<std::sync::Arc<super::Declared>>,
+    pub(crate) agents: tokio::sync::watch::Receiver<std::sync::Arc<crate::service::Declared>>,
 }
 
 /// Applies events as they arrive until `stop` fires. Events of one task go
@@ -278,10 +278,11 @@ impl Applier {
                     let reporter = self.subject_agent(&arrived.msg.subject);
                     self.unknown_task(arrived, &event, reporter).await;
                 }
-                Err(e) if super::quarantine::unreadable(&e) => {
+                Err(e) if crate::service::quarantine::unreadable(&e) => {
                     // Set aside: the event comes back for a task that is
                     // no longer there, and is audited as such.
-                    super::quarantine::set_aside(&self.store, task_id, &e.to_string()).await;
+                    crate::service::quarantine::set_aside(&self.store, task_id, &e.to_string())
+                        .await;
                     self.failed(arrived, &e.to_string()).await;
                 }
                 Err(e @ StoreError::Transition { .. }) => {

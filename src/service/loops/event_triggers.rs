@@ -19,10 +19,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::runs::RunStart;
-use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
 use crate::bus::{PullSettings, Puller, Settlement, settle};
+use crate::service::runs::RunStart;
+use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::store::StoreError;
 use crate::trigger::{RunMode, Trigger};
 use crate::workflow::{Origin, RunStarted};

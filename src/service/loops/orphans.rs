@@ -24,7 +24,7 @@ use crate::task::TaskEvent;
 pub(crate) async fn sweep(
     bus: Bus,
     store: Store,
-    agents: tokio::sync::watch::Receiver<std::sync::Arc<super::Declared>>,
+    agents: tokio::sync::watch::Receiver<std::sync::Arc<crate::service::Declared>>,
     interval: Duration,
     stop: CancellationToken,
 ) {

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Orchestrator;
 use crate::agent::is_agent_file;
+use crate::service::Orchestrator;
 use crate::trigger::{Triggers, is_trigger_file};
 
 /// How long the files must be quiet before they are read again: an

@@ -20,11 +20,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::publisher::Publisher;
 use crate::bus::Bus;
 use crate::claim::{ClaimValue, Claims};
 use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
+use crate::service::loops::publisher::Publisher;
 use crate::store::{Applied, Change, Store};
 use crate::task::{TaskEvent, TaskState, TaskStatus};
 
@@ -132,7 +132,7 @@ impl Reaper {
     /// aside what readers (this scan, listings) found unreadable.
     async fn scan(&self) {
         self.scan_live().await;
-        super::quarantine::set_aside_noted(&self.store).await;
+        crate::service::quarantine::set_aside_noted(&self.store).await;
     }
 
     async fn scan_live(&self) {

@@ -14,10 +14,10 @@ use crate::telemetry::quiet::warn_quietly;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::runs::RunStart;
-use super::{Caller, Orchestrator, ServiceError};
 use crate::access::Grants;
 use crate::envelope::Timestamp;
+use crate::service::runs::RunStart;
+use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::store::ScheduleCursor;
 use crate::trigger::{CatchUp, Overlap, RunMode, Schedule, Trigger};
 use crate::workflow::Origin;

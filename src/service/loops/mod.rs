@@ -1,38 +1,86 @@
-//! Running the orchestrator's background work: recovery at start, then the
-//! publisher, the event consumer, the dead-letter handler, the orphan sweep
-//! and the reaper, until told to stop.
+//! The orchestrator's background work, one room: recovery at start, then
+//! every loop (the publisher, the applier of workers' events, the
+//! dead-letter handler, the orphan sweep, the reaper, the workflow engine's
+//! driver, schedules, event triggers, readiness, and the watches of trigger
+//! and agent files), until told to stop.
+
+pub(in crate::service) mod applier;
+pub(in crate::service) mod dead_letters;
+mod event_triggers;
+mod orphans;
+pub(in crate::service) mod publisher;
+mod readiness;
+pub(in crate::service) mod reaper;
+mod reload;
+mod schedules;
+
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
 
-use super::events::{self, Applier};
-use super::publisher::{self, PublishQueue, PublishSettings};
-use super::reaper::{DeadlineQueue, ReapSettings, Reaper};
-use super::{Orchestrator, ServiceError, dlq, lock, orphans};
+use crate::service::{Orchestrator, ServiceError, lock};
 use crate::task::TaskState;
+use applier::Applier;
+use publisher::{PublishQueue, PublishSettings};
+use reaper::{DeadlineQueue, ReapSettings, Reaper};
 
 /// The receiving ends of the loops' queues, made at open so submissions
 /// can be taken before the loops run.
 pub(crate) struct Queues {
     pub(crate) publish: PublishQueue,
     pub(crate) deadlines: DeadlineQueue,
-    pub(crate) runs: super::workflows::EngineQueue,
+    pub(crate) runs: crate::service::workflows::EngineQueue,
 }
 
-/// The orchestrator's running background work.
+/// How long stopping waits for the loops once the stop token fired; what
+/// still runs then is left to end with the process (as after a crash,
+/// which recovery handles), so a stuck loop cannot hold a shutdown.
+pub const STOP_WITHIN: Duration = Duration::from_secs(10);
+
+/// The orchestrator's running background work: every loop on one tracker.
 pub struct Background {
     /// The loops, each ending when the stop token fires.
-    loops: Vec<tokio::task::JoinHandle<()>>,
+    loops: TaskTracker,
+    /// How long [`Background::join`] waits for them.
+    within: Duration,
     /// Flushed once they have stopped.
     store: crate::store::Store,
 }
 
 impl Background {
-    /// Waits for every loop to stop (after the stop token fired), then
-    /// flushes the store.
+    fn new(store: crate::store::Store) -> Background {
+        Background {
+            loops: TaskTracker::new(),
+            within: STOP_WITHIN,
+            store,
+        }
+    }
+
+    /// Runs `work` as one of the loops: stopped with them, waited for by
+    /// [`Background::join`] (the faces' background work, such as the push
+    /// outbox, composed by `crate::server`).
+    pub fn spawn<F>(&self, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.loops.spawn(work);
+    }
+
+    /// Waits for every loop to stop (after the stop token fired), at most
+    /// [`STOP_WITHIN`], then flushes the store.
     pub async fn join(self) -> Result<(), ServiceError> {
-        for handle in self.loops {
-            let _ = handle.await;
+        self.loops.close();
+        if tokio::time::timeout(self.within, self.loops.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                running = self.loops.len(),
+                within = ?self.within,
+                "background loops still running past the stop bound: left to end with the process"
+            );
         }
         self.store.flush().await?;
         info!("orchestrator stopped");
@@ -47,16 +95,14 @@ impl Orchestrator {
     /// nothing.
     pub async fn start(&self, stop: CancellationToken) -> Result<Background, ServiceError> {
         let inner = &self.inner;
+        let background = Background::new(inner.store.clone());
         let Some(queues) = lock(&inner.pending).take() else {
-            return Ok(Background {
-                loops: Vec::new(),
-                store: inner.store.clone(),
-            });
+            return Ok(background);
         };
         crate::telemetry::quiet::spawn_reporter();
-        let events = events::consumer(&inner.bus).await?;
-        let advisories = dlq::consumer(&inner.bus).await?;
-        let publishing = tokio::spawn(publisher::run(
+        let events = applier::consumer(&inner.bus).await?;
+        let advisories = dead_letters::consumer(&inner.bus).await?;
+        background.spawn(publisher::run(
             queues.publish,
             inner.store.clone(),
             inner.bus.clone(),
@@ -69,7 +115,7 @@ impl Orchestrator {
             stop.clone(),
         ));
         self.recover().await?;
-        let applier = tokio::spawn(events::apply_events(
+        background.spawn(applier::apply_events(
             Applier {
                 store: inner.store.clone(),
                 bus: inner.bus.clone(),
@@ -80,14 +126,14 @@ impl Orchestrator {
             events,
             stop.clone(),
         ));
-        let dead_letters = tokio::spawn(dlq::handle_advisories(
+        background.spawn(dead_letters::handle_advisories(
             inner.bus.clone(),
             inner.store.clone(),
             inner.claims.clone(),
             advisories,
             stop.clone(),
         ));
-        let sweeper = tokio::spawn(orphans::sweep(
+        background.spawn(orphans::sweep(
             inner.bus.clone(),
             inner.store.clone(),
             inner.agents.subscribe(),
@@ -104,49 +150,38 @@ impl Orchestrator {
                 stall_after: inner.config.stall_after,
             },
         };
-        let reaping = tokio::spawn(reaper.run(queues.deadlines, stop.clone()));
-        let workflows = tokio::spawn(super::workflows::drive(
+        background.spawn(reaper.run(queues.deadlines, stop.clone()));
+        background.spawn(crate::service::workflows::drive(
             self.clone(),
             queues.runs,
             stop.clone(),
         ));
-        let mut loops = vec![
-            publishing,
-            applier,
-            dead_letters,
-            sweeper,
-            reaping,
-            workflows,
-            tokio::spawn(super::schedules::drive(self.clone(), stop.clone())),
-            tokio::spawn(super::event_triggers::drive(self.clone(), stop.clone())),
-            tokio::spawn(super::readiness::watch(
-                inner.bus.clone(),
-                inner.config.ready_stall_after,
-                inner.ready.clone(),
-                stop.clone(),
-            )),
-        ];
+        background.spawn(schedules::drive(self.clone(), stop.clone()));
+        background.spawn(event_triggers::drive(self.clone(), stop.clone()));
+        background.spawn(readiness::watch(
+            inner.bus.clone(),
+            inner.config.ready_stall_after,
+            inner.ready.clone(),
+            stop.clone(),
+        ));
         if let Some(dir) = self.triggers().dir.clone() {
-            loops.push(tokio::spawn(super::reload::watch(
+            background.spawn(reload::watch(
                 self.clone(),
-                super::reload::Watched::Triggers,
+                reload::Watched::Triggers,
                 vec![dir],
                 stop.clone(),
-            )));
+            ));
         }
         let agent_paths = self.catalog().paths.clone();
         if !agent_paths.is_empty() {
-            loops.push(tokio::spawn(super::reload::watch(
+            background.spawn(reload::watch(
                 self.clone(),
-                super::reload::Watched::Agents,
+                reload::Watched::Agents,
                 agent_paths,
                 stop.clone(),
-            )));
+            ));
         }
-        Ok(Background {
-            loops,
-            store: inner.store.clone(),
-        })
+        Ok(background)
     }
 
     /// Hands the publisher every attempt the broker never acknowledged
@@ -196,7 +231,53 @@ impl Orchestrator {
         }
         // What could not be read is set aside now, not met again at
         // every look.
-        super::quarantine::set_aside_noted(store).await;
+        crate::service::quarantine::set_aside_noted(store).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::store::{Store, StoreConfig};
+
+    fn background(dir: &std::path::Path) -> Background {
+        let store = Store::open(&StoreConfig::new(dir)).unwrap();
+        Background::new(store)
+    }
+
+    /// A loop that ends is waited for; one that does not end holds the
+    /// stop no longer than the bound.
+    #[tokio::test]
+    async fn stopping_waits_for_the_loops_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let bg = background(dir.path());
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ended);
+        bg.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        bg.join().await.unwrap();
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "join returned before the loop ended"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut bg = background(dir.path());
+        bg.within = Duration::from_millis(200);
+        let (_held, never) = tokio::sync::oneshot::channel::<()>();
+        bg.spawn(async move {
+            let _ = never.await;
+        });
+        let joined = tokio::time::timeout(Duration::from_secs(10), bg.join()).await;
+        assert!(
+            matches!(joined, Ok(Ok(()))),
+            "a loop that never stops held the stop: {joined:?}"
+        );
     }
 }

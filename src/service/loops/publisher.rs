@@ -277,8 +277,9 @@ impl Loop {
             None => match self.to_publish(&due) {
                 Ok(Some(known)) => known,
                 Ok(None) => return None,
-                Err(e) if super::quarantine::unreadable(&e) => {
-                    super::quarantine::set_aside(&self.store, due.task_id, &e.to_string()).await;
+                Err(e) if crate::service::quarantine::unreadable(&e) => {
+                    crate::service::quarantine::set_aside(&self.store, due.task_id, &e.to_string())
+                        .await;
                     return None;
                 }
                 Err(e) => {
