@@ -9,10 +9,18 @@
 //! broker never took. Worker events come through a durable consumer, so
 //! results published while the orchestrator is down are applied when it is
 //! back. The store alone owns the attempt number and decides retries.
+//!
+//! Where to look: what the faces call is in a file per act (`submit`,
+//! `cancel`, `replay`, `runs`, `answer`, `deliveries`, `messages`) or per
+//! kind of read (`reads`, `follow`, `run_follow`, `live`, `overview`);
+//! everything that runs in the background, started and stopped together,
+//! is in `loops`; the workflow engine is `workflows`, with
+//! `conversations` and `patterns`.
 
 mod answer;
 mod backlog;
 mod caller;
+mod cancel;
 mod config;
 mod conversations;
 mod declared;
@@ -28,10 +36,12 @@ mod patterns;
 mod quarantine;
 mod reads;
 mod registry;
+mod replay;
 mod request;
 mod run_follow;
 mod run_view;
 mod runs;
+mod submit;
 mod workflows;
 
 pub use caller::Caller;
@@ -60,14 +70,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::agent::Catalog;
-use crate::bus::{Bus, BusError};
+use crate::bus::Bus;
 use crate::claim::Claims;
-use crate::envelope::{Meta, Sender, TaskId};
-use crate::store::{Applied, Change, NewTask, StepLink, Store, StoreConfig, StoreError};
-use crate::task::{Submitted, TaskEvent, TaskRecord, TaskState};
-use crate::telemetry::context::StoredTrace;
+use crate::store::{Store, StoreConfig};
 use crate::trigger::Triggers;
-use loops::{dead_letters, publisher, reaper};
+use loops::{publisher, reaper};
 use publisher::Publisher;
 use reaper::Deadlines;
 
@@ -284,300 +291,6 @@ impl Orchestrator {
         detail["store"] = store.into();
         detail["ok"] = ok.into();
         (ok, detail)
-    }
-
-    /// Stores a task and publishes it. The same idempotency key with the same
-    /// request returns the existing task; with another request it is an
-    /// `idempotency_conflict`.
-    pub async fn submit(
-        &self,
-        request: TaskRequest,
-        caller: &Caller,
-    ) -> Result<Submitted, ServiceError> {
-        self.admit().await?;
-        self.submit_with(request, Meta::default(), None, None, caller)
-            .await
-    }
-
-    async fn submit_with(
-        &self,
-        request: TaskRequest,
-        meta: Meta,
-        causation: Option<TaskId>,
-        step: Option<StepLink>,
-        caller: &Caller,
-    ) -> Result<Submitted, ServiceError> {
-        let mut skill_scopes = Vec::new();
-        let declared = self.catalog();
-        // A task for an agent that is a prompt is a conversation the
-        // orchestrator holds; its turns and its MCP tool calls are tasks
-        // for the agent too, their params built from the model's words.
-        let turn = meta.turn.is_some() || meta.mcp.is_some();
-        let mut conversation = false;
-        if !declared.agents.is_empty() {
-            let card = declared
-                .agents
-                .get(&request.to)
-                .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
-            let Some(skill) = card.skill(request.action.as_str()) else {
-                return Err(ServiceError::UnknownAction {
-                    agent: request.to.clone(),
-                    action: request.action.to_string(),
-                });
-            };
-            skill_scopes.clone_from(&skill.scopes);
-            conversation = !turn && card.held().is_some();
-        }
-        let mut envelope = request.envelope(Sender::orchestrator());
-        envelope.payload.meta = meta;
-        envelope.header.causation_id = causation.map(Into::into);
-        // The token grants what the action declares it needs, besides what
-        // the request or trigger asked for.
-        let scopes = &mut envelope.control.required_scopes;
-        scopes.extend(skill_scopes);
-        scopes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-        scopes.dedup();
-        // The token's scopes are only ever narrowed from the caller's: a
-        // caller lacking one is refused before anything is stored, and
-        // before the params are looked at (so it cannot probe the schema).
-        caller.require(
-            format_args!("`{}` on `{}`", request.action, request.to),
-            envelope.control.required_scopes.iter().map(|s| s.as_str()),
-        )?;
-        self.check_params(&declared, &request, turn).map_err(|e| {
-            // A refusal's message may quote a value.
-            let secrets = self.inner.config.sensitive_fields.secrets(&request.params);
-            ServiceError::BadInput(e.scrubbed(&secrets))
-        })?;
-        if envelope.control.response_mode == crate::envelope::ResponseMode::Callback
-            && let Some(url) = &envelope.control.callback_url
-        {
-            self.check_target("callback_url", url).await?;
-        }
-        let size = envelope.encoded_len();
-        if size > self.inner.max_envelope {
-            return Err(ServiceError::TooLarge {
-                size,
-                max: self.inner.max_envelope,
-            });
-        }
-        let fingerprint = NewTask::claims(&envelope, step.as_ref()).then(|| request.fingerprint());
-        let submitted = self
-            .inner
-            .store
-            .submit(NewTask {
-                envelope,
-                scope: caller.principal.clone(),
-                fingerprint,
-                actor: caller.principal.clone(),
-                // The span this runs in (the HTTP request's, a child of
-                // the caller's `traceparent`) is the parent of every
-                // publish of the task.
-                trace: Some(StoredTrace::of(&tracing::Span::current())),
-                step,
-                conversation,
-            })
-            .await?;
-        if let Submitted::Created(record) = &submitted {
-            self.inner.deadlines.watch(&record.envelope).await;
-            if conversation {
-                self.inner
-                    .engine
-                    .nudge(crate::workflow::RunId::of_conversation(record.task_id()));
-            } else {
-                self.inner.publisher.now(record).await;
-            }
-            if record.envelope.control.response_mode == crate::envelope::ResponseMode::Callback {
-                self.callback_owed(record.task_id());
-            }
-        }
-        Ok(submitted)
-    }
-
-    /// The params' checks ([`Declared::check_params`]); a turn's params
-    /// are the model request the orchestrator built, so no schema.
-    fn check_params(
-        &self,
-        declared: &Declared,
-        request: &TaskRequest,
-        turn: bool,
-    ) -> Result<(), crate::codec::DecodeError> {
-        if turn {
-            return Declared::check_form(&request.params);
-        }
-        declared.check_params(&request.to, request.action.as_str(), &request.params)
-    }
-
-    /// Cancels a task: idempotent for a canceled task, refused for one that
-    /// ended otherwise. The store records it first; then the task's claim
-    /// is marked canceled (a worker that claims it later never starts it,
-    /// a running holder's next renewal fails), then the cancel is broadcast
-    /// to the holder. If the mark cannot be written the call fails and can
-    /// be repeated. Only the task's principal, or a caller with
-    /// `orch:tasks:cancel_all`, may cancel it; a task the caller may not see
-    /// is not found.
-    pub async fn cancel(
-        &self,
-        task_id: TaskId,
-        caller: &Caller,
-    ) -> Result<TaskRecord, ServiceError> {
-        match self.inner.store.status(task_id)? {
-            Some(status) if caller.may_cancel(&status) => {}
-            Some(status) if caller.may_see(&status) => {
-                return Err(ServiceError::Forbidden {
-                    what: "canceling another principal's task".into(),
-                    missing: vec![crate::access::grants::CANCEL_ALL.into()],
-                });
-            }
-            _ => return Err(ServiceError::Store(StoreError::NotFound(task_id))),
-        }
-        let change = Change::new(
-            TaskEvent::Cancel,
-            caller.principal.as_str(),
-            "cancel requested",
-        );
-        let record = match self.inner.store.apply(task_id, change).await? {
-            Applied::Moved(r) | Applied::Unchanged(r) => r,
-            Applied::Ignored { record, .. } if record.state == TaskState::Canceled => record,
-            Applied::Ignored { record, .. } => {
-                return Err(ServiceError::NotCancelable {
-                    task_id,
-                    state: record.state,
-                });
-            }
-        };
-        if !reaper::stop_attempt(&self.inner.bus, &self.inner.claims, &record).await {
-            return Err(ServiceError::Bus(BusError::Publish {
-                subject: self.inner.bus.names().deliveries_bucket(),
-                message:
-                    "the task is canceled, but its cancel mark could not be written: cancel again"
-                        .into(),
-            }));
-        }
-        self.inner
-            .store
-            .get(task_id)?
-            .ok_or(ServiceError::Store(StoreError::NotFound(task_id)))
-    }
-
-    /// Runs a dead-lettered task again, as a new task rebuilt from the
-    /// store's own record of it (same agent, action, params and meta; the
-    /// old task as its cause; a derived idempotency key), never from the
-    /// letter: anyone who may dead-letter can write a letter. Only a task
-    /// that ended `failed` or `rejected` is replayed, from a letter on its
-    /// own agent's dead-letter subject whose envelope (when readable) is
-    /// addressed to that agent; a letter that disagrees is refused and
-    /// audited (`dlq.replay_refused`). The old task stays as it ended
-    /// (terminal states are final); the letter is removed once the new task
-    /// is stored.
-    pub async fn replay(
-        &self,
-        task_id: TaskId,
-        caller: &Caller,
-    ) -> Result<Submitted, ServiceError> {
-        caller.require(
-            "replaying a dead letter",
-            [crate::access::grants::DLQ_MANAGE],
-        )?;
-        let letters = dead_letters::letters_of(&self.inner.bus, task_id).await?;
-        if letters.is_empty() {
-            return Err(ServiceError::NoDeadLetter(task_id));
-        }
-        let record = match self.inner.store.get(task_id)? {
-            Some(record) => record,
-            None => {
-                let why = "no task of this orchestrator has that id".to_string();
-                return Err(self.refuse_replay(task_id, &letters, &why, caller).await);
-            }
-        };
-        if !matches!(record.status.state, TaskState::Failed | TaskState::Rejected) {
-            let why = format!(
-                "the task is {}; only a task that failed or was rejected is replayed",
-                record.status.state
-            );
-            return Err(self.refuse_replay(task_id, &letters, &why, caller).await);
-        }
-        let (agreeing, disagreeing): (Vec<_>, Vec<_>) = letters
-            .into_iter()
-            .partition(|l| l.disagrees_with(&record).is_none());
-        for letter in &disagreeing {
-            let why = letter.disagrees_with(&record).unwrap_or_default();
-            self.inner
-                .store
-                .audit(dead_letters::refused_entry(
-                    task_id,
-                    letter,
-                    &why,
-                    &caller.principal,
-                ))
-                .await?;
-        }
-        let Some(letter) = agreeing.first() else {
-            let why = disagreeing
-                .first()
-                .and_then(|l| l.disagrees_with(&record))
-                .unwrap_or_default();
-            return Err(ServiceError::ReplayRefused {
-                task_id,
-                reason: why,
-            });
-        };
-        let old = &record.envelope;
-        let key = format!("{}:replay:{}", old.control.idempotency_key, letter.seq);
-        let request = TaskRequest {
-            to: old.header.to.clone(),
-            action: old.payload.action.clone(),
-            params: old.payload.params.clone(),
-            idempotency_key: key.parse().ok(),
-            priority: Some(old.control.priority),
-            response_mode: Some(old.control.response_mode),
-            required_scopes: old.control.required_scopes.clone(),
-            callback_url: old.control.callback_url.clone(),
-            deadline: None,
-            max_attempts: Some(old.control.max_attempts),
-            correlation_id: Some(old.header.correlation_id.clone()),
-        };
-        let submitted = self
-            .submit_with(
-                request,
-                old.payload.meta.clone(),
-                Some(task_id),
-                None,
-                caller,
-            )
-            .await?;
-        let new_id = submitted.record().task_id();
-        self.inner
-            .store
-            .audit(dead_letters::replay_entry(
-                task_id,
-                new_id,
-                letter.seq,
-                &caller.principal,
-            ))
-            .await?;
-        dead_letters::remove(&self.inner.bus, letter.seq).await?;
-        Ok(submitted)
-    }
-
-    /// Audits every letter of `task_id` as refused for `why`; the error.
-    async fn refuse_replay(
-        &self,
-        task_id: TaskId,
-        letters: &[DeadLetter],
-        why: &str,
-        caller: &Caller,
-    ) -> ServiceError {
-        for letter in letters {
-            let entry = dead_letters::refused_entry(task_id, letter, why, &caller.principal);
-            if let Err(e) = self.inner.store.audit(entry).await {
-                return e.into();
-            }
-        }
-        ServiceError::ReplayRefused {
-            task_id,
-            reason: why.to_string(),
-        }
     }
 }
 
