@@ -138,20 +138,38 @@ pub async fn text_when(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> Stri
 
 /// Clicks the element at `css`.
 pub async fn click(c: &Client, css: &str) {
-    c.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("`{css}`: {e}"))
-        .click()
-        .await
-        .unwrap();
+    interact(c, css, |e| async move { e.click().await.map(drop) }).await;
 }
 
 /// Types `text` into the element at `css`.
 pub async fn type_in(c: &Client, css: &str, text: &str) {
-    c.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("`{css}`: {e}"))
-        .send_keys(text)
-        .await
-        .unwrap();
+    interact(c, css, |e| async move { e.send_keys(text).await }).await;
+}
+
+/// Does `act` on the element at `css` once it can take it, as a person
+/// waits for a field or button to show: an element present but not yet
+/// interactable (still being laid out or shown, on a busy machine) is
+/// tried again for up to ten seconds.
+async fn interact<F, Fut>(c: &Client, css: &str, act: F)
+where
+    F: Fn(fantoccini::elements::Element) -> Fut,
+    Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let element = c
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("`{css}`: {e}"));
+        match act(element).await {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::ElementNotInteractable
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("`{css}`: {e}"),
+        }
+    }
 }
