@@ -27,10 +27,10 @@ pub async fn serve(
     let background = orchestrator.start(stop.clone()).await?;
     // The push outbox's sender is the faces' background work: stopped and
     // waited for with the service's loops.
-    let outbox = crate::http::push::start(orchestrator.clone(), stop.clone());
-    background.spawn(async move {
-        let _ = outbox.await;
-    });
+    background.spawn(crate::http::push::sender(
+        orchestrator.clone(),
+        stop.clone(),
+    ));
     let config = orchestrator.config();
     let bounds = crate::http::listen::Bounds {
         header_timeout: config.http_header_timeout,

@@ -157,6 +157,22 @@ pub(super) fn write(tx: &Tx<'_>, d: &Delivery) -> Result<(), super::Abort> {
     Ok(())
 }
 
+/// Writes `d` and appends `entry` (when given) to the audit chain after
+/// `head`, inside a transaction; the chain's new head.
+fn write_audited(
+    tx: &Tx<'_>,
+    head: audit::Head,
+    d: &Delivery,
+    entry: Option<&AuditEntry>,
+    now: Timestamp,
+) -> Result<audit::Head, super::Abort> {
+    write(tx, d)?;
+    match entry {
+        Some(e) => audit::append(tx, head, e, now),
+        None => Ok(head),
+    }
+}
+
 impl Store {
     /// Writes `d`, with `entry` in the audit trail when given; returns once
     /// durable.
@@ -167,12 +183,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let now = Timestamp::now();
         self.transact(Box::new(move |tx, head| {
-            write(tx, &d)?;
-            let head = match &entry {
-                Some(e) => audit::append(tx, head, e, now)?,
-                None => head,
-            };
-            Ok((head, ()))
+            Ok((write_audited(tx, head, &d, entry.as_ref(), now)?, ()))
         }))
         .await?;
         self.inner.commit.durable().await
@@ -203,12 +214,7 @@ impl Store {
                 if !same {
                     return Ok((head, false));
                 }
-                write(tx, &d)?;
-                let head = match &entry {
-                    Some(e) => audit::append(tx, head, e, now)?,
-                    None => head,
-                };
-                Ok((head, true))
+                Ok((write_audited(tx, head, &d, entry.as_ref(), now)?, true))
             }))
             .await?;
         self.inner.commit.durable().await?;

@@ -52,10 +52,13 @@ struct Shared {
     reader: Caller,
 }
 
-/// Starts the sender: a loop for every delivery that may still owe
-/// something, and for each one set up from now on, until `stop`; the
-/// handle ends once every loop has.
-pub(crate) fn start(o: Orchestrator, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+/// The sender, to run with the orchestrator's background work: a loop for
+/// every delivery that may still owe something, and for each one set up
+/// from now on, until `stop`; it ends once every loop has.
+pub(crate) fn sender(
+    o: Orchestrator,
+    stop: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
     let settings = o.config().deliveries.clone();
     let shared = Arc::new(Shared {
         client: client::Client::new(&settings.allow_addresses, settings.timeout),
@@ -66,7 +69,7 @@ pub(crate) fn start(o: Orchestrator, stop: CancellationToken) -> tokio::task::Jo
         reader: Caller::new("outbox", Grants::all()),
         o,
     });
-    tokio::spawn(async move {
+    async move {
         let Some(mut queue) = shared.o.outbox_queue() else {
             return;
         };
@@ -92,7 +95,7 @@ pub(crate) fn start(o: Orchestrator, stop: CancellationToken) -> tokio::task::Jo
         }
         shared.loops.close();
         shared.loops.wait().await;
-    })
+    }
 }
 
 fn running(shared: &Shared) -> std::sync::MutexGuard<'_, HashSet<DeliveryName>> {
