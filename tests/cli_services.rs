@@ -137,14 +137,20 @@ async fn client_commands_work_against_a_running_orchestrator() {
     );
 }
 
-/// `run` with an explicit broker URL that does not answer fails at once
-/// with a message naming it, instead of starting a broker of its own.
+/// `run` with an explicit broker URL that does not answer fails, once
+/// `bus.connect_wait` has passed, with a message naming it, instead of
+/// starting a broker of its own.
 #[test]
 fn run_with_an_unreachable_explicit_broker_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
+    // It waits `bus.connect_wait` (a minute by default) before it gives up.
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"bus": {"connect_wait": "2s"}}"#).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .args([
             "run",
+            "--config",
+            config.to_str().unwrap(),
             "--data-dir",
             dir.path().to_str().unwrap(),
             "--http-addr",

@@ -148,8 +148,9 @@ pub async fn type_in(c: &Client, css: &str, text: &str) {
 
 /// Does `act` on the element at `css` once it can take it, as a person
 /// waits for a field or button to show: an element present but not yet
-/// interactable (still being laid out or shown, on a busy machine) is
-/// tried again for up to ten seconds.
+/// interactable (still being laid out or shown, on a busy machine), or
+/// replaced by the page's next render between being found and used, is
+/// found and tried again for up to ten seconds.
 async fn interact<F, Fut>(c: &Client, css: &str, act: F)
 where
     F: Fn(fantoccini::elements::Element) -> Fut,
@@ -164,8 +165,11 @@ where
         match act(element).await {
             Ok(()) => return,
             Err(fantoccini::error::CmdError::Standard(e))
-                if e.error == fantoccini::error::ErrorStatus::ElementNotInteractable
-                    && std::time::Instant::now() < deadline =>
+                if matches!(
+                    e.error,
+                    fantoccini::error::ErrorStatus::ElementNotInteractable
+                        | fantoccini::error::ErrorStatus::StaleElementReference
+                ) && std::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
