@@ -31,7 +31,49 @@ export function svg(tag, attrs, ...children) {
 }
 
 export function show(...nodes) {
+  const typed = repainting ? typedFields() : null;
   main.replaceChildren(h("div", {}, ...nodes));
+  if (typed) restoreFields(typed);
+}
+
+// What a person has typed or chosen on the page, and which field has the
+// focus: a repaint of the same page (a live change) puts it back, so an
+// answer being written is not wiped by someone else's change. A field is
+// known by its form's place on the page and its name (or id): generated
+// forms number their ids anew each time.
+function fieldKey(el) {
+  const forms = [...main.querySelectorAll("form")];
+  return `${forms.indexOf(el.form)}:${el.name || el.id}`;
+}
+
+function fields() {
+  return [...main.querySelectorAll("input, textarea, select")].filter((el) => el.name || el.id);
+}
+
+function typedFields() {
+  const values = new Map();
+  const active = document.activeElement;
+  let focus = null;
+  for (const el of fields()) {
+    const key = fieldKey(el);
+    if (el === active) focus = key;
+    if (el.type === "checkbox" || el.type === "radio") {
+      if (el.checked !== el.defaultChecked) values.set(key, { checked: el.checked });
+    } else if (el.value !== el.defaultValue || el.tagName === "SELECT") {
+      values.set(key, { value: el.value });
+    }
+  }
+  return { values, focus };
+}
+
+function restoreFields({ values, focus }) {
+  for (const el of fields()) {
+    const key = fieldKey(el);
+    const kept = values.get(key);
+    if (kept && "checked" in kept) el.checked = kept.checked;
+    else if (kept) el.value = kept.value;
+    if (key === focus) el.focus({ preventScroll: true });
+  }
 }
 
 // A time in the viewer's zone, the UTC time on hover.
@@ -139,8 +181,18 @@ export function may(scope) {
 
 let listener = null;
 let repaint = () => {};
+// Set while the current page shows again for a live change (`show` keeps
+// what was typed then), not when a person goes to a page.
+let repainting = false;
 export function onRepaint(fn) {
-  repaint = fn;
+  repaint = async () => {
+    repainting = true;
+    try {
+      await fn();
+    } finally {
+      repainting = false;
+    }
+  };
 }
 
 // The current page shows again (at most every 500 ms) on the changes

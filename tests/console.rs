@@ -8,6 +8,7 @@
 use crate::common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::browser::{Driver, click, console_errors, text_when, type_in};
 use common::system::{System, card, fast_bus};
@@ -505,6 +506,41 @@ async fn gates_are_answered_and_rejected_tasks_canceled_and_the_chain_checked() 
     type_in(&c, ".gate input[name=note]", "two boxes").await;
     type_in(&c, ".gate input[name=copies]", "2").await;
     type_in(&c, "#g-reason", "counted").await;
+    // Someone else's change repaints the page while the answer is being
+    // written: what was typed stays.
+    c.execute(
+        "document.getElementById('gate-h').dataset.old = '1';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let other = sys.submit("idle", "do", json!({})).await;
+    let repainted = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let old = c
+            .execute(
+                "return document.querySelector('#gate-h[data-old]') !== null;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if old == json!(false) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < repainted,
+            "the page never repainted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kept = c
+        .execute(
+            "return ['.gate input[name=note]', '.gate input[name=copies]', '#g-reason'].map((css) => document.querySelector(css).value);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept, json!(["two boxes", "2", "counted"]), "task {other}");
     click(&c, ".gate button[type=submit]").await;
     text_when(&c, "#run-state", |t| t == "completed").await;
     let (_, run) = sys.get(&format!("/v1/runs/{answered}")).await;
