@@ -105,3 +105,49 @@ fn every_module_uses_only_its_layer_and_below() {
         }
     }
 }
+
+/// The service's rooms point one way too (`src/service/mod.rs`): the
+/// background `loops` may start the `engine` and call the acts; the
+/// `engine` submits and cancels through the acts but knows nothing of the
+/// loops; the acts the faces call (every file directly in `service/`)
+/// name neither, reaching a loop or the engine only through the handles
+/// the orchestrator holds. `mod.rs`, which composes them, is exempt.
+#[test]
+fn the_service_rooms_use_one_another_one_way() {
+    let service = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service");
+    let rooms: [(&str, &[&str]); 2] = [("engine", &["loops"]), ("", &["loops", "engine"])];
+    let mut wrong = Vec::new();
+    for (room, never) in rooms {
+        let dir = service.join(room);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() || file == "mod.rs" || !file.ends_with(".rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for other in never {
+                    // As a path segment: `super::loops`, `loops::x`.
+                    let named = line.match_indices(other).any(|(i, _)| {
+                        let (before, after) = (&line[..i], &line[i + other.len()..]);
+                        let word = |c: char| c.is_alphanumeric() || c == '_';
+                        !before.ends_with(word)
+                            && !after.starts_with(word)
+                            && (before.ends_with("::") || after.starts_with("::"))
+                    });
+                    if named {
+                        let at = if room.is_empty() {
+                            file.clone()
+                        } else {
+                            format!("{room}/{file}")
+                        };
+                        wrong.push(format!("service/{at} names `{other}`: {}", line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

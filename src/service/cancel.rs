@@ -1,7 +1,7 @@
 //! Canceling a task: the store first, then the claim's mark, then the
 //! broadcast to its holder.
 
-use super::loops::reaper;
+use super::stop::stop_attempt;
 use super::{Caller, Orchestrator, ServiceError};
 use crate::bus::BusError;
 use crate::envelope::TaskId;
@@ -47,7 +47,7 @@ impl Orchestrator {
                 });
             }
         };
-        if !reaper::stop_attempt(&self.inner.bus, &self.inner.claims, &record).await {
+        if !stop_attempt(&self.inner.bus, &self.inner.claims, &record).await {
             return Err(ServiceError::Bus(BusError::Publish {
                 subject: self.inner.bus.names().deliveries_bucket(),
                 message:

@@ -133,6 +133,15 @@ pub enum ErrorKind {
 }
 
 impl ServiceError {
+    /// Whether what failed may succeed later (the store's disk or the
+    /// broker): the engine tries such a step again.
+    pub(crate) fn is_passing(&self) -> bool {
+        matches!(
+            self,
+            ServiceError::Bus(_) | ServiceError::Store(StoreError::Io(_))
+        )
+    }
+
     /// What kind of trouble this is.
     pub fn kind(&self) -> ErrorKind {
         match self {

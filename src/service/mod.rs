@@ -10,21 +10,31 @@
 //! results published while the orchestrator is down are applied when it is
 //! back. The store alone owns the attempt number and decides retries.
 //!
-//! Where to look: what the faces call is in a file per act (`submit`,
-//! `cancel`, `replay`, `runs`, `answer`, `deliveries`, `messages`) or per
-//! kind of read (`reads`, `follow`, `run_follow`, `live`, `overview`);
-//! everything that runs in the background, started and stopped together,
-//! is in `loops`; the workflow engine is `workflows`, with
-//! `conversations` and `patterns`.
+//! Its three rooms, each using only the ones after it (`tests/layers.rs`
+//! holds this):
+//! - `loops`: everything that runs in the background, started and stopped
+//!   together within a bound (the publisher, the applier of workers'
+//!   events, dead letters, the reaper, the orphan sweep, schedules, event
+//!   triggers, readiness, reload) and the engine's loop;
+//! - `engine`: carries out what runs and held tasks plan (workflows,
+//!   conversations with a model, the AgentCard patterns), submitting and
+//!   canceling through the acts;
+//! - the acts the faces call, a file per act (`submit`, `cancel`,
+//!   `replay`, `runs`, `answer`, `deliveries`, `messages`) or per kind of
+//!   read (`reads`, `follow`, `run_follow`, `live`, `overview`,
+//!   `dead_letters`), beside what they share (`caller`, `request`,
+//!   `error`, `config`, `stop`, `quarantine`). They reach a loop or the
+//!   engine only through the handles this orchestrator holds.
 
 mod answer;
 mod backlog;
 mod caller;
 mod cancel;
 mod config;
-mod conversations;
+mod dead_letters;
 mod declared;
 mod deliveries;
+mod engine;
 mod error;
 mod follow;
 mod held_view;
@@ -32,7 +42,6 @@ mod live;
 mod loops;
 mod messages;
 mod overview;
-mod patterns;
 mod quarantine;
 mod reads;
 mod registry;
@@ -41,13 +50,14 @@ mod request;
 mod run_follow;
 mod run_view;
 mod runs;
+mod stop;
 mod submit;
-mod workflows;
 
 pub use caller::Caller;
 pub use config::{
     A2aSettings, AgentSettings, DEFAULT_NATS_URL, DeliverySettings, MessageIds, ServiceConfig,
 };
+pub use dead_letters::DeadLetter;
 pub use declared::Declared;
 pub use deliveries::{
     CALLBACK, Delivery, DeliveryName, GaveUp, PushAuth, PushTarget, Target as DeliveryTarget,
@@ -57,7 +67,6 @@ pub use follow::Follow;
 pub use held_view::HeldStep;
 pub use live::{Live, LiveBatch};
 pub use loops::Background;
-pub use loops::dead_letters::DeadLetter;
 pub use overview::{AgentLine, Overview};
 pub use reads::TaskFilter;
 pub use registry::{AgentFilter, AgentInstances, Agents};
@@ -104,7 +113,7 @@ struct Inner {
     /// listeners follow.
     triggers: tokio::sync::watch::Sender<Arc<Triggers>>,
     /// Advances workflow runs (the loop starts with `start`).
-    engine: workflows::Engine,
+    engine: engine::Engine,
     /// The settings in force.
     config: ServiceConfig,
     /// The largest envelope the broker carries (from its max_payload).
@@ -163,7 +172,7 @@ impl Orchestrator {
         config.max_envelope_bytes = config.max_envelope_bytes.min(bus.max_payload());
         let (publisher, publish_queue) = publisher::channel();
         let (deadlines, deadline_queue) = reaper::channel();
-        let (engine, engine_queue) = workflows::channel();
+        let (engine, engine_queue) = engine::channel();
         let jaeger_url = config.telemetry.jaeger_url(|k| std::env::var(k).ok());
         let delivery_key = match &config.deliveries.signing_key {
             Some(path) => path.clone(),

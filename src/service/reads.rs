@@ -113,7 +113,7 @@ impl Orchestrator {
         caller: &Caller,
     ) -> Result<Vec<DeadLetter>, ServiceError> {
         caller.require("listing dead letters", [grants::DLQ_MANAGE])?;
-        Ok(super::loops::dead_letters::list(&self.inner.bus, after, limit).await?)
+        Ok(super::dead_letters::list(&self.inner.bus, after, limit).await?)
     }
 }
 

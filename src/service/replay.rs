@@ -1,7 +1,7 @@
 //! Replaying a dead-lettered task: a new task rebuilt from the store's
 //! own record of the old one, never from the letter.
 
-use super::loops::dead_letters;
+use super::dead_letters;
 use super::{Caller, DeadLetter, Orchestrator, ServiceError, TaskRequest};
 use crate::envelope::TaskId;
 use crate::task::{Submitted, TaskState};

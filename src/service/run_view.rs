@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::runs::waiting_gate;
 use super::{Orchestrator, ServiceError};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
@@ -15,7 +14,7 @@ use crate::task::{TaskState, TaskStatus};
 use crate::trigger::StepKind;
 use crate::workflow::{
     CancelRequest, Decision, Origin, RouteChoice, RunId, RunRecord, RunState, StepState, StepTask,
-    plan,
+    plan, waiting_gate,
 };
 
 /// A run as the API shows it.

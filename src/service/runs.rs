@@ -6,7 +6,6 @@
 //! `orch:runs:approve`; it cancels its own runs, or every run with
 //! `orch:tasks:cancel_all`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +22,10 @@ use crate::envelope::{CorrelationId, Timestamp};
 use crate::store::{Fingerprint, NewRun, ScheduleCursor, StoreError};
 use crate::telemetry::context::StoredTrace;
 use crate::telemetry::spans::{self, RunMark};
-use crate::trigger::{Approval, StepKind, Trigger};
+use crate::trigger::Trigger;
 use crate::workflow::{
     CancelRequest, Decision, Origin, RunChange, RunId, RunRecord, RunRefused, RunStarted, RunState,
-    StepState, plan,
+    plan, waiting_gate,
 };
 
 /// How a run starts, beside its trigger, input and key.
@@ -386,7 +385,7 @@ impl Orchestrator {
         };
         let decided = store.change_run(id, change, &caller.principal).await?;
         // In the run's trace, linked to the request that answered.
-        let span = super::workflows::mark(&run, RunMark::Answer(step, answer.as_str()));
+        let span = run.span(RunMark::Answer(step, answer.as_str()));
         span.add_link(Span::current().context().span().span_context().clone());
         span.set_attribute("decided_by", caller.principal.clone());
         span.in_scope(|| info!(run_id = %id, step = %step, answer = answer.as_str(), by = %caller.principal, "gate answered"));
@@ -463,24 +462,3 @@ const POLL: Duration = Duration::from_millis(100);
 /// How long an answer or a cancel waits for the engine to act on it
 /// before it shows the run as it is.
 const ACTED_WITHIN: Duration = Duration::from_secs(5);
-
-/// The approval gate a run in `state` with its steps `planned` waits at:
-/// its step id and its settings.
-pub(super) fn waiting_gate<'t>(
-    trigger: &'t Trigger,
-    state: RunState,
-    planned: &BTreeMap<String, StepState>,
-) -> Option<(&'t str, &'t Approval)> {
-    if state != RunState::InputRequired {
-        return None;
-    }
-    trigger
-        .all_steps()
-        .into_iter()
-        .find_map(|step| match &step.kind {
-            StepKind::Approval(a) if planned.get(&step.id) == Some(&StepState::Waiting) => {
-                Some((step.id.as_str(), a))
-            }
-            _ => None,
-        })
-}

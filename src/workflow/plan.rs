@@ -15,8 +15,8 @@ use crate::envelope::{Action, AgentName, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::task::{TaskState, TaskStatus};
 use crate::trigger::{
-    FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep, Trigger, condition,
-    render, render_text,
+    Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep, Trigger,
+    condition, render, render_text,
 };
 
 /// What a step's task did, as the store has it: read straight from the
@@ -612,6 +612,27 @@ impl Planner<'_> {
         };
         self.ended(step, StepState::Completed, result, None, Vec::new())
     }
+}
+
+/// The approval gate a run in `state` with its steps `planned` waits at:
+/// its step id and its settings.
+pub fn waiting_gate<'t>(
+    trigger: &'t Trigger,
+    state: RunState,
+    planned: &BTreeMap<String, StepState>,
+) -> Option<(&'t str, &'t Approval)> {
+    if state != RunState::InputRequired {
+        return None;
+    }
+    trigger
+        .all_steps()
+        .into_iter()
+        .find_map(|step| match &step.kind {
+            StepKind::Approval(a) if planned.get(&step.id) == Some(&StepState::Waiting) => {
+                Some((step.id.as_str(), a))
+            }
+            _ => None,
+        })
 }
 
 #[cfg(test)]

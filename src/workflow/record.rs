@@ -13,7 +13,8 @@ use serde_json::Value;
 use crate::access::Grants;
 use crate::envelope::{AgentName, CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::telemetry::context::StoredTrace;
+use crate::telemetry::context::{self, StoredTrace};
+use crate::telemetry::spans::{self, RunMark};
 
 /// A run id: a UUIDv7, so runs sort by start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -353,6 +354,16 @@ pub enum RunRefused {
 }
 
 impl RunRecord {
+    /// A span marking `what` in this run's trace: a child of the run's
+    /// span, also after a restart.
+    pub fn span(&self, what: RunMark<'_>) -> tracing::Span {
+        let span = spans::run(&self.trigger_id, &self.run_id.to_string(), what);
+        if let Some(stored) = &self.trace {
+            context::follow_stored(&span, stored);
+        }
+        span
+    }
+
     /// A run of `trigger` starting now, `working`, nothing decided yet;
     /// its correlation id is its id, its deadline the trigger's.
     pub fn new(

@@ -31,15 +31,16 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
 
-use super::{Caller, Orchestrator, ServiceError, TaskRequest};
+use super::held::{Held, end, finish, submit_step};
 use crate::access::Grants;
-use crate::envelope::{AgentName, McpCall, Meta, TaskId, TurnOf};
+use crate::envelope::{McpCall, Meta, TaskId, TurnOf};
 use crate::event::ErrorInfo;
 use crate::llm::ToolCall;
 use crate::llm::patterns::{Conversation, Kind};
 use crate::llm::plan::{self, Limits, Next};
 use crate::llm::request::{self, Tool};
-use crate::store::{Applied, Change, StepLink};
+use crate::service::{Caller, Orchestrator, ServiceError, TaskRequest};
+use crate::store::{Change, StepLink};
 use crate::task::{Submitted, TaskEvent, TaskState, TaskStatus};
 use crate::workflow::{RunId, StepTask};
 
@@ -124,7 +125,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
     };
     match started {
         // The store or the broker: the engine tries again shortly.
-        Err(e) if super::workflows::passing(&e) => Err(e),
+        Err(e) if e.is_passing() => Err(e),
         // Refused (the agent files changed since the plan): it would be
         // refused again.
         Err(e) => {
@@ -140,17 +141,6 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         }
         Ok(()) => Ok(()),
     }
-}
-
-/// What a held task's planners act with.
-pub(super) struct Held<'a> {
-    pub o: &'a Orchestrator,
-    pub status: &'a TaskStatus,
-    pub envelope: &'a crate::envelope::Envelope,
-    pub card: &'a crate::agent::AgentCard,
-    pub declared: &'a super::Declared,
-    /// Its steps act for the task's principal, with at most its scopes.
-    pub caller: &'a Caller,
 }
 
 /// Plans a conversation once and acts on the plan: whether it acted, and
@@ -201,7 +191,7 @@ async fn converse(
             // An MCP server checks its own tool's arguments against its
             // schema; they are a task's params all the same.
             let Tool::Agent(agent, skill) = tool else {
-                return super::Declared::check_form(&params)
+                return crate::service::Declared::check_form(&params)
                     .err()
                     .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name));
             };
@@ -278,22 +268,6 @@ async fn converse(
         Next::Fail(error) => end(o, status, Err(error)).await,
     };
     (started, goes_on)
-}
-
-/// Ends a held task with `result`, checked against its skill's output
-/// schema, or with its error.
-pub(super) async fn finish(
-    held: &Held<'_>,
-    result: Result<Value, ErrorInfo>,
-) -> Result<(), ServiceError> {
-    let action = held.envelope.payload.action.as_str();
-    let result = result.and_then(|v| {
-        held.declared
-            .check_result(&held.status.agent, action, &v)
-            .map(|()| v)
-            .map_err(|e| ErrorInfo::new("invalid_output", e.to_string(), false))
-    });
-    end(held.o, held.status, result).await
 }
 
 /// The request of the last turn, read from its envelope.
@@ -449,62 +423,6 @@ async fn start_call(
     Ok(())
 }
 
-/// Submits step `step` of a held task: a task of `to`'s skill `action`
-/// with `params`, caused by the held task, in its correlation, acting for
-/// its principal with at most its scopes, its idempotency key
-/// `llm:<task>:<step>`, linked to it as that step; the task's id.
-pub(super) async fn submit_step(
-    held: &Held<'_>,
-    step: String,
-    to: AgentName,
-    action: &str,
-    params: Map<String, Value>,
-    mcp: Option<McpCall>,
-) -> Result<TaskId, ServiceError> {
-    let Held {
-        o,
-        status,
-        envelope,
-        caller,
-        ..
-    } = *held;
-    let task = status.task_id;
-    let request = TaskRequest {
-        to,
-        action: action.parse().map_err(|e: String| {
-            ServiceError::BadInput(crate::codec::DecodeError::invalid("action", e))
-        })?,
-        params,
-        idempotency_key: format!("llm:{task}:{step}").parse().ok(),
-        priority: Some(envelope.control.priority),
-        response_mode: None,
-        required_scopes: Vec::new(),
-        callback_url: None,
-        deadline: envelope.control.deadline,
-        max_attempts: None,
-        correlation_id: Some(envelope.header.correlation_id.clone()),
-    };
-    let mut callers = envelope.payload.meta.callers.clone();
-    callers.push(status.agent.clone());
-    let meta = Meta {
-        trigger_id: envelope.payload.meta.trigger_id.clone(),
-        system_prompt: envelope.payload.meta.system_prompt.clone(),
-        callers,
-        mcp,
-        ..Meta::default()
-    };
-    let link = StepLink {
-        run: RunId::of_conversation(task),
-        step,
-    };
-    let submitted = o
-        .submit_with(request, meta, Some(task), Some(link), caller)
-        .await?;
-    let child = submitted.record().task_id();
-    o.inner.engine.watch(o, child, RunId::of_conversation(task));
-    Ok(child)
-}
-
 /// Records that the model called a tool it may not.
 async fn audit_refusal(o: &Orchestrator, status: &TaskStatus, id: &str, tool: &str, why: &str) {
     let task = status.task_id;
@@ -520,31 +438,4 @@ async fn audit_refusal(o: &Orchestrator, status: &TaskStatus, id: &str, tool: &s
     if let Err(e) = o.store().audit(entry).await {
         warn!(task_id = %task, error = %e, "a refused tool call was not audited");
     }
-}
-
-/// Ends the conversation's task with its answer or error.
-async fn end(
-    o: &Orchestrator,
-    status: &TaskStatus,
-    outcome: Result<Value, ErrorInfo>,
-) -> Result<(), ServiceError> {
-    let mut change = match outcome {
-        Ok(result) => {
-            let mut c = Change::new(TaskEvent::Complete, "orchestrator", "the model answered");
-            c.result = Some(result);
-            c
-        }
-        Err(error) => {
-            let mut c = Change::new(TaskEvent::Fail, "orchestrator", error.message.clone());
-            c.error = Some(error);
-            c
-        }
-    };
-    change.attempt = Some(status.attempt);
-    // A task that moved meanwhile (canceled) keeps its state.
-    if let Applied::Ignored { reason, .. } = o.store().apply(status.task_id, change).await? {
-        info!(task_id = %status.task_id, "the conversation's end was not recorded: {reason}");
-    }
-    o.store().flush().await?;
-    Ok(())
 }

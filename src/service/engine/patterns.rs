@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::ServiceError;
-use super::conversations::{Held, finish, submit_step};
+use super::held::{Held, finish, submit_step};
 use crate::event::ErrorInfo;
 use crate::llm::patterns::{self, Kind, Next};
+use crate::service::ServiceError;
 use crate::workflow::StepTask;
 
 /// Plans `held`'s task of `kind` once and acts on the plan: whether it

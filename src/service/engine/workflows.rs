@@ -1,201 +1,24 @@
-//! The workflow engine: carries out what [`crate::workflow::plan`] decides.
-//!
-//! A run is advanced whenever something it depends on changes: it started,
-//! a step's task ended (a store watch), a person answered its gate, it was
-//! canceled, its deadline came, the orchestrator started (every unfinished
-//! run). Advancing reads the run and its steps' tasks, plans, and acts:
-//! submits step tasks, records router choices, cancels tasks, settles the
-//! run's state. Advances of one run never overlap; a change that arrives
-//! during one makes it run again.
-//!
-//! Why a crash loses or repeats nothing: a step's task is created in the
-//! same store transaction that links it to the step, and a second submit
-//! for the step returns the linked task; everything else the plan reads is
-//! flushed before it is acted on. So a restart plans from the same facts
-//! and gets the same answer.
-
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//! One run of a workflow: plans it and carries the plan out (submits
+//! step tasks, records router choices, cancels tasks, settles the run).
 
 use crate::telemetry::quiet::warn_quietly;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span, debug, error, info, warn};
+use tracing::{Instrument, debug, info};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::runs::waiting_gate;
-use super::{Caller, Orchestrator, ServiceError, TaskRequest, lock};
+use super::handle::RETRY_AFTER;
 use crate::access::Grants;
 use crate::envelope::{Meta, TaskId, Timestamp};
 use crate::event::ErrorInfo;
+use crate::service::{Caller, Orchestrator, ServiceError, TaskRequest};
 use crate::store::{StepLink, StoreError};
-use crate::telemetry::context;
 use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Step, StepKind, Trigger};
-use crate::workflow::{Act, RunChange, RunId, RunRecord, RunRefused, RunState, plan, route};
-
-/// How long a step whose task could not be submitted for a passing reason
-/// (the store or broker) waits before the run is advanced again.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// The handle the rest of the orchestrator nudges runs through.
-#[derive(Clone)]
-pub(crate) struct Engine {
-    nudges: mpsc::UnboundedSender<RunId>,
-    /// Tasks whose end is being watched (one watch per task).
-    watched: Arc<Mutex<HashSet<TaskId>>>,
-    /// Runs with a deadline timer.
-    timed: Arc<Mutex<HashSet<RunId>>>,
-    /// Fired when the engine stops: the watches end with it (they hold the
-    /// store, which a restart in the same process opens again).
-    stopped: CancellationToken,
-}
-
-/// The receiving end of the nudges.
-pub(crate) type EngineQueue = mpsc::UnboundedReceiver<RunId>;
-
-pub(crate) fn channel() -> (Engine, EngineQueue) {
-    let (nudges, queue) = mpsc::unbounded_channel();
-    (
-        Engine {
-            nudges,
-            watched: Arc::default(),
-            timed: Arc::default(),
-            stopped: CancellationToken::new(),
-        },
-        queue,
-    )
-}
-
-impl Engine {
-    /// Asks for run `id` to be advanced.
-    pub(crate) fn nudge(&self, id: RunId) {
-        let _ = self.nudges.send(id);
-    }
-
-    /// Nudges `run` when `task` ends (once per task).
-    pub(super) fn watch(&self, o: &Orchestrator, task: TaskId, run: RunId) {
-        if !lock(&self.watched).insert(task) {
-            return;
-        }
-        let store = o.store().clone();
-        let engine = self.clone();
-        let mut watch = store.watch(task);
-        let stopped = self.stopped.clone();
-        tokio::spawn(async move {
-            let live = matches!(store.state(task), Ok(Some(s)) if !s.is_terminal());
-            drop(store);
-            if live {
-                tokio::select! {
-                    () = watch.ended() => {}
-                    () = stopped.cancelled() => return,
-                }
-            }
-            lock(&engine.watched).remove(&task);
-            engine.nudge(run);
-        });
-    }
-
-    /// Nudges `run` at its deadline (once per run).
-    fn time(&self, run: &RunRecord) {
-        let Some(deadline) = run.deadline else { return };
-        if !lock(&self.timed).insert(run.run_id) {
-            return;
-        }
-        let engine = self.clone();
-        let id = run.run_id;
-        tokio::spawn(async move {
-            tokio::time::sleep(deadline.remaining()).await;
-            lock(&engine.timed).remove(&id);
-            engine.nudge(id);
-        });
-    }
-
-    /// Nudges `run` after `delay`.
-    fn later(&self, run: RunId, delay: Duration) {
-        let engine = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            engine.nudge(run);
-        });
-    }
-}
-
-/// Advances runs as they are nudged, until `stop`; first nudges every run
-/// that has not ended.
-pub(crate) async fn drive(o: Orchestrator, mut queue: EngineQueue, stop: CancellationToken) {
-    match o.store().live_runs() {
-        Ok(live) => {
-            if !live.is_empty() {
-                info!(runs = live.len(), "resuming unfinished runs");
-            }
-            for id in live {
-                o.inner.engine.nudge(id);
-            }
-        }
-        Err(e) => warn!(error = %e, "unfinished runs could not be listed: they resume when nudged"),
-    }
-    let (done, mut finished) = mpsc::unbounded_channel::<RunId>();
-    // Runs being advanced; `true`: nudged again meanwhile.
-    let mut busy: HashMap<RunId, bool> = HashMap::new();
-    // The advances under way: waited for once stopped (within the loops'
-    // bound), so none is cut between its writes by the stop itself.
-    let advancing = tokio_util::task::TaskTracker::new();
-    let spawn = |id: RunId| {
-        let o = o.clone();
-        let done = done.clone();
-        advancing.spawn(async move {
-            match advance(&o, id).await {
-                Ok(()) => {}
-                // Reading it again will not help: said once, left alone
-                // (`store verify` names it).
-                Err(ServiceError::Store(e)) if super::quarantine::unreadable(&e) => {
-                    error!(run_id = %id, error = %e, "a run's stored record cannot be read: it is not advanced");
-                }
-                Err(e) => {
-                    warn_quietly!("orchestrator.run_not_advanced", run_id = %id, error = %e, "run not advanced; trying again shortly");
-                    o.inner.engine.later(id, RETRY_AFTER);
-                }
-            }
-            let _ = done.send(id);
-        });
-    };
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                o.inner.engine.stopped.cancel();
-                break;
-            }
-            Some(id) = queue.recv() => match busy.get_mut(&id) {
-                Some(again) => *again = true,
-                None => {
-                    busy.insert(id, false);
-                    spawn(id);
-                }
-            },
-            Some(id) = finished.recv() => {
-                if busy.remove(&id) == Some(true) {
-                    busy.insert(id, false);
-                    spawn(id);
-                }
-            }
-        }
-    }
-    advancing.close();
-    advancing.wait().await;
-}
-
-/// Whether a failed submit may succeed later (the store or the broker).
-pub(super) fn passing(e: &ServiceError) -> bool {
-    matches!(
-        e,
-        ServiceError::Bus(_) | ServiceError::Store(StoreError::Io(_))
-    )
-}
+use crate::workflow::{
+    Act, RunChange, RunId, RunRecord, RunRefused, RunState, plan, route, waiting_gate,
+};
 
 /// Plans run `id` once and acts on the plan.
-async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
+pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
     let store = o.store();
     let Some(run) = store.run(id)? else {
         // A conversation's steps are linked under its task's id.
@@ -229,7 +52,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
                 params,
             } => match start_step(o, &trigger, &run, &step, agent, action, params).await {
                 Ok(task) => engine.watch(o, task, id),
-                Err(e) if passing(&e) => {
+                Err(e) if e.is_passing() => {
                     warn_quietly!("orchestrator.step_not_submitted", run_id = %id, step = %step.id, error = %e, "step not submitted; trying again shortly");
                     engine.later(id, RETRY_AFTER);
                 }
@@ -244,7 +67,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
             Act::Route { step, text, agents } => {
                 let change_made = match route::choose_parts(&text, &o.catalog(), &agents) {
                     Some(choice) => {
-                        let span = mark(&run, RunMark::Route(&step));
+                        let span = run.span(RunMark::Route(&step));
                         span.set_attribute("agent", choice.agent.to_string());
                         span.set_attribute("skill", choice.skill.clone());
                         span.set_attribute("score", i64::from(choice.score));
@@ -295,7 +118,7 @@ async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {
         .await?;
         // `gate` is found only for a run that now waits.
         if moved && let Some(step) = gate {
-            mark(&run, RunMark::Wait(&step))
+            run.span(RunMark::Wait(&step))
                 .in_scope(|| info!(run_id = %id, step = %step, "run waits at its gate"));
         }
     }
@@ -341,7 +164,7 @@ async fn settle(
     }
     if state.is_terminal() {
         crate::telemetry::metrics::run_ended(&run.trigger_id, state.as_str(), &run.created_at);
-        let span = mark(run, RunMark::End(state.as_str()));
+        let span = run.span(RunMark::End(state.as_str()));
         if let (RunState::Failed, Some(why)) = (state, &why) {
             spans::failed(&span, why);
         }
@@ -350,16 +173,6 @@ async fn settle(
         debug!(run_id = %run.run_id, state = %state, "run moved");
     }
     Ok(true)
-}
-
-/// A span marking `what` in `run`'s trace: a child of the run's span, also
-/// after a restart.
-pub(crate) fn mark(run: &RunRecord, what: RunMark<'_>) -> Span {
-    let span = spans::run(&run.trigger_id, &run.run_id.to_string(), what);
-    if let Some(stored) = &run.trace {
-        context::follow_stored(&span, stored);
-    }
-    span
 }
 
 /// Submits the task of `step` of `run`: the run's starter is its actor
@@ -417,7 +230,7 @@ async fn start_step(
         run: run.run_id,
         step: step_id.to_string(),
     };
-    let span = mark(run, RunMark::Step(step_id));
+    let span = run.span(RunMark::Step(step_id));
     let submitted = o
         .submit_with(request, meta, None, Some(link), &caller)
         .instrument(span)

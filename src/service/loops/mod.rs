@@ -31,7 +31,7 @@ use reaper::{DeadlineQueue, ReapSettings, Reaper};
 pub(crate) struct Queues {
     pub(crate) publish: PublishQueue,
     pub(crate) deadlines: DeadlineQueue,
-    pub(crate) runs: crate::service::workflows::EngineQueue,
+    pub(crate) runs: crate::service::engine::EngineQueue,
 }
 
 /// How long stopping waits for the loops once the stop token fired; what
@@ -151,7 +151,7 @@ impl Orchestrator {
             },
         };
         background.spawn(reaper.run(queues.deadlines, stop.clone()));
-        background.spawn(crate::service::workflows::drive(
+        background.spawn(crate::service::engine::drive(
             self.clone(),
             queues.runs,
             stop.clone(),

@@ -119,7 +119,7 @@ impl Reaper {
         match self.store.apply(task_id, change).await {
             Ok(Applied::Moved(record)) => {
                 info!(task_id = %task_id, "deadline passed: task failed");
-                stop_attempt(&self.bus, &self.claims, &record).await;
+                crate::service::stop::stop_attempt(&self.bus, &self.claims, &record).await;
             }
             Ok(_) => {}
             Err(e) => {
@@ -237,28 +237,4 @@ impl Reaper {
             .map_err(|e| e.to_string())?;
         Ok(last.is_some_and(|e| e.ends_attempt(attempt)))
     }
-}
-
-/// Stops whatever runs a task that just ended on the orchestrator's side
-/// (canceled, or past its deadline): the claim is marked canceled first, so
-/// a worker that claims later never starts, then the cancel is broadcast to
-/// the holder. A mark that cannot be written is an error the caller may
-/// report; the broadcast is best effort.
-pub(crate) async fn stop_attempt(bus: &Bus, claims: &Claims, record: &TaskStatus) -> bool {
-    let task_id = record.task_id;
-    let marked = match claims
-        .mark_canceled(&record.agent, task_id, record.attempt)
-        .await
-    {
-        Ok(()) => true,
-        Err(e) => {
-            warn_quietly!("orchestrator.cancel_mark_failed", task_id = %task_id, error = %e, "cannot mark the claim canceled");
-            false
-        }
-    };
-    let subject = bus.names().cancel_subject(task_id);
-    if let Err(e) = bus.client().publish(subject, "cancel".into()).await {
-        warn_quietly!("orchestrator.cancel_broadcast_failed", task_id = %task_id, error = %e, "cancel broadcast failed");
-    }
-    marked
 }
