@@ -172,12 +172,15 @@ enum Command {
   orchestrator new agent greeter
   orchestrator new agent greeter --lang rust")]
     New(cli::scaffold::NewCommand),
-    /// Measure the full path against a bare JetStream round trip.
-    #[command(after_help = "Examples:
-  orchestrator bench
-  orchestrator bench --tasks 3000 --llm
-  orchestrator bench --json")]
-    Bench(cli::bench::BenchArgs),
+    /// Measure the full path against a bare JetStream round trip (runs
+    /// `orchestrator-bench`, installed beside this binary; `orchestrator
+    /// bench --help` lists its options).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark's own arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Check envelopes and worker events against wire format v1.
     #[command(subcommand)]
     #[command(after_help = "Examples:
@@ -245,6 +248,11 @@ enum StoreCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The benchmark is a binary of its own, so this one does not carry it;
+    // it checks its own arguments, also under `ORCH_CHECK_ARGS`.
+    if let Command::Bench { args } = &cli.command {
+        return bench(args, cli.client.json, cli.log_format);
+    }
     // `ORCH_CHECK_ARGS=1`: the command line parsed, nothing run (how the
     // docs' tests check the commands they cannot run; docs/cli.md).
     if std::env::var_os("ORCH_CHECK_ARGS").is_some() {
@@ -301,10 +309,7 @@ fn main() -> ExitCode {
                 args.json = json;
                 cli::validate::validate(args)
             }
-            Command::Bench(mut args) => {
-                args.json = json;
-                cli::bench::bench(args).await
-            }
+            Command::Bench { .. } => unreachable!("run before the runtime starts"),
             Command::New(command) => cli::scaffold::new(command, json),
             Command::Envelope(EnvelopeCommand::Check(mut args)) => {
                 args.json = json;
@@ -339,4 +344,33 @@ fn version(json: bool) -> ExitCode {
         println!("orchestrator {version} (wire format v{wire}, store format {store})");
     }
     ExitCode::SUCCESS
+}
+
+/// Runs `orchestrator-bench` (beside this binary, else on the `PATH`) with
+/// `args` and the global flags given before them, in this process's place.
+fn bench(args: &[std::ffi::OsString], json: bool, log_format: LogFormat) -> ExitCode {
+    let name = format!("orchestrator-bench{}", std::env::consts::EXE_SUFFIX);
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(&name)))
+        .filter(|path| path.is_file());
+    let mut command = std::process::Command::new(beside.unwrap_or_else(|| name.clone().into()));
+    if json {
+        command.arg("--json");
+    }
+    if log_format == LogFormat::Json {
+        command.args(["--log-format", "json"]);
+    }
+    command.args(args);
+    #[cfg(unix)]
+    let e = std::os::unix::process::CommandExt::exec(&mut command);
+    #[cfg(not(unix))]
+    let e = match command.status() {
+        Ok(status) => return ExitCode::from(status.code().unwrap_or(2) as u8),
+        Err(e) => e,
+    };
+    eprintln!(
+        "error: cannot run {name}, which `orchestrator bench` runs: {e} (it is built and installed with this binary: `cargo install --path .` installs both)"
+    );
+    ExitCode::from(2)
 }

@@ -215,3 +215,33 @@ fn cluster_and_a_broker_url_are_refused_together() {
         "{err}"
     );
 }
+
+/// The bench is a binary of its own, beside the product's: `orchestrator
+/// bench` runs it, and without it says what is missing instead of failing
+/// blindly.
+#[test]
+fn bench_runs_the_binary_beside_it_and_names_it_when_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("orchestrator");
+    std::fs::copy(env!("CARGO_BIN_EXE_orchestrator"), &alone).unwrap();
+    let out = Command::new(&alone)
+        .args(["bench", "--tasks", "1"])
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot run orchestrator-bench"), "{err}");
+
+    // Beside it, its own options are what `bench --help` lists.
+    let help = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["bench", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--tasks") && help.contains("--cluster"),
+        "{help}"
+    );
+}

@@ -1,7 +1,6 @@
 //! The command line's commands, one module per group.
 
 pub mod agents;
-pub mod bench;
 pub mod client;
 pub mod dev;
 pub mod keys;

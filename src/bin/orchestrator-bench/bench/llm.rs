@@ -13,14 +13,13 @@
 //! model call that reads tool results (the one-call run less the first
 //! run, less a tool call), beside a plain task's.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::cpu::{CpuPerTask, CpuSnapshot, Processes, print_cpu};
-use super::procs::Deployed;
+use super::procs::Site;
 use super::{BenchArgs, Figures};
 use crate::cli::output::outln;
 
@@ -81,25 +80,17 @@ pub(super) struct Measured {
 
 /// Starts the deployed path with an LLM agent under `dir/llm` and
 /// measures both kinds of conversation.
-pub(super) async fn measure(
-    url: &str,
-    prefix: &str,
-    dir: &Path,
-    brokers: &[u32],
-    args: &BenchArgs,
-) -> Result<Measured, String> {
+pub(super) async fn measure(site: &Site<'_>, args: &BenchArgs) -> Result<Measured, String> {
     let llm_args = BenchArgs {
         llm_model: Some(model().await?),
         ..args.clone()
     };
-    let deployed = Deployed::start(url, prefix, &dir.join("llm"), 1, &llm_args, None).await?;
+    let deployed = site.deploy("llm", &llm_args).await?;
     let processes = Processes {
-        orchestrator: deployed.orchestrator_pid(),
         // The LLM agent's worker: the echo worker's CPU is the plain
         // path's, and the tool calls' share of it is not counted here.
         worker: deployed.llm_worker_pid(),
-        brokers: brokers.to_vec(),
-        client: std::process::id(),
+        ..deployed.processes(site.brokers)
     };
     let deployed = Arc::new(deployed);
     let kinds = [

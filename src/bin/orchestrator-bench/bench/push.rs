@@ -7,14 +7,13 @@
 //! its terminal notification arrives; under load and one at a time.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::cpu::{CpuPerTask, Processes, print_cpu};
-use super::procs::{Deployed, Failed, call};
+use super::cpu::{CpuPerTask, print_cpu};
+use super::procs::{Failed, Site, call};
 use super::{BenchArgs, Client, Figures, figures};
 use crate::cli::output::outln;
 
@@ -145,25 +144,14 @@ pub(super) struct Measured {
 }
 
 /// Starts the deployed path with pushes under `dir/push` and measures it.
-pub(super) async fn measure(
-    url: &str,
-    prefix: &str,
-    dir: &Path,
-    brokers: &[u32],
-    args: &BenchArgs,
-) -> Result<Measured, String> {
+pub(super) async fn measure(site: &Site<'_>, args: &BenchArgs) -> Result<Measured, String> {
     let push_args = BenchArgs {
         client: Client::A2a,
         ..args.clone()
     };
     let (hook, seen) = receiver().await?;
-    let deployed = Deployed::start(url, prefix, &dir.join("push"), 1, &push_args, None).await?;
-    let processes = Processes {
-        orchestrator: deployed.orchestrator_pid(),
-        worker: deployed.worker_pid(),
-        brokers: brokers.to_vec(),
-        client: std::process::id(),
-    };
+    let deployed = site.deploy("push", &push_args).await?;
+    let processes = deployed.processes(site.brokers);
     let before = processes.cpu();
     let started = Instant::now();
     let slots = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));

@@ -114,7 +114,7 @@ pub struct BenchArgs {
     /// With `--a2a`: how many SSE subscriptions are held open at once.
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
-    /// Print JSON (the global `--json`).
+    /// Print JSON (`--json`).
     #[arg(skip)]
     pub json: bool,
 }
@@ -264,28 +264,26 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         cpu,
     } = procs::full_path(&rest, &brokers, args).await?;
     drop(rest);
+    let site = procs::Site {
+        url: &url,
+        dir: dir.path(),
+        tag,
+        brokers: &brokers,
+    };
     let a2a = match args.a2a {
-        true => {
-            Some(a2a::measure(&url, &format!("bencha{tag}"), dir.path(), &brokers, args).await?)
-        }
+        true => Some(a2a::measure(&site, args).await?),
         false => None,
     };
     let push = match args.push {
-        true => {
-            Some(push::measure(&url, &format!("benchn{tag}"), dir.path(), &brokers, args).await?)
-        }
+        true => Some(push::measure(&site, args).await?),
         false => None,
     };
     let llm = match args.llm {
-        true => {
-            Some(llm::measure(&url, &format!("benchl{tag}"), dir.path(), &brokers, args).await?)
-        }
+        true => Some(llm::measure(&site, args).await?),
         false => None,
     };
     let console = match args.console {
-        true => {
-            Some(console::measure(&url, &format!("benchc{tag}"), dir.path(), &brokers, args).await?)
-        }
+        true => Some(console::measure(&site, args).await?),
         false => None,
     };
     let exported = sink.as_ref().map(|((_, got), _)| {

@@ -5,13 +5,12 @@
 //! with `--subscribers` `SubscribeToTask` streams open on a task that
 //! waits (its agent has no worker).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::cpu::{CpuPerTask, print_cpu};
-use super::procs::{self, Deployed, Ended, Failed, call};
+use super::procs::{self, Deployed, Ended, Failed, Site, call};
 use super::{BenchArgs, Client, Figures, print_run, rss_mib_of};
 use crate::cli::output::outln;
 
@@ -71,19 +70,13 @@ pub(super) struct Measured {
 
 /// Starts the deployed path with A2A clients under `dir/a2a`, measures
 /// it, then holds the subscriptions.
-pub(super) async fn measure(
-    url: &str,
-    prefix: &str,
-    dir: &Path,
-    brokers: &[u32],
-    args: &BenchArgs,
-) -> Result<Measured, String> {
+pub(super) async fn measure(site: &Site<'_>, args: &BenchArgs) -> Result<Measured, String> {
     let a2a_args = BenchArgs {
         client: Client::A2a,
         ..args.clone()
     };
-    let deployed = Deployed::start(url, prefix, &dir.join("a2a"), 1, &a2a_args, None).await?;
-    let measured = procs::full_path(&deployed, brokers, &a2a_args).await?;
+    let deployed = site.deploy("a2a", &a2a_args).await?;
+    let measured = procs::full_path(&deployed, site.brokers, &a2a_args).await?;
     let rss = subscribe(&deployed, args.subscribers).await?;
     Ok(Measured {
         figures: measured.figures,

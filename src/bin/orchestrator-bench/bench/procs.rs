@@ -68,12 +68,7 @@ pub(super) async fn full_path(
         let task = deployed.task(i, false);
         async move { Ok(task.await?.latency) }
     };
-    let processes = Processes {
-        orchestrator: deployed.run.id(),
-        worker: deployed.worker.id(),
-        brokers: brokers.to_vec(),
-        client: std::process::id(),
-    };
+    let processes = deployed.processes(brokers);
     let before = processes.cpu();
     let throughput = measure("processes", args.tasks, args.concurrency, one).await?;
     let cpu = CpuPerTask::between(before, processes.cpu(), throughput.count);
@@ -99,6 +94,17 @@ impl Deployed {
 
     pub(super) fn worker_pid(&self) -> Option<u32> {
         self.worker.id()
+    }
+
+    /// The processes whose CPU a task costs: the orchestrator, the echo
+    /// worker, the broker's (`brokers`) and this one, the client.
+    pub(super) fn processes(&self, brokers: &[u32]) -> Processes {
+        Processes {
+            orchestrator: self.orchestrator_pid(),
+            worker: self.worker_pid(),
+            brokers: brokers.to_vec(),
+            client: std::process::id(),
+        }
     }
 
     /// Starts both processes against the broker at `url`, with streams of
@@ -188,7 +194,7 @@ impl Deployed {
             .map_err(|e| e.to_string())?
             .port();
         let http = format!("http://127.0.0.1:{port}");
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = orchestrator_exe()?;
         let spawn = |args: &[&dyn AsRef<std::ffi::OsStr>], log: &str| -> Result<Child, String> {
             let log = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
             Command::new(&exe)
@@ -419,5 +425,46 @@ async fn ready(client: &reqwest::Client, http: &str, dir: &Path) -> Result<(), S
             return Err(format!("the deployed processes never became ready:\n{log}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `orchestrator` binary the deployed path runs: the one beside this
+/// benchmark's own.
+fn orchestrator_exe() -> Result<std::path::PathBuf, String> {
+    let name = format!("orchestrator{}", std::env::consts::EXE_SUFFIX);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let beside = exe
+        .parent()
+        .map(|dir| dir.join(&name))
+        .filter(|path| path.is_file());
+    beside.ok_or_else(|| {
+        format!(
+            "no `{name}` beside {}: the benchmark runs the one it was built with",
+            exe.display()
+        )
+    })
+}
+
+/// Where the measurements added to the deployed path (`--a2a`, `--push`,
+/// `--llm`, `--console`) each start one of their own: the broker, the
+/// run's directory and tag, the broker's processes.
+pub(super) struct Site<'a> {
+    pub(super) url: &'a str,
+    pub(super) dir: &'a Path,
+    pub(super) tag: &'a str,
+    pub(super) brokers: &'a [u32],
+}
+
+impl Site<'_> {
+    /// The directory of measurement `name`.
+    pub(super) fn dir(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Starts the deployed path for measurement `name` with `args`, under
+    /// its own directory and NATS prefix (`bench<name><tag>`).
+    pub(super) async fn deploy(&self, name: &str, args: &BenchArgs) -> Result<Deployed, String> {
+        let prefix = format!("bench{name}{}", self.tag);
+        Deployed::start(self.url, &prefix, &self.dir(name), 1, args, None).await
     }
 }

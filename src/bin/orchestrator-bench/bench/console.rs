@@ -7,13 +7,12 @@
 //! at each batch of changes, as the page does), to show what an open
 //! console takes from the task path.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::cpu::{CpuPerTask, Processes};
-use super::procs::{Deployed, call};
+use super::cpu::CpuPerTask;
+use super::procs::{Site, call};
 use super::{BenchArgs, Figures};
 use crate::cli::output::outln;
 
@@ -32,15 +31,8 @@ pub(super) struct Measured {
     console_reads: usize,
 }
 
-pub(super) async fn measure(
-    url: &str,
-    prefix: &str,
-    dir: &Path,
-    brokers: &[u32],
-    args: &BenchArgs,
-) -> Result<Measured, String> {
-    let dir = dir.join("console");
-    let triggers = dir.join("procs/triggers");
+pub(super) async fn measure(site: &Site<'_>, args: &BenchArgs) -> Result<Measured, String> {
+    let triggers = site.dir("console").join("procs/triggers");
     std::fs::create_dir_all(&triggers).map_err(|e| e.to_string())?;
     std::fs::write(
         triggers.join("bench-run.yaml"),
@@ -51,7 +43,7 @@ pub(super) async fn measure(
         preload: args.console_tasks,
         ..args.clone()
     };
-    let deployed = Deployed::start(url, prefix, &dir, 1, &console_args, None).await?;
+    let deployed = site.deploy("console", &console_args).await?;
     let (client, http) = (&deployed.client, deployed.http.as_str());
     let get = |path: String| {
         let request = client.get(format!("{http}{path}"));
@@ -123,12 +115,7 @@ pub(super) async fn measure(
         ));
     }
 
-    let processes = Processes {
-        orchestrator: deployed.orchestrator_pid(),
-        worker: deployed.worker_pid(),
-        brokers: brokers.to_vec(),
-        client: std::process::id(),
-    };
+    let processes = deployed.processes(site.brokers);
     let mut without = Vec::new();
     let mut with = Vec::new();
     let mut console_reads = 0;
