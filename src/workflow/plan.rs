@@ -572,7 +572,12 @@ impl Planner<'_> {
                 return self.ended(step, StepState::Completed, result, None, cancel_rest());
             }
         } else if p.failure == FailurePolicy::FailFast
-            && let Some(failed) = ended.iter().find(|b| b.failed)
+            // The branch that failed first, not one canceled because of
+            // it: the same answer before and after the cancel lands.
+            && let Some(failed) = ended
+                .iter()
+                .filter(|b| b.failed)
+                .min_by_key(|b| (b.state != StepState::Failed, b.at))
         {
             let why = failed
                 .error
@@ -858,6 +863,21 @@ steps:
             (p.state, p.result),
             (RunState::Completed, Some(serde_json::json!([null, 2])))
         );
+
+        // The branch that failed is named, also once the other one's
+        // cancel has landed.
+        let mut b_failed = BTreeMap::new();
+        b_failed.insert("b".into(), done(TaskState::Failed, Value::Null));
+        b_failed.get_mut("b").unwrap().error = Some(error("boom", "boom"));
+        b_failed.insert("a".into(), done(TaskState::Canceled, Value::Null));
+        let p = plan(
+            &yaml("object", "fail_fast"),
+            &r,
+            &b_failed,
+            Timestamp::now(),
+        );
+        let why = p.error.map(|e| e.message).unwrap_or_default();
+        assert!(why.starts_with("branch `b` of `fan` failed"), "{why}");
 
         let mut first = BTreeMap::new();
         first.insert("a".into(), done(TaskState::Working, Value::Null));
