@@ -151,3 +151,49 @@ fn the_service_rooms_use_one_another_one_way() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// The worker's pipeline and its handlers are two rooms: a handler
+/// (`worker/handlers/`) uses only what `worker` exports (`Handler`,
+/// `Task`, `Outcome`, a `Reporter`, its `Notes`), never a step of the
+/// pipeline; the pipeline names no kind of handler, only `Handler`.
+#[test]
+fn the_worker_pipeline_and_its_handlers_stay_apart() {
+    let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+    let code = |path: &Path| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let code = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        code.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut wrong = Vec::new();
+    let mut pipeline = Vec::new();
+    for entry in std::fs::read_dir(&worker).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_some_and(|e| e == "rs") {
+            pipeline.push(name.clone());
+            if name != "mod" && code(&path).contains("handlers::") {
+                wrong.push(format!("worker/{name}.rs names a kind of handler"));
+            }
+        }
+    }
+    for entry in std::fs::read_dir(worker.join("handlers")).unwrap() {
+        let path = entry.unwrap().path();
+        let code = code(&path);
+        for step in pipeline.iter().filter(|s| *s != "mod") {
+            if code.contains(&format!("worker::{step}::")) || code.contains("super::super::") {
+                let file = path.file_name().unwrap().to_string_lossy();
+                wrong.push(format!(
+                    "worker/handlers/{file} reaches into worker::{step}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -1,16 +1,13 @@
-//! Handlers: what runs one task. Native Rust handlers implement [`Handler`];
-//! the card's `invocation` picks one for a worker started from the CLI.
+//! A handler: what runs one task, as the pipeline sees it. Native Rust
+//! handlers implement [`Handler`]; for a worker started from the CLI the
+//! card's `invocation` picks one of the kinds in `handlers`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::Outcome;
-use super::command::CommandHandler;
-use crate::agent::{AgentCard, Invocation};
 use crate::envelope::Envelope;
 
 /// One task as a handler sees it.
@@ -55,48 +52,5 @@ pub trait Handler: Send + Sync + 'static {
     /// message it reports, as a service may quote them in its own.
     fn credentials(&self) -> crate::redact::Secrets {
         crate::redact::Secrets::default()
-    }
-}
-
-/// Answers every task with its own params: `{"echo": params}`. For tests
-/// and benchmarks.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EchoHandler;
-
-impl Handler for EchoHandler {
-    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
-        let params = Value::Object(task.envelope.payload.params);
-        Box::pin(async move { Outcome::completed(serde_json::json!({ "echo": params })) })
-    }
-}
-
-/// The handler a card's `invocation` names ([`AgentCard::runnable`]);
-/// an `llm` one takes what its card leaves out from `llm`, and the MCP
-/// servers its card names from `mcp`.
-pub fn handler_for(
-    card: &AgentCard,
-    llm: &crate::llm::LlmSettings,
-    mcp: &crate::llm::mcp::McpSettings,
-) -> Result<Arc<dyn Handler>, String> {
-    match card.runnable().map_err(|e| e.to_string())? {
-        Invocation::Command {
-            command,
-            timeout,
-            env,
-        } => Ok(Arc::new(CommandHandler::new(
-            command.clone(),
-            *timeout,
-            CommandHandler::environment(env, std::env::vars()),
-        ))),
-        // `runnable` allows only the built-in handlers there are.
-        Invocation::Builtin { .. } => Ok(Arc::new(EchoHandler)),
-        a2a @ Invocation::A2a { .. } => Ok(Arc::new(super::remote::RemoteHandler::new(a2a)?)),
-        http @ Invocation::Http { .. } => Ok(Arc::new(super::http_agent::HttpHandler::new(http)?)),
-        llm_call @ Invocation::Llm { .. } => {
-            let tools = super::mcp::McpTools::new(card, mcp)?;
-            Ok(Arc::new(super::llm::LlmHandler::new(llm_call, llm, tools)?))
-        }
-        // `runnable` refuses the others.
-        other => Err(format!("`{}` invocations are not run here", other.kind())),
     }
 }

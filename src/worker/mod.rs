@@ -17,30 +17,29 @@
 //! - Stops a task on a cancel broadcast or a cancel mark; on shutdown,
 //!   stops taking work, lets running tasks finish within a grace period,
 //!   then releases the rest.
+//!
+//! The pipeline is this folder: `intake`, `acquire`, `delivery`, `run`,
+//! `progress`, `outcome`, `notes`; what runs a task is a [`Handler`], and
+//! the kinds a card names (command, A2A, HTTP, LLM, echo) are in
+//! `handlers`.
 
 mod acquire;
-mod channel;
-mod command;
 mod delivery;
 mod handler;
-mod http_agent;
+mod handlers;
 mod intake;
-mod llm;
-mod mcp;
 mod notes;
 mod outcome;
 mod progress;
-mod remote;
 mod run;
-mod upstream;
 
-pub use channel::PROGRESS_FD;
-pub use command::{CommandHandler, EXIT_RETRY};
-pub use handler::{EchoHandler, Handler, Task, handler_for};
+pub use handler::{Handler, Task};
+pub use handlers::{
+    CommandHandler, EXIT_RETRY, EchoHandler, PROGRESS_FD, RemoteHandler, handler_for,
+};
 pub use notes::Notes;
 pub use outcome::{Outcome, event_for, report};
 pub use progress::{Reporter, Update};
-pub use remote::RemoteHandler;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

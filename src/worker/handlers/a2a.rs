@@ -27,10 +27,10 @@ use futures::future::BoxFuture;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
-use super::{Handler, Outcome, Task};
 use crate::agent::{Forward, Invocation};
 use crate::artifact::{Artifact, Part};
 use crate::event::ErrorInfo;
+use crate::worker::{Handler, Outcome, Task};
 
 /// How the handler reaches its remote.
 #[derive(Clone)]

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tracing::warn;
 
-use super::{Reporter, Update};
 use crate::artifact::Artifact;
 use crate::codec::{DecodeError, Strictness, Validate};
 use crate::envelope::TaskId;
+use crate::worker::{Reporter, Update};
 
 /// The descriptor the channel is on, in the command's process.
 pub const PROGRESS_FD: i32 = 3;

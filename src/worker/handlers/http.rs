@@ -25,8 +25,9 @@ use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{Handler, Outcome, Task, upstream};
+use super::upstream;
 use crate::agent::Invocation;
+use crate::worker::{Handler, Outcome, Task};
 
 /// How this handler names its service's failures.
 const CODES: upstream::Codes = upstream::Codes {

@@ -26,9 +26,9 @@ use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use super::Outcome;
 use crate::agent::AgentCard;
 use crate::llm::mcp::{McpServer, McpSettings, Transport, allowed, parse, tool_name};
+use crate::worker::Outcome;
 
 /// How long connecting to a server (starting it, the MCP handshake) may
 /// take.

@@ -25,10 +25,11 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde_json::{Value, json};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::{Handler, Outcome, Task, upstream};
+use super::upstream;
 use crate::agent::Invocation;
 use crate::artifact::{Artifact, Part};
 use crate::llm::{AssistantMessage, FunctionCall, LlmSettings, ToolCall, TurnResult, Usage};
+use crate::worker::{Handler, Outcome, Task};
 
 /// How this handler names the endpoint's failures.
 const CODES: upstream::Codes = upstream::Codes {

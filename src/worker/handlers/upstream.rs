@@ -13,8 +13,8 @@ use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
 use serde_json::Value;
 
-use super::Outcome;
 use crate::event::ErrorInfo;
+use crate::worker::Outcome;
 
 /// The most a service's answer may hold.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -23,8 +23,8 @@ use tokio::process::Command;
 
 use command_fds::{CommandFdExt, FdMapping};
 
-use super::channel::{Ending, PROGRESS_FD};
-use super::{Handler, Outcome, Task};
+use super::command_progress::{Ending, PROGRESS_FD};
+use crate::worker::{Handler, Outcome, Task};
 
 /// Exit code for "try again later".
 pub const EXIT_RETRY: i32 = 75;
@@ -123,7 +123,7 @@ async fn run(
     task: Task,
 ) -> Outcome {
     let env = &task.envelope;
-    let (progress_end, progress_pipe) = match super::channel::pipe() {
+    let (progress_end, progress_pipe) = match super::command_progress::pipe() {
         Ok(pipe) => pipe,
         Err(e) => return Outcome::retryable("spawn_failed", format!("cannot make a pipe: {e}")),
     };
@@ -188,7 +188,10 @@ async fn run(
         };
         let tail = async move { Ok(read_tail(stderr, STDERR_TAIL_BYTES).await) };
         let progress = async {
-            Ok(super::channel::forward(progress_pipe, &task.progress, env.header.task_id).await)
+            Ok(
+                super::command_progress::forward(progress_pipe, &task.progress, env.header.task_id)
+                    .await,
+            )
         };
         // The first error (stdout too large) ends the others at once; the
         // child is then killed on drop.
