@@ -457,6 +457,15 @@ const LOCK_WAIT: Duration = Duration::from_secs(3);
 fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
+        if held_by_another(path) {
+            if std::time::Instant::now() >= deadline {
+                return Err(StoreError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(25));
+            continue;
+        }
         let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || config.open()));
         let error = match opened {
@@ -474,19 +483,20 @@ fn open_db(path: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
                 });
             }
         };
-        let locked = error.to_string().contains("could not acquire lock");
-        if !locked {
-            return Err(StoreError::Open {
-                path: path.to_path_buf(),
-                message: error.to_string(),
-            });
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(StoreError::Locked {
-                path: path.to_path_buf(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(25));
+        return Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        });
+    }
+}
+
+/// Whether another holder has the lock sled takes on the store's `db`
+/// file (an exclusive `flock`, the same kind `File::try_lock` asks for):
+/// asked of the file itself rather than read from sled's error text.
+fn held_by_another(path: &Path) -> bool {
+    match std::fs::File::open(path.join("db")) {
+        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
     }
 }
 
