@@ -289,15 +289,44 @@ where
     Ok(value)
 }
 
+/// How deep the arrays and objects of a JSON text nest (strings skipped).
+fn nesting(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn from_path_error(
     path: serde_path_to_error::Path,
     inner: serde_json::Error,
     bytes: &[u8],
 ) -> DecodeError {
     let path = path.to_string();
-    // serde_json's own limit (128 levels) is far past [`MAX_DEPTH`]: the
-    // same refusal, naming the outermost field on the way down.
-    if inner.to_string().starts_with("recursion limit exceeded") {
+    // serde_json's own limit (128 levels) is far past [`MAX_DEPTH`]: a
+    // document that fails to decode and nests deeper than that is refused
+    // as too deep, naming the outermost field on the way down (counted
+    // here, since serde_json gives that failure no kind of its own).
+    if nesting(bytes) > MAX_DEPTH {
         let outermost = path.split(['.', '[']).next().unwrap_or_default();
         return DecodeError::TooDeep {
             field: outermost.to_string(),
@@ -517,6 +546,13 @@ mod tests {
                 limit: MAX_DEPTH
             }
         );
+    }
+
+    #[test]
+    fn nesting_counts_arrays_and_objects_but_not_brackets_in_strings() {
+        assert_eq!(nesting(br#"{"a": [1, {"b": []}]}"#), 4);
+        assert_eq!(nesting(br#"{"a": "[[[{{{", "b": "\"[["}"#), 1);
+        assert_eq!(nesting(b"12"), 0);
     }
 
     #[test]
