@@ -54,8 +54,23 @@ async fn every_stream_and_bucket_gets_the_replicas_asked_for() {
     let five = Bus::connect_now(&cluster.urls(), replicated(5))
         .await
         .unwrap();
-    let e = five.provision().await.unwrap_err().to_string();
-    assert!(e.contains("bus.replicas is 5"), "{e}");
+    let e = five.provision().await.unwrap_err();
+    assert!(
+        matches!(e, orchestrator::bus::BusError::Replicas { replicas: 5, .. }),
+        "{e:?}"
+    );
+    // JetStream's own refusal is kept behind it.
+    let refusal = std::error::Error::source(&e).expect("a source");
+    assert!(
+        refusal
+            .downcast_ref::<async_nats::jetstream::context::CreateStreamError>()
+            .is_some()
+            || refusal
+                .downcast_ref::<async_nats::jetstream::context::CreateKeyValueError>()
+                .is_some(),
+        "{refusal:?}"
+    );
+    assert!(e.to_string().contains("bus.replicas is 5"), "{e}");
     let three = Bus::connect_now(&cluster.urls(), replicated(3))
         .await
         .unwrap();

@@ -63,10 +63,12 @@ impl Bus {
 }
 
 fn parse(servers: &str) -> Result<Servers, BusError> {
-    servers.parse().map_err(|message| BusError::Connect {
-        url: servers.to_string(),
-        message,
-    })
+    servers
+        .parse()
+        .map_err(|message: String| BusError::Connect {
+            url: servers.to_string(),
+            source: message.into(),
+        })
 }
 
 /// Why a connection attempt failed.
@@ -81,7 +83,7 @@ enum Failed {
 async fn try_once(servers: &Servers, config: &BusConfig) -> Result<async_nats::Client, Failed> {
     let failed = |message: String| BusError::Connect {
         url: servers.to_string(),
-        message,
+        source: message.into(),
     };
     let options = config
         .auth

@@ -20,20 +20,20 @@ impl Bus {
     /// The waiting messages of every agent consumer of the task stream.
     pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, BusError> {
         let n = &self.inner.names;
-        let error = |e: String| BusError::Read {
+        let error = |e: crate::bus::Cause| BusError::Read {
             what: format!("the consumers of {}", n.tasks_stream()),
-            message: e,
+            source: e,
         };
         let stream = self
             .inner
             .js
             .get_stream_no_info(n.tasks_stream())
             .await
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(|e| error(e.into()))?;
         let mut consumers = stream.consumers();
         let mut depths = Vec::new();
         while let Some(info) = consumers.next().await {
-            let info = info.map_err(|e| error(e.to_string()))?;
+            let info = info.map_err(|e| error(e.into()))?;
             if let Some((agent, priority)) = n.task_agent_priority(&info.config.filter_subject) {
                 depths.push(QueueDepth {
                     agent: agent.to_string(),
@@ -66,7 +66,7 @@ impl Bus {
             .await
             .map_err(|e| BusError::Read {
                 what: format!("stream {name}"),
-                message: e.to_string(),
+                source: e.into(),
             })?;
         Ok(stream.cached_info().state.messages)
     }

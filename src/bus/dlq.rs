@@ -82,7 +82,7 @@ impl Bus {
                     .await
                     .map_err(|e| BusError::Read {
                         what: what(),
-                        message: e.to_string(),
+                        source: e.into(),
                     })?;
                 stream
                     .delete_message(letter.stream_seq)
@@ -90,7 +90,8 @@ impl Bus {
                     .map(|_| ())
                     .map_err(|e| BusError::Read {
                         what: what(),
-                        message: format!("copied to the dead-letter stream, not deleted: {e}"),
+                        source: format!("copied to the dead-letter stream, not deleted: {e}")
+                            .into(),
                     })
             }
         }

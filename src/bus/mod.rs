@@ -54,32 +54,53 @@ pub const CORRELATION_ID_HEADER: &str = "Orch-Correlation-Id";
 /// record before running it.
 pub const REPUBLISHED_HEADER: &str = "Orch-Republished";
 
+/// What a bus operation's failure came from: async-nats' own error, whose
+/// kind a caller reads by downcasting it (`source()` gives it), or the
+/// bus's own words where no library error is behind it.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A bus operation's failure.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     /// The server could not be reached.
-    #[error("cannot connect to NATS at {url}: {message}")]
+    #[error("cannot connect to NATS at {url}: {source}")]
     Connect {
         /// The URL tried.
         url: String,
         /// Why.
-        message: String,
+        #[source]
+        source: Cause,
     },
     /// A stream, consumer or bucket could not be created or checked.
-    #[error("cannot provision {what}: {message}")]
+    #[error("cannot provision {what}: {source}")]
     Provision {
         /// What was being provisioned.
         what: String,
         /// Why.
-        message: String,
+        #[source]
+        source: Cause,
+    },
+    /// JetStream could not place the copies `bus.replicas` asks for.
+    #[error(
+        "cannot provision {what}: {source} (bus.replicas is {replicas}: the cluster needs at least {replicas} JetStream servers up to place that many copies)"
+    )]
+    Replicas {
+        /// What was being provisioned.
+        what: String,
+        /// `bus.replicas`.
+        replicas: usize,
+        /// JetStream's refusal.
+        #[source]
+        source: Cause,
     },
     /// A publish was not acknowledged by JetStream.
-    #[error("publish to {subject} failed: {message}")]
+    #[error("publish to {subject} failed: {source}")]
     Publish {
         /// The subject.
         subject: String,
         /// Why.
-        message: String,
+        #[source]
+        source: Cause,
     },
     /// The message is larger than the broker carries (its `max_payload`):
     /// sending it again will not help.
@@ -95,18 +116,22 @@ pub enum BusError {
         max: usize,
     },
     /// Reading a stream failed.
-    #[error("cannot read {what}: {message}")]
+    #[error("cannot read {what}: {source}")]
     Read {
         /// What was being read.
         what: String,
         /// Why.
-        message: String,
+        #[source]
+        source: Cause,
     },
 }
 
-fn provision_error(what: impl Into<String>) -> impl FnOnce(String) -> BusError {
+fn provision_error<E: Into<Cause>>(what: impl Into<String>) -> impl FnOnce(E) -> BusError {
     let what = what.into();
-    move |message| BusError::Provision { what, message }
+    move |e| BusError::Provision {
+        what,
+        source: e.into(),
+    }
 }
 
 /// A cheap, cloneable handle to the bus.
@@ -328,7 +353,7 @@ impl Bus {
         };
         let found = read.await.map_err(|message| BusError::Read {
             what: format!("the last event of task {task}"),
-            message,
+            source: message.into(),
         })?;
         Ok(found.and_then(|msg| WorkerEvent::from_wire(&msg.payload, usize::MAX).ok()))
     }
@@ -356,7 +381,7 @@ impl Bus {
         };
         read.await.map_err(|message| BusError::Read {
             what: what(),
-            message,
+            source: message.into(),
         })
     }
 
@@ -370,16 +395,16 @@ impl Bus {
         max_deliver: i64,
         max_ack_pending: i64,
     ) -> Result<consumer::PullConsumer, BusError> {
-        let error = |e: String| BusError::Provision {
+        let error = |e: Cause| BusError::Provision {
             what: format!("consumer {name} on {stream}"),
-            message: e,
+            source: e,
         };
         let stream = self
             .inner
             .js
             .get_stream(stream)
             .await
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(|e| error(e.into()))?;
         stream
             .create_consumer(consumer::pull::Config {
                 durable_name: Some(name.to_string()),
@@ -390,7 +415,7 @@ impl Bus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| error(e.to_string()))
+            .map_err(|e| error(e.into()))
     }
 
     /// Publishes a worker event and waits for JetStream to store it, in a
@@ -487,7 +512,7 @@ impl Bus {
             }
             Err(e) => Err(BusError::Publish {
                 subject,
-                message: e.to_string(),
+                source: e.into(),
             }),
         }
     }
@@ -511,7 +536,7 @@ impl PendingPublish {
             .map(|ack| ack.sequence)
             .map_err(|e| BusError::Publish {
                 subject,
-                message: e.to_string(),
+                source: e.into(),
             })
     }
 }

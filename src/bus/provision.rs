@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::{kv, stream};
 use tracing::info;
 
-use super::{Bus, BusConfig, BusError, provision_error};
+use super::{Bus, BusConfig, BusError, Cause, provision_error};
 use crate::envelope::AgentName;
 
 impl Bus {
@@ -84,21 +84,17 @@ impl Bus {
         ];
         for config in streams {
             let name = config.name.clone();
-            let failed = |e: &dyn std::fmt::Display| {
-                provision_error(format!("stream {name}"))(e.to_string())
-            };
+            let failed = |e| self.provision_failed(format!("stream {name}"), e);
             let stream = js
                 .get_or_create_stream(config.clone())
                 .await
-                .map_err(|e| failed(&self.replicas_hint(&e)))?;
+                .map_err(failed)?;
             let held = &stream.cached_info().config;
             if !in_layout(n, held) || held.num_replicas != c.replicas {
                 if held.num_replicas != c.replicas {
                     info!(stream = %name, from = held.num_replicas, to = c.replicas, "changing the stream's replicas");
                 }
-                js.update_stream(config)
-                    .await
-                    .map_err(|e| failed(&self.replicas_hint(&e)))?;
+                js.update_stream(config).await.map_err(failed)?;
             }
         }
         self.agents().await?;
@@ -115,32 +111,32 @@ impl Bus {
         if replicas > 1 && info.cluster.is_none() {
             return Err(BusError::Provision {
                 what: "the streams and buckets".into(),
-                message: format!(
+                source: format!(
                     "bus.replicas is {replicas}, but the NATS server {} ({}:{}) is not part of a \
                      cluster, and one server keeps one copy: set bus.replicas to 1, or connect \
                      to a JetStream cluster of at least {replicas} servers",
                     info.server_name, info.host, info.port
-                ),
+                )
+                .into(),
             });
         }
         Ok(())
     }
 
-    /// `e`, with what `bus.replicas` has to do with it when JetStream
-    /// refused the replicas asked for.
-    fn replicas_hint(&self, e: &dyn std::fmt::Display) -> String {
+    /// Provisioning `what` failed with `e`: said with what `bus.replicas`
+    /// has to do with it when JetStream refused to place the copies it
+    /// asks for (its error code says so).
+    fn provision_failed(&self, what: String, e: impl Into<Cause>) -> BusError {
+        let source = e.into();
         let replicas = self.inner.config.replicas;
-        let text = e.to_string();
-        let about_replicas = text.contains("insufficient resources")
-            || text.contains("replicas")
-            || text.contains("peers");
-        if replicas > 1 && about_replicas {
-            format!(
-                "{text} (bus.replicas is {replicas}: the cluster needs at least {replicas} \
-                 JetStream servers up to place that many copies)"
-            )
+        if replicas > 1 && refused_placement(source.as_ref()) {
+            BusError::Replicas {
+                what,
+                replicas,
+                source,
+            }
         } else {
-            text
+            BusError::Provision { what, source }
         }
     }
 
@@ -167,7 +163,7 @@ impl Bus {
             ..layout
         })
         .await
-        .map_err(|e| provision_error(format!("bucket {name}"))(self.replicas_hint(&e)))
+        .map_err(|e| self.provision_failed(format!("bucket {name}"), e))
     }
 
     /// The live agent registry.
@@ -319,17 +315,17 @@ impl Bus {
             "$KV.{}.{agent}.{instance}",
             self.inner.names.agents_bucket()
         );
-        let failed = |e: &dyn std::fmt::Display| BusError::Publish {
+        let failed = |e: crate::bus::Cause| BusError::Publish {
             subject: subject.clone(),
-            message: e.to_string(),
+            source: e,
         };
         self.inner
             .js
             .publish_with_headers(subject.clone(), headers, value)
             .await
-            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(e.into()))?
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| failed(e.into()))?;
         Ok(())
     }
 }
@@ -384,4 +380,28 @@ fn passing(e: &BusError) -> bool {
     ]
     .iter()
     .any(|s| text.contains(s))
+}
+
+/// Whether `e`, or an error behind it, is JetStream refusing to place a
+/// stream's copies: too few servers or resources, or replicas on a server
+/// outside a cluster.
+fn refused_placement(e: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+    let placement = [
+        ErrorCode::INSUFFICIENT_RESOURCES,
+        ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED,
+        ErrorCode::CLUSTER_NO_PEERS,
+    ];
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(created) = e.downcast_ref::<CreateStreamError>()
+            && let CreateStreamErrorKind::JetStream(refusal) = created.kind()
+            && placement.contains(&refusal.error_code())
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }

@@ -55,16 +55,16 @@ impl Bus {
     ) -> Result<consumer::PullConsumer, BusError> {
         let stream_name = self.inner.names.trigger_events_stream();
         let name = self.inner.names.trigger_consumer(trigger);
-        let error = |e: String| BusError::Provision {
+        let error = |e: crate::bus::Cause| BusError::Provision {
             what: format!("consumer {name} on {stream_name}"),
-            message: e,
+            source: e,
         };
         let stream = self
             .inner
             .js
             .get_stream(&stream_name)
             .await
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(|e| error(e.into()))?;
         stream
             .create_consumer(consumer::pull::Config {
                 durable_name: Some(name.clone()),
@@ -74,6 +74,6 @@ impl Bus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| error(e.to_string()))
+            .map_err(|e| error(e.into()))
     }
 }

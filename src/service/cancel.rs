@@ -50,7 +50,7 @@ impl Orchestrator {
         if !stop_attempt(&self.inner.bus, &self.inner.claims, &record).await {
             return Err(ServiceError::Bus(BusError::Publish {
                 subject: self.inner.bus.names().deliveries_bucket(),
-                message:
+                source:
                     "the task is canceled, but its cancel mark could not be written: cancel again"
                         .into(),
             }));

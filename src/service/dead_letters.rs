@@ -33,19 +33,19 @@ pub struct DeadLetter {
 
 /// Up to `limit` dead letters after sequence `after`.
 pub(crate) async fn list(bus: &Bus, after: u64, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
-    let stream_error = |e: String| BusError::Provision {
+    let stream_error = |e: crate::bus::Cause| BusError::Provision {
         what: bus.names().dlq_stream(),
-        message: e,
+        source: e,
     };
     let mut stream = bus
         .jetstream()
         .get_stream(bus.names().dlq_stream())
         .await
-        .map_err(|e| stream_error(e.to_string()))?;
+        .map_err(|e| stream_error(e.into()))?;
     let state = stream
         .info()
         .await
-        .map_err(|e| stream_error(e.to_string()))?
+        .map_err(|e| stream_error(e.into()))?
         .state
         .clone();
     let mut out = Vec::new();
@@ -131,7 +131,7 @@ pub(crate) async fn remove(bus: &Bus, seq: u64) -> Result<(), BusError> {
         .await
         .map_err(|e| BusError::Provision {
             what: bus.names().dlq_stream(),
-            message: e.to_string(),
+            source: e.into(),
         })?;
     stream
         .delete_message(seq)
@@ -139,7 +139,7 @@ pub(crate) async fn remove(bus: &Bus, seq: u64) -> Result<(), BusError> {
         .map(|_| ())
         .map_err(|e| BusError::Provision {
             what: format!("dead letter {seq}"),
-            message: e.to_string(),
+            source: e.into(),
         })
 }
 

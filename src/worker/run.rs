@@ -270,7 +270,7 @@ pub(super) async fn report_and_ack(
             .unwrap_or_else(|_| {
                 Err(crate::bus::BusError::Publish {
                     subject: format!("the events of task {task_id}"),
-                    message: "no acknowledgement within a beat".into(),
+                    source: "no acknowledgement within a beat".into(),
                 })
             });
         match published {
