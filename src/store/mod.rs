@@ -37,6 +37,7 @@ mod migrate;
 mod quarantine;
 mod run_index;
 mod runs;
+mod submit;
 mod tasks;
 mod watch;
 mod writer;
@@ -52,7 +53,7 @@ pub use listing::TaskQuery;
 pub use messages::MessageClaim;
 pub use quarantine::Quarantined;
 pub use runs::{NewRun, ScheduleCursor, StepLink};
-pub use tasks::NewTask;
+pub use submit::NewTask;
 pub use watch::Watch;
 
 use std::path::{Path, PathBuf};
