@@ -80,36 +80,8 @@ impl NewRows {
         now: Timestamp,
         retention: std::time::Duration,
     ) -> (TaskRecord, NewRows) {
-        let envelope = new.envelope.without_token();
-        let task_id = envelope.header.task_id;
-        let attempt = envelope.control.attempt.get();
-        let trace_id = new.trace.as_ref().and_then(|t| t.trace_id());
-        let status = TaskStatus {
-            task_id,
-            correlation_id: envelope.header.correlation_id.clone(),
-            agent: envelope.header.to.clone(),
-            max_attempts: envelope.control.max_attempts.get(),
-            state: TaskState::Submitted,
-            attempt,
-            result: None,
-            error: None,
-            requested_by: Some(new.actor.clone()),
-            trace_id: trace_id.clone(),
-            trace_parent: new.trace.clone(),
-            conversation: new.conversation,
-            published_seq: None,
-            retry_at: None,
-            progress: None,
-            input: None,
-            audit_seq: None,
-            created_at: now,
-            updated_at: now,
-        };
-        let record = TaskRecord {
-            history: vec![HistoryEntry::created(now, attempt, &new.actor)],
-            envelope,
-            status,
-        };
+        let record = record_of(&new, now);
+        let task_id = record.task_id();
         let key = record.envelope.control.idempotency_key.clone();
         let claims = NewTask::claims(&record.envelope, new.step.as_ref());
         debug_assert!(
@@ -129,26 +101,7 @@ impl NewRows {
         // alone: it needs no index entry (one key less per lone task).
         let correlation = (!task_id.is_written_as(record.correlation_id().as_str()))
             .then(|| keys::correlation(record.correlation_id(), task_id));
-        let mut detail = json!({
-            "agent": record.agent(),
-            "action": record.action(),
-            "attempt": attempt,
-            "max_attempts": record.status.max_attempts,
-            "priority": record.envelope.control.priority,
-            "idempotency_key": key,
-        });
-        // A model's call of an MCP server's tool names the server and tool.
-        if let Some(mcp) = &record.envelope.payload.meta.mcp {
-            detail["mcp"] = json!(mcp);
-        }
-        let entry = AuditEntry {
-            actor: new.actor.clone(),
-            kind: "task.submitted".into(),
-            task_id: Some(task_id),
-            correlation_id: Some(record.correlation_id().clone()),
-            trace_id,
-            detail,
-        };
+        let entry = creation(&record, &new.actor);
         let control = &record.envelope.control;
         let callback = (control.response_mode == crate::envelope::ResponseMode::Callback
             && control.callback_url.is_some())
@@ -233,6 +186,64 @@ impl NewRows {
         }
         let head = audit::append(tx, head, &self.entry, self.now)?;
         Ok((head, SubmitOutcome::Created(head.seq)))
+    }
+}
+
+/// The record of a task created `now` from `new`: submitted, its first
+/// attempt's, its envelope without the token.
+fn record_of(new: &NewTask, now: Timestamp) -> TaskRecord {
+    let envelope = new.envelope.without_token();
+    let attempt = envelope.control.attempt.get();
+    let status = TaskStatus {
+        task_id: envelope.header.task_id,
+        correlation_id: envelope.header.correlation_id.clone(),
+        agent: envelope.header.to.clone(),
+        max_attempts: envelope.control.max_attempts.get(),
+        state: TaskState::Submitted,
+        attempt,
+        result: None,
+        error: None,
+        requested_by: Some(new.actor.clone()),
+        trace_id: new.trace.as_ref().and_then(|t| t.trace_id()),
+        trace_parent: new.trace.clone(),
+        conversation: new.conversation,
+        published_seq: None,
+        retry_at: None,
+        progress: None,
+        input: None,
+        audit_seq: None,
+        created_at: now,
+        updated_at: now,
+    };
+    TaskRecord {
+        history: vec![HistoryEntry::created(now, attempt, &new.actor)],
+        envelope,
+        status,
+    }
+}
+
+/// The audit entry of `record`'s creation by `actor`.
+fn creation(record: &TaskRecord, actor: &str) -> AuditEntry {
+    let control = &record.envelope.control;
+    let mut detail = json!({
+        "agent": record.agent(),
+        "action": record.action(),
+        "attempt": record.status.attempt,
+        "max_attempts": record.status.max_attempts,
+        "priority": control.priority,
+        "idempotency_key": control.idempotency_key,
+    });
+    // A model's call of an MCP server's tool names the server and tool.
+    if let Some(mcp) = &record.envelope.payload.meta.mcp {
+        detail["mcp"] = json!(mcp);
+    }
+    AuditEntry {
+        actor: actor.to_string(),
+        kind: "task.submitted".into(),
+        task_id: Some(record.task_id()),
+        correlation_id: Some(record.correlation_id().clone()),
+        trace_id: record.status.trace_id.clone(),
+        detail,
     }
 }
 
