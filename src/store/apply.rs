@@ -293,22 +293,7 @@ fn apply_one(
         let head = audit::append(tx, head, &entry, now)?;
         Ok((head, ApplyOutcome::Ignored(record, why)))
     };
-    if let Some(reporter) = &change.reporter
-        && *reporter != record.agent
-    {
-        let why = format!(
-            "reported by agent `{reporter}`; the task was sent to `{}`",
-            record.agent
-        );
-        return ignore(record, why);
-    }
-    if let Some(attempt) = change.attempt
-        && attempt != record.attempt
-    {
-        let why = format!(
-            "report about attempt {attempt}, the task is at attempt {}",
-            record.attempt
-        );
+    if let Some(why) = not_for(&record, change) {
         return ignore(record, why);
     }
     let next = decide(
@@ -335,10 +320,57 @@ fn apply_one(
         }
     };
     let from = record.state;
+    let retried = moved(&mut record, change, (state, attempt), now, policy);
+    tx.by_state.remove(&keys::state(from, task_id))?;
+    tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+    let entry = transition_entry(&record, change, from, retried);
+    let head = audit::append(tx, head, &entry, now)?;
+    record.audit_seq = Some(head.seq);
+    match &change.progress {
+        // The attempt's first report may carry progress: the start, then it.
+        Some(progress) if state == TaskState::Working => {
+            match note_progress(tx, head, record, change, progress, now)? {
+                (head, ApplyOutcome::Noted(record) | ApplyOutcome::Unchanged(record)) => {
+                    Ok((head, ApplyOutcome::Moved(record)))
+                }
+                (head, other) => Ok((head, other)),
+            }
+        }
+        _ => Ok((head, ApplyOutcome::Moved(record))),
+    }
+}
+
+/// Why `change` is not about `record`'s task as it stands (another agent
+/// reported it, or another attempt), if it is not.
+fn not_for(record: &TaskStatus, change: &Change) -> Option<String> {
+    if let Some(reporter) = &change.reporter
+        && *reporter != record.agent
+    {
+        return Some(format!(
+            "reported by agent `{reporter}`; the task was sent to `{}`",
+            record.agent
+        ));
+    }
+    match change.attempt {
+        Some(attempt) if attempt != record.attempt => Some(format!(
+            "report about attempt {attempt}, the task is at attempt {}",
+            record.attempt
+        )),
+        _ => None,
+    }
+}
+
+/// Moves `record` to `state` at `attempt` for `change`: whether that is a
+/// retry (a new attempt, published when due; an answer's at once).
+fn moved(
+    record: &mut TaskStatus,
+    change: &Change,
+    (state, attempt): (TaskState, u32),
+    now: Timestamp,
+    policy: RetryPolicy,
+) -> bool {
     let retried = attempt != record.attempt;
     if retried {
-        // A retry: the next attempt is published when due; an answer's at
-        // once.
         record.retry_at = (change.event != TaskEvent::Answer)
             .then(|| now.after(policy.delay(record.attempt, change.retry_after)));
         record.published_seq = None;
@@ -356,13 +388,24 @@ fn apply_one(
         // An earlier attempt's error stays in the history only.
         record.error = None;
     }
-    tx.by_state.remove(&keys::state(from, task_id))?;
-    tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+    if let Some(input) = &change.said.input {
+        record.input = Some(input.clone());
+    }
+    retried
+}
+
+/// The audit entry of `record`'s move from `from` by `change`.
+fn transition_entry(
+    record: &TaskStatus,
+    change: &Change,
+    from: TaskState,
+    retried: bool,
+) -> AuditEntry {
     let mut detail = json!({
         "from": from,
-        "to": state,
+        "to": record.state,
         "event": change.event,
-        "attempt": attempt,
+        "attempt": record.attempt,
         "reason": change.reason,
         "retry_at": record.retry_at.filter(|_| retried),
     });
@@ -372,30 +415,13 @@ fn apply_one(
     if let (Some(detail), Value::Object(said)) = (detail.as_object_mut(), json!(change.said)) {
         detail.extend(said);
     }
-    if let Some(input) = &change.said.input {
-        record.input = Some(input.clone());
-    }
-    let entry = AuditEntry {
+    AuditEntry {
         actor: change.actor.clone(),
         kind: "task.transition".into(),
-        task_id: Some(task_id),
+        task_id: Some(record.task_id),
         correlation_id: Some(record.correlation_id.clone()),
         trace_id: record.trace_id.clone(),
         detail,
-    };
-    let head = audit::append(tx, head, &entry, now)?;
-    record.audit_seq = Some(head.seq);
-    match &change.progress {
-        // The attempt's first report may carry progress: the start, then it.
-        Some(progress) if state == TaskState::Working => {
-            match note_progress(tx, head, record, change, progress, now)? {
-                (head, ApplyOutcome::Noted(record) | ApplyOutcome::Unchanged(record)) => {
-                    Ok((head, ApplyOutcome::Moved(record)))
-                }
-                (head, other) => Ok((head, other)),
-            }
-        }
-        _ => Ok((head, ApplyOutcome::Moved(record))),
     }
 }
 
