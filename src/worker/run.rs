@@ -51,7 +51,6 @@ pub(super) async fn run_task(
 ) {
     let hard_stop = &stops.hard_stop;
     let task_id = envelope.header.task_id;
-    let attempt = envelope.control.attempt.get();
     let cancel = CancellationToken::new();
     lock(&shared.running).insert(task_id, cancel.clone());
     let handling = trace.in_scope(|| spans::handle(&envelope));
@@ -59,17 +58,7 @@ pub(super) async fn run_task(
     // Started by the first progress report, if any.
     let mut publisher: Option<Publisher> = None;
     let start_publisher = || Publisher::start(shared, &envelope, resumed, trace);
-    let task = Task {
-        envelope: envelope.without_token(),
-        token: envelope.header.token.clone(),
-        attempt,
-        resumed,
-        agent_dir: shared.dir.clone(),
-        cancel: cancel.clone(),
-        trace: context::environment(&handling),
-        progress: reporter,
-        notes: super::Notes::new(&shared.notes, envelope.header.task_id),
-    };
+    let task = task_for(shared, &envelope, resumed, &cancel, &handling, reporter);
     let running = metrics::handler_started(shared.card.name.as_str());
     let started = std::time::Instant::now();
     let mut run = shared.handler.handle(task).instrument(handling.clone());
@@ -85,35 +74,12 @@ pub(super) async fn run_task(
                 publisher.get_or_insert_with(&start_publisher).send(update);
             }
             () = &mut working_at, if working.is_none() => {
-                let bus = shared.bus.clone();
-                let mut event = report(&envelope, attempt, ReportedState::Working);
-                shared.stamp(&mut event, resumed);
-                let trace = trace.clone();
-                working = Some(tokio::spawn(async move {
-                    if let Err(e) = bus.publish_event(&event, &trace).await {
-                        warn_quietly!("worker.report_failed", task_id = %event.task_id, error = %e, "could not report working");
-                    }
-                }));
+                working = Some(report_working(shared, &envelope, resumed, trace));
             }
             _ = renew.tick() => {
-                // The claim first, then the message's ack wait, and the
-                // latter only once the former is renewed: a holder that
-                // dies (or stays cut off) leaves a claim that ends no later
-                // than its message comes back.
-                match shared.claims.renew(&mut held).await {
-                    Ok(()) => settle(&msg, Settlement::Progress).await,
-                    Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease()) => {
-                        warn_quietly!("worker.renew_failed", task_id = %task_id, error = %e, "lease renewal failed; trying again");
-                        renew.reset_after(shared.renew_retry());
-                    }
-                    Err(e) => {
-                        warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
-                        cancel.cancel();
-                        break match e.kind {
-                            ClaimErrorKind::Canceled => Stopped::Canceled,
-                            _ => Stopped::Lost(e.to_string()),
-                        };
-                    }
+                if let Some(stopped) = renew_claim(shared, &msg, task_id, &mut held, &mut renew).await {
+                    cancel.cancel();
+                    break stopped;
                 }
             }
             () = hard_stop.cancelled() => break Stopped::HardStop,
@@ -123,21 +89,7 @@ pub(super) async fn run_task(
     // command handler's process is killed).
     drop(run);
     drop(running);
-    let outcome_label = match &stopped {
-        Stopped::Finished(outcome) => outcome.label(),
-        Stopped::Canceled => "canceled",
-        Stopped::Lost(_) => "claim_lost",
-        Stopped::HardStop => "shutdown",
-    };
-    metrics::handler_finished(
-        shared.card.name.as_str(),
-        envelope.payload.action.as_str(),
-        outcome_label,
-        started.elapsed(),
-    );
-    if outcome_label != "completed" {
-        spans::failed(&handling, outcome_label);
-    }
+    record_end(shared, &envelope, &stopped, started, &handling);
     drop(handling);
     lock(&shared.running).remove(&task_id);
     if let Some(working) = working {
@@ -161,19 +113,137 @@ pub(super) async fn run_task(
             return give_back(shared, &msg, Some(held)).await;
         }
     };
+    let event = final_event(shared, &envelope, resumed, outcome);
+    if let Reported::Dropped(why) =
+        report_and_ack(shared, &msg, &event, trace, Some(held), hard_stop).await
+    {
+        abandoned(shared, &envelope, true, why, trace);
+    }
+}
+
+/// The task a handler is given for `envelope`'s attempt: the envelope
+/// without its token, which comes beside it, and what the handler reports
+/// and keeps through.
+fn task_for(
+    shared: &Shared,
+    envelope: &Envelope,
+    resumed: bool,
+    cancel: &CancellationToken,
+    handling: &Span,
+    progress: Reporter,
+) -> Task {
+    Task {
+        envelope: envelope.without_token(),
+        token: envelope.header.token.clone(),
+        attempt: envelope.control.attempt.get(),
+        resumed,
+        agent_dir: shared.dir.clone(),
+        cancel: cancel.clone(),
+        trace: context::environment(handling),
+        progress,
+        notes: super::Notes::new(&shared.notes, envelope.header.task_id),
+    }
+}
+
+/// The event that reports `outcome` of `envelope`'s attempt, with what
+/// it must not show redacted.
+fn final_event(
+    shared: &Shared,
+    envelope: &Envelope,
+    resumed: bool,
+    outcome: Outcome,
+) -> crate::event::WorkerEvent {
     let outcome = outcome.redacted(
         &shared.config.sensitive,
         &envelope.payload.params,
         &shared.config.secrets,
         envelope.header.token.as_ref(),
     );
-    let mut event = event_for(&envelope, attempt, &outcome);
+    let attempt = envelope.control.attempt.get();
+    let mut event = event_for(envelope, attempt, &outcome);
     shared.stamp(&mut event, resumed);
-    info!(task_id = %task_id, attempt, state = event.state.as_str(), "task ran");
-    if let Reported::Dropped(why) =
-        report_and_ack(shared, &msg, &event, trace, Some(held), hard_stop).await
-    {
-        abandoned(shared, &envelope, true, why, trace);
+    info!(task_id = %envelope.header.task_id, attempt, state = event.state.as_str(), "task ran");
+    event
+}
+
+/// Counts how the handler of `envelope`'s attempt ended, begun at
+/// `started`, and marks its span when it did not complete.
+fn record_end(
+    shared: &Shared,
+    envelope: &Envelope,
+    stopped: &Stopped,
+    started: std::time::Instant,
+    handling: &Span,
+) {
+    let label = match stopped {
+        Stopped::Finished(outcome) => outcome.label(),
+        Stopped::Canceled => "canceled",
+        Stopped::Lost(_) => "claim_lost",
+        Stopped::HardStop => "shutdown",
+    };
+    metrics::handler_finished(
+        shared.card.name.as_str(),
+        envelope.payload.action.as_str(),
+        label,
+        started.elapsed(),
+    );
+    if label != "completed" {
+        spans::failed(handling, label);
+    }
+}
+
+/// Reports `envelope`'s attempt `working`, in the background.
+fn report_working(
+    shared: &Shared,
+    envelope: &Envelope,
+    resumed: bool,
+    trace: &Span,
+) -> tokio::task::JoinHandle<()> {
+    let bus = shared.bus.clone();
+    let mut event = report(
+        envelope,
+        envelope.control.attempt.get(),
+        ReportedState::Working,
+    );
+    shared.stamp(&mut event, resumed);
+    let trace = trace.clone();
+    tokio::spawn(async move {
+        if let Err(e) = bus.publish_event(&event, &trace).await {
+            warn_quietly!("worker.report_failed", task_id = %event.task_id, error = %e, "could not report working");
+        }
+    })
+}
+
+/// Renews the claim `held` on task `task_id`, then `msg`'s ack wait: why the handler must
+/// stop, if the claim is lost or canceled. The claim comes first, and the
+/// ack wait only once it is renewed: a holder that dies (or stays cut off)
+/// leaves a claim that ends no later than its message comes back. A
+/// renewal the claim bucket could not take is tried again soon while the
+/// lease lasts.
+async fn renew_claim(
+    shared: &Shared,
+    msg: &Message,
+    task_id: crate::envelope::TaskId,
+    held: &mut Held,
+    renew: &mut tokio::time::Interval,
+) -> Option<Stopped> {
+    match shared.claims.renew(held).await {
+        Ok(()) => {
+            settle(msg, Settlement::Progress).await;
+            None
+        }
+        Err(e) if e.kind == ClaimErrorKind::Unavailable && !held.expired(shared.lease()) => {
+            warn_quietly!("worker.renew_failed", task_id = %task_id, error = %e, "lease renewal failed; trying again");
+            renew.reset_after(shared.renew_retry());
+            None
+        }
+        Err(e) => {
+            warn!(task_id = %task_id, error = %e, "claim lost: canceling the handler");
+            Some(match e.kind {
+                ClaimErrorKind::Canceled => Stopped::Canceled,
+                _ => Stopped::Lost(e.to_string()),
+            })
+        }
     }
 }
 
