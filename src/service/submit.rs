@@ -33,27 +33,12 @@ impl Orchestrator {
         step: Option<StepLink>,
         caller: &Caller,
     ) -> Result<Submitted, ServiceError> {
-        let mut skill_scopes = Vec::new();
         let declared = self.catalog();
         // A task for an agent that is a prompt is a conversation the
         // orchestrator holds; its turns and its MCP tool calls are tasks
         // for the agent too, their params built from the model's words.
         let turn = meta.turn.is_some() || meta.mcp.is_some();
-        let mut conversation = false;
-        if !declared.agents.is_empty() {
-            let card = declared
-                .agents
-                .get(&request.to)
-                .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
-            let Some(skill) = card.skill(request.action.as_str()) else {
-                return Err(ServiceError::UnknownAction {
-                    agent: request.to.clone(),
-                    action: request.action.to_string(),
-                });
-            };
-            skill_scopes.clone_from(&skill.scopes);
-            conversation = !turn && card.held().is_some();
-        }
+        let (skill_scopes, conversation) = skill_of(&declared, &request, turn)?;
         let mut envelope = request.envelope(Sender::orchestrator());
         envelope.payload.meta = meta;
         envelope.header.causation_id = causation.map(Into::into);
@@ -105,19 +90,26 @@ impl Orchestrator {
             })
             .await?;
         if let Submitted::Created(record) = &submitted {
-            self.inner.deadlines.watch(&record.envelope).await;
-            if conversation {
-                self.inner
-                    .engine
-                    .nudge(crate::workflow::RunId::of_conversation(record.task_id()));
-            } else {
-                self.inner.publisher.now(record).await;
-            }
-            if record.envelope.control.response_mode == crate::envelope::ResponseMode::Callback {
-                self.callback_owed(record.task_id());
-            }
+            self.created(record, conversation).await;
         }
         Ok(submitted)
+    }
+
+    /// Sets a task just stored on its way: its deadline watched, then
+    /// published (or, held for a conversation, handed to the engine), and
+    /// its callback owed.
+    async fn created(&self, record: &crate::task::TaskRecord, conversation: bool) {
+        self.inner.deadlines.watch(&record.envelope).await;
+        if conversation {
+            self.inner
+                .engine
+                .nudge(crate::workflow::RunId::of_conversation(record.task_id()));
+        } else {
+            self.inner.publisher.now(record).await;
+        }
+        if record.envelope.control.response_mode == crate::envelope::ResponseMode::Callback {
+            self.callback_owed(record.task_id());
+        }
     }
 
     /// The params' checks ([`Declared::check_params`]); a turn's params
@@ -133,4 +125,28 @@ impl Orchestrator {
         }
         declared.check_params(&request.to, request.action.as_str(), &request.params)
     }
+}
+
+/// The scopes `request`'s skill declares it needs, and whether the task is
+/// a conversation the orchestrator holds (a task for an agent that is a
+/// prompt, not one of its turns): none and no when no agent is declared.
+fn skill_of(
+    declared: &Declared,
+    request: &TaskRequest,
+    turn: bool,
+) -> Result<(Vec<crate::envelope::Scope>, bool), ServiceError> {
+    if declared.agents.is_empty() {
+        return Ok((Vec::new(), false));
+    }
+    let card = declared
+        .agents
+        .get(&request.to)
+        .ok_or_else(|| ServiceError::UnknownAgent(request.to.clone()))?;
+    let Some(skill) = card.skill(request.action.as_str()) else {
+        return Err(ServiceError::UnknownAction {
+            agent: request.to.clone(),
+            action: request.action.to_string(),
+        });
+    };
+    Ok((skill.scopes.clone(), !turn && card.held().is_some()))
 }
