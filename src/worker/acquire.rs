@@ -61,13 +61,7 @@ pub(super) async fn claim(
         );
         if record == Record::Over {
             debug!(task_id = %task_id, attempt = delivery.attempt, "attempt already reported: settling the copy");
-            if let Ok(Acquired::Run(held)) = acquired
-                && let Err(e) = shared.claims.release(held).await
-            {
-                warn_quietly!("worker.release_failed", task_id = %task_id, error = %e, "could not release the claim of a copy");
-            }
-            settle(msg, Settlement::Ack).await;
-            return Claimed::Settled;
+            return settle_copy(shared, msg, task_id, acquired).await;
         }
         let reason = match acquired {
             // A repeated delivery may be of an attempt that reported while
@@ -118,6 +112,23 @@ pub(super) async fn claim(
             return Claimed::Settled;
         }
     }
+}
+
+/// Settles a copy of an attempt that already reported, releasing the
+/// claim it may have got.
+async fn settle_copy(
+    shared: &Shared,
+    msg: &Message,
+    task_id: crate::envelope::TaskId,
+    acquired: Result<Acquired, crate::claim::ClaimError>,
+) -> Claimed {
+    if let Ok(Acquired::Run(held)) = acquired
+        && let Err(e) = shared.claims.release(held).await
+    {
+        warn_quietly!("worker.release_failed", task_id = %task_id, error = %e, "could not release the claim of a copy");
+    }
+    settle(msg, Settlement::Ack).await;
+    Claimed::Settled
 }
 
 /// What the task's last event says of an attempt.

@@ -269,6 +269,39 @@ impl Loop {
         Ok(envelope.map(|e| Known::of(status.publishable(e), &status)))
     }
 
+    /// Waits for JetStream's acknowledgement of `due`'s publish, holding
+    /// its slot: records the broker's sequence, or queues the attempt
+    /// again (marked republished: the broker may have it).
+    fn acked(
+        &self,
+        pending: crate::bus::PendingPublish,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        due: Due,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let store = self.store.clone();
+        let again = self.again.clone();
+        let settings = self.settings;
+        async move {
+            let _permit = permit;
+            match pending.await_seq().await {
+                Ok(seq) => {
+                    if let Err(e) = store.record_published(due.task_id, due.attempt, seq).await {
+                        warn_quietly!("orchestrator.publish_unrecorded", task_id = %due.task_id, error = %e, "cannot record the publish");
+                    }
+                }
+                Err(e) => {
+                    spans::failed(&tracing::Span::current(), "publish not acknowledged");
+                    warn_quietly!("orchestrator.publish_failed", task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
+                    let retry = Due {
+                        republished: true,
+                        ..due
+                    };
+                    again.queue(settings.again(retry)).await;
+                }
+            }
+        }
+    }
+
     /// Sends one attempt; returns it when it must be tried again (then it
     /// is read from the store again, so it is skipped if the task moved on).
     async fn publish(&self, mut due: Due) -> Option<Due> {
@@ -316,34 +349,8 @@ impl Loop {
             .await
         {
             Ok(pending) => {
-                let store = self.store.clone();
-                let again = self.again.clone();
-                let settings = self.settings;
-                let acked = async move {
-                    let _permit = permit;
-                    match pending.await_seq().await {
-                        Ok(seq) => {
-                            if let Err(e) =
-                                store.record_published(due.task_id, due.attempt, seq).await
-                            {
-                                warn_quietly!("orchestrator.publish_unrecorded", task_id = %due.task_id, error = %e, "cannot record the publish");
-                            }
-                        }
-                        Err(e) => {
-                            spans::failed(&tracing::Span::current(), "publish not acknowledged");
-                            warn_quietly!("orchestrator.publish_failed", task_id = %due.task_id, error = %e, "publish not acknowledged; will retry");
-                            // The broker may have it: the next copy is
-                            // marked republished.
-                            let retry = Due {
-                                republished: true,
-                                ..due
-                            };
-                            again.queue(settings.again(retry)).await;
-                        }
-                    }
-                };
                 // The span ends when JetStream has the message.
-                tokio::spawn(acked.instrument(span));
+                tokio::spawn(self.acked(pending, permit, due).instrument(span));
                 None
             }
             Err(e @ BusError::TooLarge { .. }) => {
