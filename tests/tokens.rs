@@ -199,6 +199,15 @@ fn malformed_claims_are_rejected_by_name() {
     );
     let message = refused(&v, &no_iss, Verdict::Rejected, "token_claim_missing");
     assert!(message.contains("iss"), "{message}");
+    // A task claim beyond the JWT's own, missing: named too.
+    let mut claims = good_claims(&env);
+    claims.as_object_mut().unwrap().remove("env_sha256");
+    let no_hash = with_token(
+        env.clone(),
+        sign_raw(&keys, jsonwebtoken::Algorithm::EdDSA, &claims),
+    );
+    let message = refused(&v, &no_hash, Verdict::Rejected, "token_claim_missing");
+    assert!(message.contains("`env_sha256`"), "{message}");
     let mut claims = good_claims(&env);
     claims["iss"] = json!("someone-else");
     let other_iss = with_token(

@@ -58,6 +58,36 @@ pub struct TaskClaims {
     pub env_sha256: String,
 }
 
+impl TaskClaims {
+    /// Every claim a task token carries (the fields of [`TaskClaims`]).
+    pub const CLAIMS: [&'static str; 10] = [
+        "iss",
+        "sub",
+        "aud",
+        "scope",
+        "jti",
+        "iat",
+        "nbf",
+        "exp",
+        "act",
+        "env_sha256",
+    ];
+}
+
+/// The first task claim `token`'s payload lacks, read once its claims
+/// failed to decode: told from its members, not from the decoder's words.
+fn missing_claim(token: &BearerToken) -> Option<&'static str> {
+    use base64::Engine;
+    let payload = token.expose().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let claims: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes).ok()?;
+    TaskClaims::CLAIMS
+        .into_iter()
+        .find(|claim| !claims.contains_key(*claim))
+}
+
 /// One link of an RFC 8693 delegation chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Actor {
@@ -276,7 +306,7 @@ impl Verifier {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         let claims = jsonwebtoken::decode::<TaskClaims>(token.expose(), &self.key.key, &validation)
-            .map_err(|e| self.explain(e.kind()))?
+            .map_err(|e| self.explain(e.kind(), token))?
             .claims;
         if claims.jti != envelope.header.task_id.to_string() {
             return Err(refuse(
@@ -333,7 +363,7 @@ impl Verifier {
         Ok(claims)
     }
 
-    fn explain(&self, kind: &ErrorKind) -> Refusal {
+    fn explain(&self, kind: &ErrorKind, token: &BearerToken) -> Refusal {
         use Verdict::{AuthRequired, Rejected};
         match kind {
             ErrorKind::ExpiredSignature => {
@@ -374,10 +404,10 @@ impl Verifier {
                 "token_algorithm",
                 format!("this worker accepts only {:?}", self.key.kind.algorithm()),
             ),
-            ErrorKind::Json(e) if e.to_string().starts_with("missing field") => refuse(
+            ErrorKind::Json(_) if let Some(claim) = missing_claim(token) => refuse(
                 Rejected,
                 "token_claim_missing",
-                format!("the token's claims are not task claims: {e}"),
+                format!("the token has no `{claim}` claim: its claims are not task claims"),
             ),
             ErrorKind::Json(e) => refuse(
                 Rejected,
@@ -462,5 +492,36 @@ mod tests {
             serde_json::to_vec(&Header::new(jsonwebtoken::Algorithm::EdDSA)).unwrap(),
             decoded
         );
+    }
+
+    /// `CLAIMS` names every field of the claims, no more.
+    #[test]
+    fn the_claims_listed_are_the_fields_of_task_claims() {
+        let claims = TaskClaims {
+            iss: "orchestrator".into(),
+            sub: "alice".into(),
+            aud: "echo".into(),
+            scope: String::new(),
+            jti: TaskId::new().to_string(),
+            iat: 0,
+            nbf: 0,
+            exp: 0,
+            act: Actor {
+                sub: "orchestrator".into(),
+                act: None,
+            },
+            env_sha256: String::new(),
+        };
+        let value = serde_json::to_value(claims).unwrap();
+        let mut fields: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut listed = TaskClaims::CLAIMS.to_vec();
+        fields.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(fields, listed);
     }
 }
