@@ -192,6 +192,21 @@ impl Shared {
         event.resumed = resumed;
     }
 
+    /// The `working` report of `envelope`'s attempt, as this instance's.
+    fn working_event(
+        &self,
+        envelope: &crate::envelope::Envelope,
+        resumed: bool,
+    ) -> crate::event::WorkerEvent {
+        let mut event = report(
+            envelope,
+            envelope.control.attempt.get(),
+            crate::event::ReportedState::Working,
+        );
+        self.stamp(&mut event, resumed);
+        event
+    }
+
     /// The delay before a message is tried again after the bus failed.
     fn retry_delay(&self) -> Duration {
         self.bus.config().retry_delay

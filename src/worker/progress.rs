@@ -13,11 +13,11 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 use tracing::Span;
 
-use super::{Shared, report};
+use super::Shared;
 use crate::artifact::Artifact;
 use crate::codec::Validate as _;
 use crate::envelope::Envelope;
-use crate::event::{Progress, ReportedState};
+use crate::event::Progress;
 use crate::telemetry::quiet::warn_quietly;
 
 /// One report: a message, an artifact (or chunk), or both.
@@ -92,12 +92,7 @@ impl Publisher {
     ) -> Publisher {
         let (tx, mut rx) = unbounded_channel::<Update>();
         let shared = Arc::clone(shared);
-        let mut event = report(
-            envelope,
-            envelope.control.attempt.get(),
-            ReportedState::Working,
-        );
-        shared.stamp(&mut event, resumed);
+        let event = shared.working_event(envelope, resumed);
         let trace = trace.clone();
         // A status message is words, like an error's: scrubbed the same.
         let secrets = shared

@@ -19,11 +19,11 @@ use tracing::{Instrument, Span, info, warn};
 
 use super::acquire::keep_waiting;
 use super::progress::{Publisher, Reporter};
-use super::{Outcome, Shared, Stops, Task, event_for, lock, report};
+use super::{Outcome, Shared, Stops, Task, event_for, lock};
 use crate::bus::{Settlement, settle};
 use crate::claim::{ClaimErrorKind, Held};
 use crate::envelope::Envelope;
-use crate::event::{ReportedState, RunAbandoned, WorkerEvent};
+use crate::event::{RunAbandoned, WorkerEvent};
 use crate::telemetry::quiet::warn_quietly;
 use crate::telemetry::{context, metrics, spans};
 
@@ -200,12 +200,7 @@ fn report_working(
     trace: &Span,
 ) -> tokio::task::JoinHandle<()> {
     let bus = shared.bus.clone();
-    let mut event = report(
-        envelope,
-        envelope.control.attempt.get(),
-        ReportedState::Working,
-    );
-    shared.stamp(&mut event, resumed);
+    let event = shared.working_event(envelope, resumed);
     let trace = trace.clone();
     tokio::spawn(async move {
         if let Err(e) = bus.publish_event(&event, &trace).await {

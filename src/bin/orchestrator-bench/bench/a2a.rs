@@ -35,14 +35,9 @@ pub(super) async fn send(client: &reqwest::Client, http: &str, i: usize) -> Resu
         }},
     });
     let t = Instant::now();
-    let answer = call(
-        client
-            .post(format!("{http}/a2a"))
-            .header("A2A-Version", "1.0")
-            .json(&request),
-    )
-    .await
-    .map_err(Failed::into_message)?;
+    let answer = call(procs::a2a(client, http, &request))
+        .await
+        .map_err(Failed::into_message)?;
     let state = answer["result"]["task"]["status"]["state"]
         .as_str()
         .ok_or_else(|| format!("SendMessage answered no task: {answer}"))?;
@@ -104,11 +99,9 @@ async fn subscribe(deployed: &Deployed, n: usize) -> Result<(Option<f64>, Option
     let before = pid.and_then(rss_mib_of);
     let mut streams = Vec::with_capacity(n);
     for i in 0..n {
-        let mut stream = deployed
-            .client
-            .post(format!("{}/a2a", deployed.http))
-            .header("A2A-Version", "1.0")
-            .json(&json!({"jsonrpc": "2.0", "id": i, "method": "SubscribeToTask", "params": {"id": id}}))
+        let subscribe =
+            json!({"jsonrpc": "2.0", "id": i, "method": "SubscribeToTask", "params": {"id": id}});
+        let mut stream = procs::a2a(&deployed.client, &deployed.http, &subscribe)
             .send()
             .await
             .map_err(|e| e.to_string())?;

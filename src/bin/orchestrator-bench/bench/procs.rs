@@ -381,6 +381,18 @@ impl Failed {
     }
 }
 
+/// The A2A face's JSON-RPC `request`, to the orchestrator at `http`.
+pub(super) fn a2a(
+    client: &reqwest::Client,
+    http: &str,
+    request: &Value,
+) -> reqwest::RequestBuilder {
+    client
+        .post(format!("{http}/a2a"))
+        .header("A2A-Version", "1.0")
+        .json(request)
+}
+
 pub(super) async fn call(request: reqwest::RequestBuilder) -> Result<Value, Failed> {
     let response = request
         .send()

@@ -87,14 +87,9 @@ async fn send(
             },
         },
     });
-    let answer = call(
-        client
-            .post(format!("{http}/a2a"))
-            .header("A2A-Version", "1.0")
-            .json(&request),
-    )
-    .await
-    .map_err(Failed::into_message)?;
+    let answer = call(super::procs::a2a(client, http, &request))
+        .await
+        .map_err(Failed::into_message)?;
     answer["result"]["task"]["id"]
         .as_str()
         .map(str::to_string)
