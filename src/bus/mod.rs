@@ -17,6 +17,7 @@ mod health;
 mod names;
 pub mod permissions;
 mod provision;
+pub use provision::refused_placement;
 mod pull;
 mod servers;
 mod settle;

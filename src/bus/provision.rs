@@ -383,9 +383,10 @@ fn passing(e: &BusError) -> bool {
 }
 
 /// Whether `e`, or an error behind it, is JetStream refusing to place a
-/// stream's copies: too few servers or resources, or replicas on a server
-/// outside a cluster.
-fn refused_placement(e: &(dyn std::error::Error + 'static)) -> bool {
+/// stream's copies: too few servers or resources (for now, in a cluster
+/// still forming or losing a node), or replicas on a server outside a
+/// cluster.
+pub fn refused_placement(e: &(dyn std::error::Error + 'static)) -> bool {
     use async_nats::jetstream::ErrorCode;
     use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
     let placement = [

@@ -32,17 +32,27 @@ pub(super) async fn bare_round_trip(
     let js = jetstream::new(client.clone());
     let subject = format!("bare{tag}.work");
     let replies = format!("bare{tag}.reply");
-    let stream = js
-        .create_stream(stream::Config {
-            name: format!("BARE{tag}"),
-            subjects: vec![subject.clone()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: replicas,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    let config = stream::Config {
+        name: format!("BARE{tag}"),
+        subjects: vec![subject.clone()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    };
+    // A cluster just started may not see all its nodes yet: its refusal
+    // to place the copies is waited out, as the orchestrator's own
+    // provisioning does, for up to 30 s.
+    let placed_by = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match js.create_stream(config.clone()).await {
+            Ok(stream) => break stream,
+            Err(e) if orchestrator::bus::refused_placement(&e) && Instant::now() < placed_by => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
     let consumer: consumer::PullConsumer = stream
         .create_consumer(consumer::pull::Config {
             durable_name: Some("bare".into()),
