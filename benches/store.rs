@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use orchestrator::envelope::{Action, AgentName, Envelope, Sender};
 use orchestrator::store::{Change, Fingerprint, NewTask};
-use orchestrator::{Store, StoreConfig, TaskEvent};
+use orchestrator::{Store, StoreSettings, Transition};
 use serde_json::json;
 
 fn new_task(i: usize) -> NewTask {
@@ -55,7 +55,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreConfig::new(dir.path().join("store"))).unwrap();
+        let store = Store::open(&StoreSettings::new(dir.path().join("store"))).unwrap();
 
         let sequential = (n / 10).max(100);
         let mut latencies = Vec::with_capacity(sequential);
@@ -92,11 +92,11 @@ fn main() {
                             store.submit(task).await.unwrap();
                             if lifecycle {
                                 store
-                                    .apply(id, Change::new(TaskEvent::Start, "w", ""))
+                                    .apply(id, Change::new(Transition::Start, "w", ""))
                                     .await
                                     .unwrap();
                                 store
-                                    .apply(id, Change::new(TaskEvent::Complete, "w", ""))
+                                    .apply(id, Change::new(Transition::Complete, "w", ""))
                                     .await
                                     .unwrap();
                             }

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use orchestrator::auth::keys::{self, KeyKind};
-use orchestrator::auth::{Minter, SigningKey, Verifier, VerifyKey, envelope_hash, wire_hash};
 use orchestrator::envelope::{Action, AgentName, Envelope, Sender};
+use orchestrator::task_token::keys::{self, KeyKind};
+use orchestrator::task_token::{Minter, SigningKey, Verifier, VerifyKey, envelope_hash, wire_hash};
 use serde_json::json;
 
 const N: u32 = 20_000;

@@ -500,13 +500,13 @@ proptest! {
     #[test]
     fn canonical_form(doc in json()) {
         let mut path = String::from("params");
-        let checked = crate::auth::canonical::check(&doc, &mut path);
-        let form = crate::auth::canonical::canonical(&doc);
+        let checked = crate::task_token::canonical::check(&doc, &mut path);
+        let form = crate::task_token::canonical::canonical(&doc);
         prop_assert_eq!(checked.is_ok(), form.is_ok());
         match (checked, form) {
             (Ok(()), Ok(text)) => {
                 let wire: Value = serde_json::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
-                prop_assert_eq!(crate::auth::canonical::canonical(&wire).ok(), Some(text));
+                prop_assert_eq!(crate::task_token::canonical::canonical(&wire).ok(), Some(text));
             }
             (Err(e), _) => prop_assert!(e.path.starts_with("params")),
             _ => {}

@@ -10,15 +10,28 @@
 //!    `cli` starts processes and parses flags).
 //! 2. Faces: `http` calls `service` only (never `store`, `bus` or
 //!    `claim`); `worker` is a process of its own, on `bus`, `claim`,
-//!    `auth` and `agent`.
+//!    `task_token` and `agent`.
 //! 3. `service`: the orchestrator.
 //! 4. Infrastructure: `store` (sled), `bus` (NATS), `broker`.
-//! 5. Domain, read from files at most: `workflow`, `llm`, `trigger`,
+//! 5. Domain, read from files at most: `run`, `llm`, `trigger`,
 //!    `access`, `agent`, `task`, `audit`.
-//! 6. Contracts between processes and their context: `claim`, `auth`,
+//! 6. Contracts between processes and their context: `claim`, `task_token`,
 //!    `telemetry`.
 //! 7. Wire formats and their helpers: `event`, `artifact`, `envelope`,
-//!    `codec`, `redact`, `retry`, `target`, `source`, `files`.
+//!    `codec`, `redact`, `backoff`, `target`, `source`, `files`.
+//!
+//! # Words
+//!
+//! One name per thing (`docs/concepts.md`, "The words in the code"): a
+//! *trigger* is a workflow's definition, a *run* one execution of it; an
+//! *attempt* is one try at a task; a *task token* is the JWT an envelope
+//! carries, a *caller* who calls the API; a *delivery* is JetStream's, a
+//! *push delivery* what the outbox owes an outside address; an *event* is
+//! what a worker reports, a *transition* what the state machine takes, a
+//! *trigger event* what starts a run, a *change* what the store tells live
+//! views; every configuration type is a `*Settings`.
+//!
+//! # Modules
 //!
 //! - [`codec`]: decoding JSON with typed errors that name the field; strict
 //!   for user input, tolerant on the wire; the nesting bound.
@@ -34,7 +47,7 @@
 //! - [`agent`]: agents in every format (`agent.json`, `registry.json`,
 //!   PromptPacks, AgentCards) read into one model, the catalog of them.
 //! - [`trigger`]: trigger definitions (`triggers/`) and `validate`.
-//! - [`workflow`]: workflow runs: their record and the pure plan of what a
+//! - [`run`]: workflow runs: their record and the pure plan of what a
 //!   run does next.
 //! - [`llm`]: agents that are prompts for a model: a conversation's first
 //!   request, the tools a card offers, the pure plan of what a
@@ -43,7 +56,7 @@
 //!   logs and the audit trail.
 //! - [`files`]: files written with the modes they need, whatever the
 //!   umask (data and secrets private, a public key readable).
-//! - [`retry`]: backoff with jitter between tries of what keeps failing.
+//! - [`backoff`]: delays with jitter between tries of what keeps failing.
 //! - [`target`]: which addresses a push notification or callback may go
 //!   to.
 //! - [`store`]: the durable sled store: task statuses, envelopes,
@@ -54,7 +67,7 @@
 //!   dead-lettering, the least-privilege users.
 //! - [`claim`]: the delivery claims that keep two replicas from running one
 //!   attempt (a contract between processes, below worker and orchestrator).
-//! - [`auth`]: task tokens: key files, the canonical envelope hash, minting
+//! - [`task_token`]: task tokens: key files, the canonical envelope hash, minting
 //!   and the worker's checks (a contract between processes, like `claim`).
 //! - [`access`]: who may call the HTTP API: API keys, bearer JWTs from an
 //!   issuer, scopes, one namespace per kind of principal.
@@ -75,7 +88,7 @@ pub mod access;
 pub mod agent;
 pub mod artifact;
 pub mod audit;
-pub mod auth;
+pub mod backoff;
 pub mod broker;
 pub mod bus;
 pub mod claim;
@@ -88,19 +101,19 @@ mod fuzz;
 pub mod http;
 pub mod llm;
 pub mod redact;
-pub mod retry;
+pub mod run;
 pub mod server;
 pub mod service;
 pub mod source;
 pub mod store;
 pub mod target;
 pub mod task;
+pub mod task_token;
 pub mod telemetry;
 pub mod trigger;
 pub mod worker;
-pub mod workflow;
 
 pub use envelope::{Envelope, TaskId};
 pub use event::WorkerEvent;
-pub use store::{Store, StoreConfig, StoreError};
-pub use task::{TaskEvent, TaskRecord, TaskState};
+pub use store::{Store, StoreError, StoreSettings};
+pub use task::{TaskRecord, TaskState, Transition};

@@ -31,7 +31,7 @@ pub async fn serve(
         orchestrator.clone(),
         stop.clone(),
     ));
-    let config = orchestrator.config();
+    let config = orchestrator.settings();
     let bounds = crate::http::listen::Bounds {
         header_timeout: config.http_header_timeout,
         header_timeout_under_pressure: config.http_header_timeout_under_pressure,

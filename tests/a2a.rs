@@ -89,7 +89,7 @@ async fn system() -> (System, tokio::sync::watch::Sender<bool>) {
 }
 
 async fn system_with(
-    tweak: impl FnOnce(&mut orchestrator::service::ServiceConfig),
+    tweak: impl FnOnce(&mut orchestrator::service::ServiceSettings),
 ) -> (System, tokio::sync::watch::Sender<bool>) {
     let (open, gate) = tokio::sync::watch::channel(false);
     let cards = vec![scripted_card(), card("other", &["other"])];
@@ -810,11 +810,11 @@ async fn a_stream_resumes_after_the_orchestrator_is_killed() {
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
         .await
         .unwrap();
-    let verifier = orchestrator::auth::TokenSettings::default()
+    let verifier = orchestrator::task_token::TokenSettings::default()
         .verifier(data.path(), "helper")
         .unwrap()
         .map(Arc::new);
-    let config = orchestrator::worker::WorkerConfig {
+    let config = orchestrator::worker::WorkerSettings {
         verifier,
         ..Default::default()
     };

@@ -296,9 +296,12 @@ async fn without_authentication_every_response_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_issuers_bearer_jwt_is_a_principal() {
     let idp = tempfile::tempdir().unwrap();
-    let files =
-        orchestrator::auth::keys::generate(idp.path(), orchestrator::auth::KeyKind::EdDsa, false)
-            .unwrap();
+    let files = orchestrator::task_token::keys::generate(
+        idp.path(),
+        orchestrator::task_token::KeyKind::EdDsa,
+        false,
+    )
+    .unwrap();
     let signing =
         jsonwebtoken::EncodingKey::from_ed_pem(&std::fs::read(&files.signing).unwrap()).unwrap();
     let public = files.verify.clone();

@@ -4,7 +4,7 @@ use crate::common;
 
 use common::envelope;
 use common::nats::NatsServer;
-use orchestrator::bus::{Bus, BusConfig};
+use orchestrator::bus::{Bus, BusSettings};
 use orchestrator::telemetry::context::StoredTrace;
 use serde_json::json;
 
@@ -13,7 +13,7 @@ use serde_json::json;
 #[tokio::test]
 async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
     let nats = NatsServer::start();
-    let bus = Bus::connect_now(&nats.url(), BusConfig::default())
+    let bus = Bus::connect_now(&nats.url(), BusSettings::default())
         .await
         .unwrap();
     bus.provision().await.unwrap();
@@ -54,7 +54,7 @@ async fn provisioning_is_idempotent_and_republishing_is_deduplicated() {
 /// With nothing listening at the URL, connecting fails with a clear error.
 #[tokio::test]
 async fn connecting_to_nothing_fails_clearly() {
-    let err = Bus::connect_now("nats://127.0.0.1:1", BusConfig::default())
+    let err = Bus::connect_now("nats://127.0.0.1:1", BusSettings::default())
         .await
         .err()
         .unwrap();
@@ -86,22 +86,22 @@ async fn credentials_from_the_settings_are_passed_through() {
         ),
     ] {
         let nats = NatsServer::start_with(server);
-        let anonymous = Bus::connect_now(&nats.url(), BusConfig::default()).await;
+        let anonymous = Bus::connect_now(&nats.url(), BusSettings::default()).await;
         let err = anonymous
             .err()
             .expect("an unauthenticated client was let in");
         assert!(err.to_string().to_lowercase().contains("auth"), "{err}");
-        let wrong = BusConfig {
+        let wrong = BusSettings {
             auth: NatsAuth {
                 token: Some(Secret::new("wrong")),
                 ..NatsAuth::default()
             },
-            ..BusConfig::default()
+            ..BusSettings::default()
         };
         assert!(Bus::connect_now(&nats.url(), wrong).await.is_err());
-        let config = BusConfig {
+        let config = BusSettings {
             auth,
-            ..BusConfig::default()
+            ..BusSettings::default()
         };
         let bus = Bus::connect_now(&nats.url(), config).await.unwrap();
         bus.provision().await.unwrap();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::nats::NatsServer;
 use common::system::{System, card, fast_bus};
 use futures::StreamExt;
-use orchestrator::bus::{Bus, BusConfig, Names, NatsAuth, agent_inbox_prefix, permissions};
+use orchestrator::bus::{Bus, BusSettings, Names, NatsAuth, agent_inbox_prefix, permissions};
 use orchestrator::envelope::{AgentName, Priority};
 use orchestrator::worker::EchoHandler;
 use serde_json::json;
@@ -30,8 +30,8 @@ fn broker() -> (tempfile::TempDir, NatsServer) {
 }
 
 /// Bus settings for the user whose seed is `seed`.
-fn as_user(seed: std::path::PathBuf, inbox: Option<String>) -> BusConfig {
-    BusConfig {
+fn as_user(seed: std::path::PathBuf, inbox: Option<String>) -> BusSettings {
+    BusSettings {
         auth: NatsAuth {
             nkey_seed_file: Some(seed),
             ..NatsAuth::default()
@@ -236,7 +236,7 @@ async fn a_worker_started_first_waits_for_the_orchestrator() {
         Some(agent_inbox_prefix(&echo)),
     );
     let bus = Bus::connect_now(&url, agent_config).await.unwrap();
-    let config = orchestrator::worker::WorkerConfig {
+    let config = orchestrator::worker::WorkerSettings {
         idle_poll: Duration::from_millis(500),
         ..Default::default()
     };

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{envelope, new_task, with_raw_sled};
-use orchestrator::{Store, StoreConfig};
+use orchestrator::{Store, StoreSettings};
 use serde_json::{Value, json};
 
 fn orchestrator(args: &[&str]) -> Output {
@@ -97,7 +97,7 @@ async fn store_verify_checks_the_chain_and_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     {
-        let store = Store::open(&StoreConfig::in_data_dir(&data)).unwrap();
+        let store = Store::open(&StoreSettings::in_data_dir(&data)).unwrap();
         for i in 0..3 {
             store
                 .submit(new_task(envelope(

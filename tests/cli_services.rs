@@ -173,7 +173,7 @@ fn run_with_an_unreachable_explicit_broker_fails_clearly() {
 /// refused.
 #[tokio::test]
 async fn a_managed_broker_serves_jetstream_to_its_users_only() {
-    use orchestrator::bus::{Bus, BusConfig, Names};
+    use orchestrator::bus::{Bus, BusSettings, Names};
     let dir = tempfile::tempdir().unwrap();
     let port = common::process::free_port();
     let agents = vec!["echo".parse().unwrap()];
@@ -185,13 +185,13 @@ async fn a_managed_broker_serves_jetstream_to_its_users_only() {
     .await
     .unwrap();
     assert!(
-        Bus::connect_now(broker.url(), BusConfig::default())
+        Bus::connect_now(broker.url(), BusSettings::default())
             .await
             .is_err()
     );
     let users = broker.users().unwrap();
     assert_eq!(users.users.len(), 2);
-    let mut config = BusConfig::default();
+    let mut config = BusSettings::default();
     config.auth.nkey_seed_file = Some(users.users[0].seed_file.clone());
     let bus = Bus::connect_now(broker.url(), config).await.unwrap();
     bus.provision().await.unwrap();

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use common::cluster::NatsCluster;
 use common::nats::NatsServer;
-use orchestrator::bus::{Bus, BusConfig, DeliverySettings};
+use orchestrator::bus::{Bus, BusSettings, DeliverySettings};
 use orchestrator::envelope::{AgentName, Priority};
 
-fn replicated(replicas: usize) -> BusConfig {
-    BusConfig {
+fn replicated(replicas: usize) -> BusSettings {
+    BusSettings {
         replicas,
-        ..BusConfig::default()
+        ..BusSettings::default()
     }
 }
 
@@ -33,7 +33,7 @@ async fn every_stream_and_bucket_gets_the_replicas_asked_for() {
         .unwrap();
     one.provision().await.unwrap();
     let agent: AgentName = "a".parse().unwrap();
-    let settings = DeliverySettings::from(one.config());
+    let settings = DeliverySettings::from(one.settings());
     one.agent_consumer(&agent, Priority::Normal, &settings)
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{envelope, new_task};
 use orchestrator::audit::AuditEntry;
 use orchestrator::store::Change;
-use orchestrator::{Store, StoreConfig, TaskEvent, TaskId, TaskState};
+use orchestrator::{Store, StoreSettings, TaskId, TaskState, Transition};
 use serde_json::json;
 
 const ROUNDS: usize = 12;
@@ -131,7 +131,7 @@ fn record_acks(acked: &mut Acked, lines: &[String]) -> usize {
 }
 
 fn check_store(path: &std::path::Path, acked: &Acked, round: usize) {
-    let store = Store::open(&StoreConfig::new(path))
+    let store = Store::open(&StoreSettings::new(path))
         .unwrap_or_else(|e| panic!("round {round}: reopening failed: {e}"));
     for (id, state) in &acked.tasks {
         let record = store
@@ -173,7 +173,7 @@ fn crash_writer_child() {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = Store::open(&StoreConfig::new(dir)).unwrap();
+        let store = Store::open(&StoreSettings::new(dir)).unwrap();
         let out = Arc::new(Mutex::new(std::io::stdout()));
         let writers: Vec<_> = (0..8)
             .map(|w| {
@@ -209,11 +209,11 @@ async fn write_forever(store: Store, out: Arc<Mutex<std::io::Stdout>>, round: us
             continue; // some tasks stay submitted
         }
         store
-            .apply(id, Change::new(TaskEvent::Start, "w", "start"))
+            .apply(id, Change::new(Transition::Start, "w", "start"))
             .await
             .unwrap();
         ack("working", id.to_string());
-        let mut done = Change::new(TaskEvent::Complete, "w", "done");
+        let mut done = Change::new(Transition::Complete, "w", "done");
         done.result = Some(json!({"i": i}));
         store.apply(id, done).await.unwrap();
         ack("completed", id.to_string());

@@ -12,7 +12,7 @@ use common::nats::NatsServer;
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::agent::{AgentCard, Delivery};
-use orchestrator::bus::BusConfig;
+use orchestrator::bus::BusSettings;
 use orchestrator::worker::{EchoHandler, Handler, Outcome, Task};
 use serde_json::{Value, json};
 
@@ -130,7 +130,7 @@ async fn a_lost_attempt_is_resolved_by_the_reaper() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_task_is_never_dead_lettered() {
     let slow = card_with("slow", Duration::from_secs(1), 2);
-    let bus_config = BusConfig {
+    let bus_config = BusSettings {
         duplicate_window: Duration::from_secs(1),
         ..fast_bus()
     };

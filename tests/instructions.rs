@@ -26,8 +26,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orchestrator::bus::BusConfig;
-use orchestrator::service::ServiceConfig;
+use orchestrator::bus::BusSettings;
+use orchestrator::service::ServiceSettings;
 use orchestrator::trigger::Triggers;
 use orchestrator::worker::EchoHandler;
 use serde_json::{Value, json};
@@ -252,9 +252,9 @@ async fn count(names: &Path) {
     let mut sys = System::start_with(
         NatsServer::start(),
         cards.clone(),
-        BusConfig::default(),
+        BusSettings::default(),
         |c| {
-            *c = ServiceConfig::default();
+            *c = ServiceSettings::default();
         },
     )
     .await;

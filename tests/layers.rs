@@ -12,18 +12,17 @@ const LAYERS: [&[&str]; 7] = [
     &["http", "worker"],
     &["service"],
     &["store", "bus", "broker"],
+    &["run", "llm", "trigger", "access", "agent", "task", "audit"],
+    &["claim", "task_token", "telemetry"],
     &[
-        "workflow", "llm", "trigger", "access", "agent", "task", "audit",
-    ],
-    &["claim", "auth", "telemetry"],
-    &[
-        "event", "artifact", "envelope", "codec", "redact", "retry", "target", "source", "files",
+        "event", "artifact", "envelope", "codec", "redact", "backoff", "target", "source", "files",
     ],
 ];
 
 /// Below its layer, but never to be used by it: the HTTP API reaches the
 /// store, the bus and the task tokens only through the service.
-const FORBIDDEN: [(&str, &[&str]); 1] = [("http", &["store", "bus", "broker", "claim", "auth"])];
+const FORBIDDEN: [(&str, &[&str]); 1] =
+    [("http", &["store", "bus", "broker", "claim", "task_token"])];
 
 fn layer(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))

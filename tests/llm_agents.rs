@@ -201,7 +201,7 @@ async fn tool_calls_are_child_tasks_run_at_once_and_their_results_go_back_to_the
             n: 2,
             claims: Arc::clone(&claims),
         };
-        let verifier = orchestrator::auth::TokenSettings::default()
+        let verifier = orchestrator::task_token::TokenSettings::default()
             .verifier(sys.data.path(), c.name.as_str())
             .unwrap()
             .map(Arc::new);

@@ -15,7 +15,7 @@ use common::receiver::{Got, Receiver};
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::artifact::{Artifact, Part};
-use orchestrator::service::ServiceConfig;
+use orchestrator::service::ServiceSettings;
 use orchestrator::target::Reach;
 use orchestrator::trigger::Triggers;
 use orchestrator::worker::{Handler, Outcome, Task};
@@ -43,13 +43,13 @@ impl Handler for Working {
 }
 
 /// Deliveries go to loopback here, and are tried again quickly.
-fn loopback(c: &mut ServiceConfig) {
+fn loopback(c: &mut ServiceSettings) {
     c.deliveries.allow_addresses = vec![Reach::Loopback];
     c.deliveries.backoff_first = Duration::from_millis(50);
     c.deliveries.backoff_max = Duration::from_millis(200);
 }
 
-async fn system(tweak: impl FnOnce(&mut ServiceConfig)) -> System {
+async fn system(tweak: impl FnOnce(&mut ServiceSettings)) -> System {
     let cards = vec![card("helper", &["work"])];
     let mut sys = System::start_with(NatsServer::start(), cards.clone(), fast_bus(), tweak).await;
     sys.worker(cards[0].clone(), Arc::new(Working)).await;

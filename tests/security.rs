@@ -13,9 +13,9 @@ use common::nats::NatsServer;
 use common::system::{System, card, fast_bus};
 use futures::future::BoxFuture;
 use orchestrator::Envelope;
-use orchestrator::auth::keys::{self, KeyKind};
-use orchestrator::auth::{Verifier, VerifyKey};
 use orchestrator::envelope::{AgentName, Priority};
+use orchestrator::task_token::keys::{self, KeyKind};
+use orchestrator::task_token::{Verifier, VerifyKey};
 use orchestrator::worker::{Handler, Outcome, Task};
 use serde_json::{Value, json};
 
@@ -296,7 +296,7 @@ async fn params_are_checked_against_the_skills_input_schema() {
         .await
         .unwrap();
     let data = tempfile::tempdir().unwrap();
-    let config = orchestrator::service::ServiceConfig {
+    let config = orchestrator::service::ServiceSettings {
         data_dir: data.path().to_path_buf(),
         ..Default::default()
     };

@@ -10,19 +10,19 @@ use orchestrator::audit::{AuditEntry, AuditFilter};
 use orchestrator::event::ErrorInfo;
 use orchestrator::store::{Applied, Change, StepLink};
 use orchestrator::task::Submitted;
-use orchestrator::{Store, StoreConfig, StoreError, TaskEvent, TaskState};
+use orchestrator::{Store, StoreError, StoreSettings, TaskState, Transition};
 use serde_json::json;
 
 /// A fresh store whose idempotency keys expire at once.
 fn expiring_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = StoreConfig::new(dir.path().join("s"));
+    let mut config = StoreSettings::new(dir.path().join("s"));
     config.idempotency_retention = Duration::ZERO;
     let store = Store::open(&config).unwrap();
     (dir, store)
 }
 
-fn change(event: TaskEvent) -> Change {
+fn change(event: Transition) -> Change {
     Change::new(event, "worker-1", format!("reported {event}"))
 }
 
@@ -174,14 +174,14 @@ async fn only_a_key_the_caller_gave_is_claimed() {
 /// it is collected.
 #[tokio::test]
 async fn run_keys_expire_like_task_keys() {
-    use orchestrator::workflow::RunStarted;
+    use orchestrator::run::RunStarted;
     async fn start(store: &Store, n: u32) -> Result<RunStarted, StoreError> {
         store
             .start_run(common::new_run("t", Some("k"), json!({ "n": n })))
             .await
     }
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig::new(dir.path().join("kept"))).unwrap();
+    let store = Store::open(&StoreSettings::new(dir.path().join("kept"))).unwrap();
     let first = start(&store, 1).await.unwrap();
     let again = start(&store, 1).await.unwrap();
     assert!(matches!(again, RunStarted::Existing(ref r) if r.run_id == first.record().run_id));
@@ -192,7 +192,7 @@ async fn run_keys_expire_like_task_keys() {
     );
     drop(store);
 
-    let mut config = StoreConfig::new(dir.path().join("expiring"));
+    let mut config = StoreSettings::new(dir.path().join("expiring"));
     config.idempotency_retention = Duration::ZERO;
     let store = Store::open(&config).unwrap();
     let first = start(&store, 1).await.unwrap();
@@ -208,7 +208,7 @@ async fn run_keys_expire_like_task_keys() {
 #[tokio::test]
 async fn the_background_collector_runs_on_its_interval() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = StoreConfig::new(dir.path().join("s"));
+    let mut config = StoreSettings::new(dir.path().join("s"));
     config.idempotency_retention = Duration::ZERO;
     config.gc_interval = Duration::from_millis(20);
     let store = Store::open(&config).unwrap();
@@ -232,11 +232,11 @@ async fn transitions_are_recorded_in_history_audit_and_indexes() {
     let env = envelope("echo", "echo", json!({}), "k");
     let id = env.header.task_id;
     store.submit(new_task(env)).await.unwrap();
-    let working = store.apply(id, change(TaskEvent::Start)).await.unwrap();
+    let working = store.apply(id, change(Transition::Start)).await.unwrap();
     assert!(matches!(working, Applied::Moved(ref r) if r.state == TaskState::Working));
-    let again = store.apply(id, change(TaskEvent::Start)).await.unwrap();
+    let again = store.apply(id, change(Transition::Start)).await.unwrap();
     assert!(matches!(again, Applied::Unchanged(_)));
-    let mut done = change(TaskEvent::Complete);
+    let mut done = change(Transition::Complete);
     done.result = Some(json!({"echo": true}));
     done.attempt = Some(1);
     let Applied::Moved(record) = store.apply(id, done).await.unwrap() else {
@@ -304,16 +304,16 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     store.submit(new_task(env)).await.unwrap();
     store.record_published(id, 1, 7).await.unwrap();
     store
-        .apply(id, change(TaskEvent::RequireInput))
+        .apply(id, change(Transition::RequireInput))
         .await
         .unwrap();
     let refused = store
-        .apply(id, change(TaskEvent::Complete))
+        .apply(id, change(Transition::Complete))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), "invalid_transition");
-    store.apply(id, change(TaskEvent::Start)).await.unwrap();
-    let mut retry = change(TaskEvent::Retry);
+    store.apply(id, change(Transition::Start)).await.unwrap();
+    let mut retry = change(Transition::Retry);
     retry.error = Some(ErrorInfo::new("upstream_timeout", "slow", true));
     let Applied::Moved(r) = store.apply(id, retry).await.unwrap() else {
         panic!()
@@ -321,15 +321,15 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     // The store owns the attempt: the next one is scheduled, not published.
     assert_eq!((r.state, r.attempt), (TaskState::Submitted, 2));
     assert!(r.retry_at.is_some() && r.published_seq.is_none(), "{r:?}");
-    let mut stale = change(TaskEvent::Complete);
+    let mut stale = change(Transition::Complete);
     stale.attempt = Some(1);
     let Applied::Ignored { record, reason } = store.apply(id, stale).await.unwrap() else {
         panic!("a report about attempt 1 must be ignored")
     };
     assert_eq!(record.state, TaskState::Submitted);
     assert!(reason.contains("attempt 1"), "{reason}");
-    store.apply(id, change(TaskEvent::Cancel)).await.unwrap();
-    let late = store.apply(id, change(TaskEvent::Complete)).await.unwrap();
+    store.apply(id, change(Transition::Cancel)).await.unwrap();
+    let late = store.apply(id, change(Transition::Complete)).await.unwrap();
     assert!(
         matches!(late, Applied::Ignored { ref record, .. } if record.state == TaskState::Canceled)
     );
@@ -342,7 +342,7 @@ async fn late_stale_and_invalid_events_do_not_move_the_task() {
     assert_eq!(ignored, 2);
     assert!(matches!(
         store
-            .apply(orchestrator::TaskId::new(), change(TaskEvent::Start))
+            .apply(orchestrator::TaskId::new(), change(Transition::Start))
             .await,
         Err(StoreError::NotFound(_))
     ));
@@ -358,11 +358,11 @@ async fn changes_that_arrive_together_are_one_transaction() {
     let env = envelope("echo", "echo", json!({}), "k");
     let id = env.header.task_id;
     store.submit(new_task(env)).await.unwrap();
-    let mut working = change(TaskEvent::Start);
+    let mut working = change(Transition::Start);
     working.attempt = Some(1);
-    let mut stale = change(TaskEvent::Complete);
+    let mut stale = change(Transition::Complete);
     stale.attempt = Some(2);
-    let mut done = change(TaskEvent::Complete);
+    let mut done = change(Transition::Complete);
     done.attempt = Some(1);
     done.result = Some(json!({"ok": true}));
     let before = store.transactions();
@@ -372,9 +372,9 @@ async fn changes_that_arrive_together_are_one_transaction() {
             vec![
                 working,
                 stale,
-                change(TaskEvent::RequireAuth),
-                change(TaskEvent::Complete),
-                change(TaskEvent::Start),
+                change(Transition::RequireAuth),
+                change(Transition::Complete),
+                change(Transition::Start),
                 done,
             ],
         )
@@ -425,7 +425,7 @@ async fn changes_that_arrive_together_are_one_transaction() {
     // One alone is one transaction too, and a task nobody stored is an
     // outcome, not a failure of the job.
     let unknown = store
-        .apply_all_deferred(orchestrator::TaskId::new(), vec![change(TaskEvent::Start)])
+        .apply_all_deferred(orchestrator::TaskId::new(), vec![change(Transition::Start)])
         .await
         .unwrap();
     assert!(matches!(unknown[..], [Err(StoreError::NotFound(_))]));
@@ -440,8 +440,8 @@ async fn retries_stop_at_max_attempts() {
     let id = env.header.task_id;
     store.submit(new_task(env)).await.unwrap();
     for _ in 0..2 {
-        store.apply(id, change(TaskEvent::Start)).await.unwrap();
-        store.apply(id, change(TaskEvent::Retry)).await.unwrap();
+        store.apply(id, change(Transition::Start)).await.unwrap();
+        store.apply(id, change(Transition::Retry)).await.unwrap();
     }
     let record = store.get(id).unwrap().unwrap();
     assert_eq!(
@@ -516,7 +516,7 @@ async fn the_audit_chain_verifies() {
 #[tokio::test]
 async fn a_reopened_store_has_every_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(dir.path().join("s"));
+    let config = StoreSettings::new(dir.path().join("s"));
     let mut ids = Vec::new();
     {
         let store = Store::open(&config).unwrap();
@@ -525,7 +525,10 @@ async fn a_reopened_store_has_every_acknowledged_write() {
             ids.push(env.header.task_id);
             store.submit(new_task(env)).await.unwrap();
         }
-        store.apply(ids[0], change(TaskEvent::Start)).await.unwrap();
+        store
+            .apply(ids[0], change(Transition::Start))
+            .await
+            .unwrap();
     }
     let store = Store::open(&config).unwrap();
     assert_eq!(
@@ -535,7 +538,10 @@ async fn a_reopened_store_has_every_acknowledged_write() {
     assert_eq!(store.list(None, 100).unwrap().len(), 20);
     assert!(store.verify_audit().unwrap().ok);
     // The chain continues where it stopped.
-    store.apply(ids[1], change(TaskEvent::Start)).await.unwrap();
+    store
+        .apply(ids[1], change(Transition::Start))
+        .await
+        .unwrap();
     let report = store.verify_audit().unwrap();
     assert!(report.ok && report.records == 22, "{report:?}");
 }
@@ -548,7 +554,7 @@ async fn a_reopened_store_has_every_acknowledged_write() {
 async fn a_workflow_step_is_one_task_whatever_the_key() {
     let (_dir, store) = temp_store();
     let link = StepLink {
-        run: orchestrator::workflow::RunId::new(),
+        run: orchestrator::run::RunId::new(),
         step: "draft".into(),
     };
     let mut first = new_task(envelope("mail", "draft", json!({}), "key-1"));
@@ -595,7 +601,7 @@ async fn progress_reports_are_kept_once_each_in_order() {
             message: Some(message.into()),
             artifact: None,
         }),
-        ..change(TaskEvent::Start)
+        ..change(Transition::Start)
     };
     // The first report starts the task, and is kept after its transition.
     let first = store.apply(id, report(1, "w-1", "one")).await.unwrap();
@@ -621,7 +627,7 @@ async fn progress_reports_are_kept_once_each_in_order() {
             .all(|h| h.to == TaskState::Working)
     );
     // A report for a task that is not running is not kept.
-    let mut done = change(TaskEvent::Complete);
+    let mut done = change(Transition::Complete);
     done.attempt = Some(1);
     store.apply(id, done).await.unwrap();
     store.apply(id, report(3, "w-2", "late")).await.unwrap();
@@ -654,11 +660,11 @@ async fn a_task_read_while_it_changes_is_read_as_of_one_moment() {
                         message: Some(format!("report {seq}")),
                         artifact: None,
                     }),
-                    ..change(TaskEvent::Start)
+                    ..change(Transition::Start)
                 };
                 store.apply(id, report).await.unwrap();
             }
-            let mut done = change(TaskEvent::Complete);
+            let mut done = change(Transition::Complete);
             done.attempt = Some(1);
             store.apply(id, done).await.unwrap();
         })

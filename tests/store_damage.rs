@@ -6,10 +6,10 @@ use crate::common;
 use std::path::Path;
 
 use common::{filled_store, with_raw_sled};
-use orchestrator::{Store, StoreConfig, StoreError};
+use orchestrator::{Store, StoreError, StoreSettings};
 
 fn open_err(path: &Path) -> StoreError {
-    match Store::open(&StoreConfig::new(path)) {
+    match Store::open(&StoreSettings::new(path)) {
         Ok(_) => panic!("a damaged store at {} opened", path.display()),
         Err(e) => e,
     }
@@ -95,7 +95,7 @@ async fn foreign_or_incomplete_stores_are_refused() {
 async fn a_store_in_use_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let _held = Store::open(&StoreConfig::new(&path)).unwrap();
+    let _held = Store::open(&StoreSettings::new(&path)).unwrap();
     let err = open_err(&path);
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
     assert_names_path(&err, &path);
@@ -115,7 +115,7 @@ async fn an_undecodable_record_is_reported_with_its_key() {
             .insert(ids[1].as_bytes(), &b"{\"envelope\": 12"[..])
             .unwrap();
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let err = store.get(ids[1]).unwrap_err();
     let text = err.to_string();
     assert!(
@@ -172,7 +172,7 @@ async fn verify_finds_an_altered_audit_record() {
         altered.extend_from_slice(text.as_bytes());
         audit.insert(key, altered).unwrap();
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let report = store.verify_audit().unwrap();
     assert!(!report.ok);
     assert_eq!(report.first_bad_seq, Some(3));
@@ -191,7 +191,7 @@ async fn verify_finds_a_missing_audit_record() {
             .remove(2u64.to_be_bytes())
             .unwrap();
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let report = store.verify_audit().unwrap();
     assert_eq!((report.ok, report.first_bad_seq), (false, Some(2)));
     assert!(report.problem.unwrap().contains("missing"));
@@ -223,7 +223,7 @@ async fn verify_finds_a_missing_audit_index_entry() {
         let (key, _) = index.first().unwrap().unwrap();
         index.remove(key).unwrap();
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let report = store.check_indexes().unwrap();
     assert!(!report.ok());
     assert!(

@@ -7,7 +7,7 @@ use crate::common;
 use common::{envelope, list_correlated, new_task, submit_correlated, temp_store, with_raw_sled};
 use orchestrator::envelope::CorrelationId;
 use orchestrator::store::Change;
-use orchestrator::{Store, StoreConfig, TaskEvent};
+use orchestrator::{Store, StoreSettings, Transition};
 use serde_json::json;
 
 /// Keys in every tree but `meta`, by tree, of the store at `path`.
@@ -37,14 +37,14 @@ fn keys_by_tree(path: &std::path::Path) -> Vec<(String, usize)> {
 async fn a_lone_completed_task_keeps_eight_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let mut lone = envelope("echo", "echo", json!({}), "unused");
     lone.control.idempotency_key = lone.header.task_id.into();
     let id = lone.header.task_id;
     assert_eq!(lone.header.correlation_id, CorrelationId::from(id));
     store.submit(new_task(lone)).await.unwrap();
     // A handler done before the `working` threshold reports only its result.
-    let change = Change::new(TaskEvent::Complete, "worker-1", "reported complete");
+    let change = Change::new(Transition::Complete, "worker-1", "reported complete");
     store.apply(id, change).await.unwrap();
     assert!(store.check_indexes().unwrap().ok());
     drop(store);

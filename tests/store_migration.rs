@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{envelope, filled_store, new_task, with_raw_sled};
-use orchestrator::{Store, StoreConfig};
+use orchestrator::{Store, StoreSettings};
 use serde_json::json;
 
 /// Marks a closed store's files as format `version` (`v1`, `v3`…).
@@ -29,7 +29,7 @@ async fn a_v1_store_is_migrated_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let (path, ids) = filled_store(dir.path(), 3).await;
     let before: Vec<_> = {
-        let store = Store::open(&StoreConfig::new(&path)).unwrap();
+        let store = Store::open(&StoreSettings::new(&path)).unwrap();
         ids.iter()
             .map(|id| store.get(*id).unwrap().unwrap())
             .collect()
@@ -59,7 +59,7 @@ async fn a_v1_store_is_migrated_on_open() {
         db.drop_tree("audit_by_task").unwrap();
         set_format(db, "v1");
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     for record in &before {
         let after = store.get(record.task_id()).unwrap().unwrap();
         // A v1 status never named its audit record.
@@ -86,12 +86,12 @@ async fn a_v1_store_is_migrated_on_open() {
 /// keys are held for the retention from the migration.
 #[tokio::test]
 async fn a_v3_store_gets_its_run_indexes_on_open() {
-    use orchestrator::workflow::RunStarted;
-    use orchestrator::workflow::{RunId, RunState};
+    use orchestrator::run::RunStarted;
+    use orchestrator::run::{RunId, RunState};
 
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = filled_store(dir.path(), 1).await;
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let mut ids = Vec::new();
     for (i, trigger) in ["daily", "weekly", "daily"].into_iter().enumerate() {
         let new = common::new_run(trigger, Some(&format!("k{i}")), json!({ "i": i }));
@@ -116,7 +116,7 @@ async fn a_v3_store_gets_its_run_indexes_on_open() {
         }
         set_format(db, "v3");
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let listed = |trigger, state| -> Vec<RunId> {
         let runs = store.runs(trigger, state, None, 10).unwrap();
         runs.iter().map(|r| r.run_id).collect()
@@ -149,11 +149,11 @@ async fn a_v3_store_gets_its_run_indexes_on_open() {
 async fn a_v4_store_gets_one_audit_index_key_per_task() {
     use orchestrator::audit::AuditFilter;
     use orchestrator::store::Change;
-    use orchestrator::{TaskEvent, TaskRecord};
+    use orchestrator::{TaskRecord, Transition};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let lone = envelope("echo", "echo", json!({"n": 1}), "k1");
     let mut child = envelope("echo", "echo", json!({"n": 2}), "k2");
     child.header.correlation_id = lone.header.correlation_id.clone();
@@ -161,7 +161,7 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
     let correlation = lone.header.correlation_id.clone();
     store.submit(new_task(lone)).await.unwrap();
     store.submit(new_task(child)).await.unwrap();
-    for event in [TaskEvent::Start, TaskEvent::Complete] {
+    for event in [Transition::Start, Transition::Complete] {
         let change = Change::new(event, "worker-1", format!("reported {event}"));
         store.apply(ids[0], change).await.unwrap();
     }
@@ -208,7 +208,7 @@ async fn a_v4_store_gets_one_audit_index_key_per_task() {
             .unwrap();
         set_format(db, "v4");
     });
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     assert_eq!(read(&store), before);
     let report = store.check_indexes().unwrap();
     assert!(report.ok(), "{report:?}");
@@ -240,7 +240,7 @@ async fn a_v5_store_gets_its_tasks_indexed_by_agent_owner_and_trigger() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let plain = envelope("echo", "echo", json!({"n": 1}), "k1");
     let mut started = envelope("mail", "send", json!({"n": 2}), "k2");
     started.payload.meta.trigger_id = Some("nightly".into());
@@ -270,12 +270,12 @@ async fn a_v5_store_gets_its_tasks_indexed_by_agent_owner_and_trigger() {
     // What a v5 store looks like to the current check.
     {
         with_raw_sled(&path, |db| set_format(db, "v6"));
-        let store = Store::open(&StoreConfig::new(&path)).unwrap();
+        let store = Store::open(&StoreSettings::new(&path)).unwrap();
         assert!(!store.check_indexes().unwrap().ok());
         assert!(listed(&store, by(Some("mail"), None, None)).is_empty());
     }
     with_raw_sled(&path, |db| set_format(db, "v5"));
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     assert_eq!(listed(&store, by(Some("mail"), None, None)), [ids[1]]);
     assert_eq!(listed(&store, by(Some("echo"), None, None)), [ids[0]]);
     assert_eq!(

@@ -7,9 +7,9 @@ use crate::common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::envelope;
-use orchestrator::auth::keys::{self, KeyKind};
-use orchestrator::auth::{Minter, SigningKey, TaskClaims, Verdict, Verifier, VerifyKey};
 use orchestrator::envelope::{BearerToken, Envelope, Scope};
+use orchestrator::task_token::keys::{self, KeyKind};
+use orchestrator::task_token::{Minter, SigningKey, TaskClaims, Verdict, Verifier, VerifyKey};
 use serde_json::{Value, json};
 
 struct Keys {
@@ -77,7 +77,7 @@ fn good_claims(env: &Envelope) -> Value {
         "nbf": now,
         "exp": now + 300,
         "act": {"sub": "orchestrator"},
-        "env_sha256": orchestrator::auth::envelope_hash(env).unwrap(),
+        "env_sha256": orchestrator::task_token::envelope_hash(env).unwrap(),
     })
 }
 
@@ -99,7 +99,10 @@ fn with_token(mut env: Envelope, token: BearerToken) -> Envelope {
 }
 
 /// The worker's check of `env` as it would arrive on the bus.
-fn check(verifier: &Verifier, env: &Envelope) -> Result<TaskClaims, orchestrator::auth::Refusal> {
+fn check(
+    verifier: &Verifier,
+    env: &Envelope,
+) -> Result<TaskClaims, orchestrator::task_token::Refusal> {
     verifier.verify(&env.to_vec(), env, &scopes(&["Files.Read"]))
 }
 

@@ -640,7 +640,7 @@ fn python_and_rust_agree_on_the_envelope_hash() {
         );
         env.control.required_scopes = vec!["Files.Read".parse().unwrap()];
         env.payload.meta.system_prompt = Some("Be brief.\r\n".into());
-        let rust = orchestrator::auth::envelope_hash(&env).unwrap();
+        let rust = orchestrator::task_token::envelope_hash(&env).unwrap();
         let python = python_with_stdin(
             "import json, sys, tokens; print(tokens.wire_hash(json.loads(sys.stdin.buffer.read())))",
             &[],
@@ -655,8 +655,8 @@ fn python_and_rust_agree_on_the_envelope_hash() {
 /// spoiled in the ways tests/tokens.rs tries on the Rust verifier.
 #[test]
 fn the_python_token_check_refuses_what_the_rust_one_refuses() {
-    use orchestrator::auth::keys::{self, KeyKind};
-    use orchestrator::auth::{Minter, SigningKey};
+    use orchestrator::task_token::keys::{self, KeyKind};
+    use orchestrator::task_token::{Minter, SigningKey};
     python_worker_runs();
     let dir = tempfile::tempdir().unwrap();
     let files = keys::generate(dir.path(), KeyKind::EdDsa, false).unwrap();

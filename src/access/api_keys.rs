@@ -105,7 +105,8 @@ pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), Strin
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             crate::files::private_dir(key_dir).map_err(io)?;
             let key = generate();
-            crate::auth::keys::write_private(&path, format!("{key}\n").as_bytes()).map_err(io)?;
+            crate::task_token::keys::write_private(&path, format!("{key}\n").as_bytes())
+                .map_err(io)?;
             (key, Some(path.clone()))
         }
         Err(e) => return Err(io(e)),

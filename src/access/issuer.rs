@@ -247,7 +247,8 @@ mod tests {
     fn pair() -> (tempfile::TempDir, EncodingKey, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let files =
-            crate::auth::keys::generate(dir.path(), crate::auth::KeyKind::EdDsa, false).unwrap();
+            crate::task_token::keys::generate(dir.path(), crate::task_token::KeyKind::EdDsa, false)
+                .unwrap();
         let pem = std::fs::read(&files.signing).unwrap();
         (dir, EncodingKey::from_ed_pem(&pem).unwrap(), files.verify)
     }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use async_nats::{ConnectErrorKind, Event};
 use tracing::{info, warn};
 
-use super::{Bus, BusConfig, BusError, Servers};
-use crate::retry::Backoff;
+use super::{Bus, BusError, BusSettings, Servers};
+use crate::backoff::Backoff;
 use crate::telemetry::quiet::warn_quietly;
 
 /// How long one connection attempt to one server may take.
@@ -24,7 +24,7 @@ impl Bus {
     /// trying them all again and again, with backoff, until one answers or
     /// `bus.connect_wait` has passed; says every few seconds that it
     /// waits. A refused login is final at once.
-    pub async fn connect(servers: &str, config: BusConfig) -> Result<Bus, BusError> {
+    pub async fn connect(servers: &str, config: BusSettings) -> Result<Bus, BusError> {
         let list = parse(servers)?;
         let started = Instant::now();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
@@ -53,7 +53,7 @@ impl Bus {
     }
 
     /// Tries each of `servers` once; fails at once when none answers.
-    pub async fn connect_now(servers: &str, config: BusConfig) -> Result<Bus, BusError> {
+    pub async fn connect_now(servers: &str, config: BusSettings) -> Result<Bus, BusError> {
         let list = parse(servers)?;
         match try_once(&list, &config).await {
             Ok(client) => Ok(Bus::from_client(client, config)),
@@ -80,7 +80,7 @@ enum Failed {
 }
 
 /// One try of every server, in random order.
-async fn try_once(servers: &Servers, config: &BusConfig) -> Result<async_nats::Client, Failed> {
+async fn try_once(servers: &Servers, config: &BusSettings) -> Result<async_nats::Client, Failed> {
     let failed = |message: String| BusError::Connect {
         url: servers.to_string(),
         source: message.into(),

@@ -65,7 +65,7 @@ impl Bus {
     ) -> Result<(), BusError> {
         if let Err(e) = self.dead_letter(letter).await {
             if let Original::Delivered(msg, _) = original {
-                settle(msg, Settlement::Nak(self.config().retry_delay)).await;
+                settle(msg, Settlement::Nak(self.settings().retry_delay)).await;
             }
             return Err(e);
         }

@@ -8,23 +8,22 @@
 //! delivery claims), and per agent and priority the durable pull consumers
 //! `agent_<agent>_<priority>`.
 
-mod auth;
-mod config;
 mod connect;
+mod credentials;
 mod depth;
 mod dlq;
 mod health;
 mod names;
 pub mod permissions;
 mod provision;
+mod settings;
 pub use provision::refused_placement;
 mod pull;
 mod servers;
 mod settle;
 mod trigger_events;
 
-pub use auth::NatsAuth;
-pub use config::{BusConfig, DeliverySettings, agent_inbox_prefix};
+pub use credentials::NatsAuth;
 pub use depth::QueueDepth;
 pub use dlq::{
     DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER, DeadLetterCopy,
@@ -34,6 +33,7 @@ pub use health::{Flow, PROBE_TIMEOUT, Unserved};
 pub use names::Names;
 pub use pull::{PullSettings, Puller};
 pub use servers::Servers;
+pub use settings::{BusSettings, DeliverySettings, agent_inbox_prefix};
 pub use settle::{Settlement, settle, settle_confirmed};
 
 use std::sync::Arc;
@@ -150,7 +150,7 @@ struct Inner {
     /// Every name on the bus.
     names: Names,
     /// Layout and delivery settings.
-    config: BusConfig,
+    config: BusSettings,
     /// The live registry bucket, looked up once.
     agents: tokio::sync::OnceCell<kv::Store>,
     /// The delivery-claim bucket, looked up once.
@@ -158,7 +158,7 @@ struct Inner {
 }
 
 impl Bus {
-    fn from_client(client: async_nats::Client, config: BusConfig) -> Bus {
+    fn from_client(client: async_nats::Client, config: BusSettings) -> Bus {
         let js = jetstream::new(client.clone());
         Bus {
             inner: Arc::new(Inner {
@@ -178,7 +178,7 @@ impl Bus {
     }
 
     /// The bus settings.
-    pub fn config(&self) -> &BusConfig {
+    pub fn settings(&self) -> &BusSettings {
         &self.inner.config
     }
 

@@ -120,7 +120,7 @@ fn user_key(path: &Path) -> Result<String, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let pair = nkeys::KeyPair::new_user();
             let seed = pair.seed().map_err(|e| at(&e))?;
-            crate::auth::keys::write_private(path, format!("{seed}\n").as_bytes())
+            crate::task_token::keys::write_private(path, format!("{seed}\n").as_bytes())
                 .map_err(|e| at(&e))?;
             pair
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::{kv, stream};
 use tracing::info;
 
-use super::{Bus, BusConfig, BusError, Cause, provision_error};
+use super::{Bus, BusError, BusSettings, Cause, provision_error};
 use crate::envelope::AgentName;
 
 impl Bus {
@@ -351,7 +351,7 @@ fn file_stream(
     subject: String,
     retention: stream::RetentionPolicy,
     max_age: Duration,
-    config: &BusConfig,
+    config: &BusSettings,
 ) -> stream::Config {
     stream::Config {
         name,

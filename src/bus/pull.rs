@@ -9,7 +9,7 @@ use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::{PullConsumer, pull};
 use futures::StreamExt;
 
-use crate::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::telemetry::quiet::warn_quietly;
 
 /// The first wait after a failed pull, and the longest.

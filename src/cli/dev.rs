@@ -278,7 +278,7 @@ async fn registered(
     started: &mut [Started],
 ) {
     let key = std::fs::read_to_string(
-        orchestrator::auth::settings::key_dir(data_dir)
+        orchestrator::task_token::settings::key_dir(data_dir)
             .join(orchestrator::access::api_keys::ADMIN_FILE),
     )
     .unwrap_or_default();
@@ -315,7 +315,7 @@ async fn registered(
 
 /// Says where everything is, and how to sign in.
 fn banner(api: &str, data_dir: &Path, catalog: &Catalog, workers: &[(String, PathBuf)]) {
-    let key = orchestrator::auth::settings::key_dir(data_dir)
+    let key = orchestrator::task_token::settings::key_dir(data_dir)
         .join(orchestrator::access::api_keys::ADMIN_FILE);
     let held: Vec<&str> = catalog
         .agents

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use orchestrator::auth::keys::{self, KeyKind};
+use orchestrator::task_token::keys::{self, KeyKind};
 use serde_json::json;
 
 use super::offline::fail;

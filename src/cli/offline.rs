@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use orchestrator::codec::{DEFAULT_MAX_BYTES, DecodeError};
-use orchestrator::{Envelope, Store, StoreConfig, WorkerEvent};
+use orchestrator::{Envelope, Store, StoreSettings, WorkerEvent};
 use serde_json::json;
 
 use super::output::{Failure, outln};
@@ -95,7 +95,7 @@ fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 pub fn verify(args: &VerifyArgs) -> ExitCode {
-    let config = StoreConfig::in_data_dir(&args.data_dir);
+    let config = StoreSettings::in_data_dir(&args.data_dir);
     // Looked at before opening: opening makes the store private.
     let exposed: Vec<serde_json::Value> = orchestrator::files::exposed(&config.path)
         .into_iter()

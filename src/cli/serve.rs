@@ -10,10 +10,10 @@ use orchestrator::agent::{AgentCard, Catalog};
 use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::{Bus, Servers, permissions};
 use orchestrator::codec::{self, Strictness};
-use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceConfig};
+use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceSettings};
 use orchestrator::telemetry::{self, LogFormat, Telemetry};
 use orchestrator::trigger::Triggers;
-use orchestrator::worker::{Worker, WorkerConfig, handler_for};
+use orchestrator::worker::{Worker, WorkerSettings, handler_for};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -88,9 +88,9 @@ pub struct WorkerArgs {
 
 /// The settings file (or the defaults), with the `NATS_*` credentials from
 /// the environment over its `bus.auth`.
-pub(super) fn load_config(path: Option<&Path>) -> Result<ServiceConfig, String> {
-    let mut config: ServiceConfig = match path {
-        None => ServiceConfig::default(),
+pub(super) fn load_config(path: Option<&Path>) -> Result<ServiceSettings, String> {
+    let mut config: ServiceSettings = match path {
+        None => ServiceSettings::default(),
         Some(path) => {
             let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
             codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
@@ -134,7 +134,7 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 fn start_telemetry(
     service: &str,
     format: LogFormat,
-    config: &ServiceConfig,
+    config: &ServiceSettings,
 ) -> Result<Telemetry, String> {
     let telemetry = telemetry::init(service, format, "info", Some(&config.telemetry))?;
     match telemetry.exporting_to() {
@@ -170,7 +170,7 @@ pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     code
 }
 
-async fn run_orchestrator(args: RunArgs, mut config: ServiceConfig) -> ExitCode {
+async fn run_orchestrator(args: RunArgs, mut config: ServiceSettings) -> ExitCode {
     if let Some(d) = args.data_dir {
         config.data_dir = d;
     }
@@ -269,10 +269,10 @@ fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
 
 /// Who may call the API. Says where a generated administrator key is, and
 /// says loudly when nobody has to authenticate.
-fn open_access(config: &ServiceConfig) -> Result<Authenticator, String> {
+fn open_access(config: &ServiceSettings) -> Result<Authenticator, String> {
     let access = Authenticator::open(
         &config.api_auth,
-        &orchestrator::auth::settings::key_dir(&config.data_dir),
+        &orchestrator::task_token::settings::key_dir(&config.data_dir),
     )?;
     if let Some(path) = access.generated_admin_key() {
         let message = format!(
@@ -314,7 +314,7 @@ fn load_triggers(dir: &Path, catalog: &Catalog) -> Triggers {
 /// Connects to the configured broker; with none configured, to the default
 /// URL, starting a managed `nats-server` there when nothing answers.
 async fn connect_or_start_broker(
-    config: &ServiceConfig,
+    config: &ServiceSettings,
     cards: &[AgentCard],
 ) -> Result<(Bus, Option<ManagedBroker>), String> {
     if let Some(servers) = &config.nats_url {
@@ -383,7 +383,7 @@ fn load_agent(path: &Path, name: Option<&str>) -> Result<(AgentCard, PathBuf), S
 
 async fn run_worker(
     args: WorkerArgs,
-    mut config: ServiceConfig,
+    mut config: ServiceSettings,
     card: AgentCard,
     dir: PathBuf,
 ) -> ExitCode {
@@ -432,7 +432,7 @@ async fn run_worker(
         Ok(b) => b,
         Err(e) => return fail(e),
     };
-    let mut worker_config = WorkerConfig {
+    let mut worker_config = WorkerSettings {
         max_envelope_bytes: config.max_envelope_bytes,
         verifier,
         sensitive: config.sensitive_fields.clone(),
@@ -440,7 +440,7 @@ async fn run_worker(
             config.secret_env.iter().map(String::as_str),
         ),
         stall_after: config.ready_stall_after,
-        ..WorkerConfig::default()
+        ..WorkerSettings::default()
     };
     if let Some(c) = args.concurrency {
         worker_config.concurrency = c;

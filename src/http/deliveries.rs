@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Requester};
 use crate::envelope::{TaskId, Timestamp};
-use crate::service::{Delivery, DeliveryTarget, GaveUp, Orchestrator};
+use crate::service::{DeliveryTarget, GaveUp, Orchestrator, PushDelivery};
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new().route("/v1/deliveries", get(list))
@@ -24,7 +24,7 @@ pub(super) fn jwks_router() -> Router<Orchestrator> {
         get(|State(o): State<Orchestrator>| async move {
             (
                 [(header::CACHE_CONTROL, "max-age=300")],
-                Json(o.delivery_key().jwks()),
+                Json(o.push_key().jwks()),
             )
                 .into_response()
         }),
@@ -65,8 +65,8 @@ pub struct DeliveryView {
     pub created_at: Timestamp,
 }
 
-impl From<Delivery> for DeliveryView {
-    fn from(d: Delivery) -> Self {
+impl From<PushDelivery> for DeliveryView {
+    fn from(d: PushDelivery) -> Self {
         let (kind, url) = match &d.target {
             DeliveryTarget::A2a(t) => ("a2a", Some(t.url.clone())),
             DeliveryTarget::Callback => ("callback", None),

@@ -4,7 +4,6 @@
 mod a2a;
 mod agents;
 mod audit;
-mod auth;
 mod console;
 mod deliveries;
 mod dlq;
@@ -13,17 +12,18 @@ mod health;
 mod limits;
 pub mod listen;
 pub mod openapi;
+mod principal;
 pub(crate) mod push;
 mod runs;
+mod span;
 mod streams;
 mod tasks;
-mod trace;
 mod triggers;
 mod ui;
 
-pub use auth::AUTH_HEADER;
 pub use deliveries::DeliveryView;
 pub use error::ApiError;
+pub use principal::AUTH_HEADER;
 pub use runs::RunPage;
 pub use tasks::{TaskPage, TaskView};
 
@@ -44,7 +44,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Requester {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        let principal = auth::principal(parts).cloned().ok_or_else(|| {
+        let principal = principal::principal(parts).cloned().ok_or_else(|| {
             ApiError::new(
                 axum::http::StatusCode::UNAUTHORIZED,
                 "unauthenticated",
@@ -76,7 +76,7 @@ impl WaitQuery {
     /// The longest wait: the request timeout less a second, to answer
     /// before the timeout does.
     fn longest(o: &Orchestrator) -> std::time::Duration {
-        o.config()
+        o.settings()
             .http_request_timeout
             .saturating_sub(std::time::Duration::from_secs(1))
     }
@@ -110,7 +110,7 @@ pub fn router(
     access: Arc<Authenticator>,
     closing: tokio_util::sync::CancellationToken,
 ) -> Router {
-    let config = orchestrator.config();
+    let config = orchestrator.settings();
     let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
     let open = access.is_off();
     let streams = Arc::new(streams::Streams::new(
@@ -120,7 +120,7 @@ pub fn router(
         closing,
     ));
     let face = a2a::Face::new(!open, Arc::clone(&streams));
-    let gate = Arc::new(auth::Gate {
+    let gate = Arc::new(principal::Gate {
         access,
         per_principal: limits::PerPrincipal::new(
             config.http_max_in_flight_per_principal,
@@ -142,9 +142,9 @@ pub fn router(
         .layer(axum::Extension(streams))
         .layer(axum::middleware::from_fn_with_state(
             gate,
-            auth::authenticate,
+            principal::authenticate,
         ))
-        .layer(axum::middleware::from_fn(trace::layer))
+        .layer(axum::middleware::from_fn(span::layer))
         .with_state(orchestrator.clone());
     let probes = health::router()
         .merge(ui::router())
@@ -152,13 +152,15 @@ pub fn router(
         .merge(deliveries::jwks_router())
         .merge(openapi::router())
         .layer(axum::Extension(face))
-        .layer(axum::middleware::from_fn(trace::layer))
+        .layer(axum::middleware::from_fn(span::layer))
         .with_state(orchestrator);
     let app = probes
         .merge(limits::limit(api, max_in_flight, timeout))
         .layer(axum::middleware::map_response(error::every_answer));
     if open {
-        app.layer(axum::middleware::map_response(auth::mark_unauthenticated))
+        app.layer(axum::middleware::map_response(
+            principal::mark_unauthenticated,
+        ))
     } else {
         app
     }
@@ -177,7 +179,7 @@ pub fn probes_router(orchestrator: Orchestrator) -> Router {
             )
             .retry_after(1)
         })
-        .layer(axum::middleware::from_fn(trace::layer))
+        .layer(axum::middleware::from_fn(span::layer))
         .layer(axum::middleware::map_response(error::every_answer))
         .with_state(orchestrator)
 }
@@ -193,6 +195,6 @@ async fn body(
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
-    let c = o.config();
+    let c = o.settings();
     limits::read_body(body, declared, c.max_envelope_bytes, c.http_body_timeout).await
 }

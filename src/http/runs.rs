@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
+use crate::run::{RunId, RunState};
 use crate::service::{Answer, Orchestrator, RunAct, RunView};
-use crate::workflow::{RunId, RunState};
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
@@ -118,7 +118,7 @@ async fn act_body(
     Ok(codec::decode(
         &bytes,
         Strictness::Strict,
-        o.config().max_envelope_bytes,
+        o.settings().max_envelope_bytes,
     )?)
 }
 

@@ -120,7 +120,7 @@ impl TaskView {
         // The store keeps no token: its envelope is shown as kept.
         let envelope = serde_json::to_value(&r.envelope)
             .ok()
-            .map(|e| o.config().sensitive_fields.redacted(&e));
+            .map(|e| o.settings().sensitive_fields.redacted(&e));
         TaskView {
             envelope,
             ..TaskView::new(r, o)
@@ -140,7 +140,7 @@ async fn submit(
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     let body = super::body(&o, &headers, body).await?;
     let request: TaskRequest =
-        codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
+        codec::decode(&body, Strictness::Strict, o.settings().max_envelope_bytes)?;
     let wait = match (q.within(&o)?, request.response_mode) {
         (Some(wait), _) => Some(wait),
         (None, Some(ResponseMode::Sync)) => Some(super::WaitQuery::longest(&o)),

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::{ApiError, Requester};
 use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::envelope::IdempotencyKey;
+use crate::run::RunStarted;
 use crate::service::{Orchestrator, RunView};
-use crate::workflow::RunStarted;
 
 pub(super) fn router() -> Router<Orchestrator> {
     Router::new()
@@ -61,7 +61,7 @@ async fn start_run(
     o.may_start(&id, &caller)?;
     let body = super::body(&o, &headers, body).await?;
     let request: RunRequest =
-        codec::decode(&body, Strictness::Strict, o.config().max_envelope_bytes)?;
+        codec::decode(&body, Strictness::Strict, o.settings().max_envelope_bytes)?;
     let started = o
         .start_run(
             &id,

@@ -6,19 +6,19 @@
 //! and no tool call that ran, and a caller waiting for its tools holds no
 //! worker slot.
 //!
-//! - [`request`]: the first request of a conversation (system prompt,
+//! - [`model_request`]: the first request of a conversation (system prompt,
 //!   history, the user message, the tools) and the names of tools.
 //! - [`patterns`]: the AgentCard types that need a model, and the
 //!   planners of those that are not one conversation.
-//! - [`plan`]: what a conversation does next, from its stored turns and
+//! - [`conversation`]: what a conversation does next, from its stored turns and
 //!   calls.
 //! - [`mcp`]: MCP servers' tools: the `mcp` settings, names, filters.
 //! - [`settings`]: the `llm` settings.
 
+pub mod conversation;
 pub mod mcp;
+pub mod model_request;
 pub mod patterns;
-pub mod plan;
-pub mod request;
 pub mod settings;
 
 pub use settings::LlmSettings;

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::{Caller, Orchestrator, ServiceError};
 use crate::envelope::TaskId;
 use crate::store::{Applied, Change, StoreError};
-use crate::task::{Said, TaskEvent, TaskRecord, TaskState};
+use crate::task::{Said, TaskRecord, TaskState, Transition};
 
 impl Orchestrator {
     /// Gives the input task `task_id` waits for: the task goes back to
@@ -46,7 +46,7 @@ impl Orchestrator {
                 answer_key: key.map(str::to_string),
                 ..Said::default()
             },
-            ..Change::new(TaskEvent::Answer, caller.principal.as_str(), "input given")
+            ..Change::new(Transition::Answer, caller.principal.as_str(), "input given")
         };
         let status = match self.inner.store.apply(task_id, change).await {
             Ok(Applied::Moved(status)) => status,
@@ -92,7 +92,7 @@ impl Orchestrator {
         if let Some(key) = key
             && let Some(record) = self.inner.store.get(task_id)?
             && let Some(earlier) = record.history.iter().find(|h| {
-                h.event == Some(TaskEvent::Answer)
+                h.event == Some(Transition::Answer)
                     && h.said.answer_key.as_deref() == Some(key)
                     && h.actor == caller.principal
             })

@@ -2,8 +2,8 @@
 //! for what a caller may see and do (docs/security.md states them).
 
 use crate::access::{Grants, grants};
+use crate::run::RunRecord;
 use crate::task::TaskStatus;
-use crate::workflow::RunRecord;
 
 use super::ServiceError;
 

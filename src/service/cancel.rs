@@ -6,7 +6,7 @@ use super::{Caller, Orchestrator, ServiceError};
 use crate::bus::BusError;
 use crate::envelope::TaskId;
 use crate::store::{Applied, Change, StoreError};
-use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::task::{TaskRecord, TaskState, Transition};
 
 impl Orchestrator {
     /// Cancels a task: idempotent for a canceled task, refused for one that
@@ -33,7 +33,7 @@ impl Orchestrator {
             _ => return Err(ServiceError::Store(StoreError::NotFound(task_id))),
         }
         let change = Change::new(
-            TaskEvent::Cancel,
+            Transition::Cancel,
             caller.principal.as_str(),
             "cancel requested",
         );

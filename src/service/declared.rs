@@ -156,7 +156,7 @@ fn check_canonical(params: &Map<String, Value>) -> Result<(), DecodeError> {
         path.truncate("params".len());
         path.push('.');
         path.push_str(name);
-        crate::auth::canonical::check(value, &mut path)
+        crate::task_token::canonical::check(value, &mut path)
             .map_err(|e| DecodeError::invalid(e.path, e.message))?;
     }
     Ok(())

@@ -193,7 +193,7 @@ impl ServiceError {
     }
 
     /// Why a change to a run was refused, when that is the trouble.
-    pub fn run_refused(&self) -> Option<&crate::workflow::RunRefused> {
+    pub fn run_refused(&self) -> Option<&crate::run::RunRefused> {
         match self {
             ServiceError::Store(crate::store::StoreError::RunRefused(r)) => Some(r),
             _ => None,

@@ -3,9 +3,9 @@
 
 use super::{Orchestrator, ServiceError};
 use crate::envelope::TaskId;
-use crate::llm::plan;
+use crate::llm::conversation;
+use crate::run::{RunId, StepTask};
 use crate::task::TaskState;
-use crate::workflow::{RunId, StepTask};
 
 /// One step of a held task, as its view lists it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,7 +56,7 @@ impl Orchestrator {
                     todo.push(status.task_id);
                 } else if step.starts_with("turn-")
                     && !step.contains(".call-")
-                    && let Ok(turn) = plan::read_turn(&StepTask::from(&status))
+                    && let Ok(turn) = conversation::read_turn(&StepTask::from(&status))
                 {
                     let usage = turn.usage.unwrap_or_default();
                     totals.add(crate::llm::Totals {

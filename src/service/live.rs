@@ -11,9 +11,9 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use super::{Caller, Orchestrator};
 use crate::access::grants;
 use crate::envelope::TaskId;
+use crate::run::{RunId, RunState};
 use crate::store::Changed;
 use crate::task::TaskState;
-use crate::workflow::{RunId, RunState};
 
 /// At most this many tasks (and runs) are named in one batch; past it the
 /// batch says `more`, and the view reads what it shows again.

@@ -20,20 +20,19 @@
 //!   conversations with a model, the AgentCard patterns), submitting and
 //!   canceling through the acts;
 //! - the acts the faces call, a file per act (`submit`, `cancel`,
-//!   `replay`, `runs`, `answer`, `deliveries`, `messages`) or per kind of
+//!   `replay`, `runs`, `answer`, `push`, `messages`) or per kind of
 //!   read (`reads`, `follow`, `run_follow`, `live`, `overview`,
 //!   `dead_letters`), beside what they share (`caller`, `request`,
 //!   `error`, `config`, `stop`, `quarantine`). They reach a loop or the
 //!   engine only through the handles this orchestrator holds.
 
+mod agents;
 mod answer;
 mod backlog;
 mod caller;
 mod cancel;
-mod config;
 mod dead_letters;
 mod declared;
-mod deliveries;
 mod engine;
 mod error;
 mod follow;
@@ -42,38 +41,39 @@ mod live;
 mod loops;
 mod messages;
 mod overview;
+mod push;
 mod quarantine;
 mod reads;
-mod registry;
 mod replay;
 mod request;
 mod run_follow;
 mod run_view;
 mod runs;
+mod settings;
 mod stop;
 mod submit;
 
+pub use agents::{AgentFilter, AgentInstances, Agents};
 pub use caller::Caller;
-pub use config::{
-    A2aSettings, AgentSettings, DEFAULT_NATS_URL, DeliverySettings, MessageIds, ServiceConfig,
-};
 pub use dead_letters::DeadLetter;
 pub use declared::Declared;
-pub use deliveries::{
-    CALLBACK, Delivery, DeliveryName, GaveUp, PushAuth, PushTarget, Target as DeliveryTarget,
-};
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
 pub use held_view::HeldStep;
 pub use live::{Live, LiveBatch};
 pub use loops::Background;
 pub use overview::{AgentLine, Overview};
+pub use push::{
+    CALLBACK, DeliveryName, GaveUp, PushAuth, PushDelivery, PushTarget, Target as DeliveryTarget,
+};
 pub use reads::TaskFilter;
-pub use registry::{AgentFilter, AgentInstances, Agents};
 pub use request::TaskRequest;
 pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct, RunOptions};
+pub use settings::{
+    A2aSettings, AgentSettings, DEFAULT_NATS_URL, MessageIds, PushSettings, ServiceSettings,
+};
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -81,7 +81,7 @@ use std::time::Duration;
 use crate::agent::Catalog;
 use crate::bus::Bus;
 use crate::claim::Claims;
-use crate::store::{Store, StoreConfig};
+use crate::store::{Store, StoreSettings};
 use crate::trigger::Triggers;
 use loops::{publisher, reaper};
 use publisher::Publisher;
@@ -115,7 +115,7 @@ struct Inner {
     /// Advances workflow runs (the loop starts with `start`).
     engine: engine::Engine,
     /// The settings in force.
-    config: ServiceConfig,
+    config: ServiceSettings,
     /// The largest envelope the broker carries (from its max_payload).
     max_envelope: usize,
     /// Publishes envelopes (the loop starts with `start`).
@@ -123,9 +123,9 @@ struct Inner {
     /// Watches deadlines (the loop starts with `start`).
     deadlines: Deadlines,
     /// Signs each published attempt's token.
-    minter: crate::auth::Minter,
+    minter: crate::task_token::Minter,
     /// The key files generated at open, when there were none.
-    generated_keys: Option<crate::auth::KeyFiles>,
+    generated_keys: Option<crate::task_token::KeyFiles>,
     /// The loops' receiving ends, until `start` takes them.
     pending: Mutex<Option<loops::Queues>>,
     /// The Jaeger UI that trace links point at.
@@ -133,7 +133,7 @@ struct Inner {
     /// The background checks' last verdict on the bus.
     ready: crate::telemetry::readiness::Readiness,
     /// Push notifications' and callbacks' key and queue.
-    outbox: deliveries::Outbox,
+    outbox: push::Outbox,
     /// The last count of tasks waiting for a worker (`max_backlog`).
     backlog: backlog::Backlog,
 }
@@ -142,12 +142,12 @@ impl Orchestrator {
     /// Opens the store and provisions the bus. Nothing runs in the
     /// background until [`Orchestrator::start`].
     pub async fn open(
-        mut config: ServiceConfig,
+        mut config: ServiceSettings,
         bus: Bus,
         catalog: Catalog,
         triggers: Triggers,
     ) -> Result<Orchestrator, ServiceError> {
-        let mut store_config = StoreConfig::in_data_dir(&config.data_dir);
+        let mut store_config = StoreSettings::in_data_dir(&config.data_dir);
         store_config.idempotency_retention = config.idempotency_retention;
         store_config.cache_bytes = config.store_cache_bytes;
         store_config.retry = config.retry;
@@ -165,7 +165,7 @@ impl Orchestrator {
             );
         }
         bus.provision().await?;
-        let claims = bus.claims(bus.config().ack_wait).await?;
+        let claims = bus.claims(bus.settings().ack_wait).await?;
         let max_envelope = bus.max_payload().saturating_sub(HEADER_ROOM);
         // A request larger than any envelope the broker carries is refused
         // before it is read.
@@ -174,12 +174,12 @@ impl Orchestrator {
         let (deadlines, deadline_queue) = reaper::channel();
         let (engine, engine_queue) = engine::channel();
         let jaeger_url = config.telemetry.jaeger_url(|k| std::env::var(k).ok());
-        let delivery_key = match &config.deliveries.signing_key {
+        let push_key = match &config.deliveries.signing_key {
             Some(path) => path.clone(),
-            None => crate::auth::settings::key_dir(&config.data_dir)
-                .join(crate::auth::delivery_key::DELIVERY_SIGNING_FILE),
+            None => crate::task_token::settings::key_dir(&config.data_dir)
+                .join(crate::task_token::push_key::DELIVERY_SIGNING_FILE),
         };
-        let outbox = deliveries::Outbox::open(&delivery_key)?;
+        let outbox = push::Outbox::open(&push_key)?;
         Ok(Orchestrator {
             inner: Arc::new(Inner {
                 store,
@@ -209,7 +209,7 @@ impl Orchestrator {
 
     /// The key files generated when the orchestrator opened with no
     /// signing key (workers need the `verify` one).
-    pub fn generated_keys(&self) -> Option<&crate::auth::KeyFiles> {
+    pub fn generated_keys(&self) -> Option<&crate::task_token::KeyFiles> {
         self.inner.generated_keys.as_ref()
     }
 
@@ -253,7 +253,7 @@ impl Orchestrator {
     }
 
     /// The settings in force.
-    pub fn config(&self) -> &ServiceConfig {
+    pub fn settings(&self) -> &ServiceSettings {
         &self.inner.config
     }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{Caller, Orchestrator, ServiceError};
 use crate::envelope::CorrelationId;
+use crate::run::{RunId, RunRecord, RunState};
 use crate::store::Watch;
-use crate::workflow::{RunId, RunRecord, RunState};
 
 /// A run followed by one caller: [`RunFollow::changed`] answers at each
 /// of its changes. Dropping it stops following.

@@ -10,12 +10,12 @@ use serde_json::Value;
 use super::{Orchestrator, ServiceError};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::event::ErrorInfo;
-use crate::task::{TaskState, TaskStatus};
-use crate::trigger::StepKind;
-use crate::workflow::{
+use crate::run::{
     CancelRequest, Decision, Origin, RouteChoice, RunId, RunRecord, RunState, StepState, StepTask,
     plan, waiting_gate,
 };
+use crate::task::{TaskState, TaskStatus};
+use crate::trigger::StepKind;
 
 /// A run as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,14 +19,14 @@ use super::{Caller, Orchestrator, ServiceError};
 use crate::access::grants;
 use crate::codec::DecodeError;
 use crate::envelope::{CorrelationId, Timestamp};
+use crate::run::{
+    CancelRequest, Decision, Origin, RunChange, RunId, RunRecord, RunRefused, RunStarted, RunState,
+    plan, waiting_gate,
+};
 use crate::store::{Fingerprint, NewRun, ScheduleCursor, StoreError};
 use crate::telemetry::context::StoredTrace;
 use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::Trigger;
-use crate::workflow::{
-    CancelRequest, Decision, Origin, RunChange, RunId, RunRecord, RunRefused, RunStarted, RunState,
-    plan, waiting_gate,
-};
 
 /// How a run starts, beside its trigger, input and key.
 pub(crate) struct RunStart {

@@ -103,7 +103,7 @@ impl Orchestrator {
         if conversation {
             self.inner
                 .engine
-                .nudge(crate::workflow::RunId::of_conversation(record.task_id()));
+                .nudge(crate::run::RunId::of_conversation(record.task_id()));
         } else {
             self.inner.publisher.now(record).await;
         }

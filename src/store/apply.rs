@@ -10,18 +10,18 @@ use serde_json::{Value, json};
 use sled::transaction::ConflictableTransactionError;
 
 use super::tasks::{abort, read_status};
-use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, row_keys};
 use crate::envelope::{AgentName, TaskId, Timestamp};
 use crate::event::{ErrorInfo, Progress};
 use crate::task::{
-    Next, RetryPolicy, Said, TaskEvent, TaskState, TaskStatus, TransitionError, decide,
+    Next, RetryPolicy, Said, TaskState, TaskStatus, Transition, TransitionError, decide,
 };
 
 /// A change asked of a task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     /// What happened.
-    pub event: TaskEvent,
+    pub event: Transition,
     /// The attempt the report is about; a report about another attempt than
     /// the task's current one is stale and ignored. `None`: not tied to one.
     pub attempt: Option<u32>,
@@ -53,7 +53,7 @@ pub struct Change {
 
 impl Change {
     /// A change with no result or error, not tied to an attempt.
-    pub fn new(event: TaskEvent, actor: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn new(event: Transition, actor: impl Into<String>, reason: impl Into<String>) -> Self {
         Change {
             event,
             attempt: None,
@@ -220,7 +220,7 @@ impl Store {
                         .any(|o| o.as_ref().is_ok_and(ApplyOutcome::wrote))
                 }) {
                     tx.tasks
-                        .insert(&keys::task(task_id), keys::encode(&status))?;
+                        .insert(&row_keys::task(task_id), row_keys::encode(&status))?;
                 }
                 Ok((head, outcomes))
             }))
@@ -268,7 +268,7 @@ impl Store {
             if record.attempt == attempt && !record.state.is_terminal() {
                 record.published_seq = Some(seq);
                 tx.tasks
-                    .insert(&keys::task(task_id), keys::encode(&record))?;
+                    .insert(&row_keys::task(task_id), row_keys::encode(&record))?;
             }
             Ok((head, ()))
         }))
@@ -321,8 +321,9 @@ fn apply_one(
     };
     let from = record.state;
     let retried = moved(&mut record, change, (state, attempt), now, policy);
-    tx.by_state.remove(&keys::state(from, task_id))?;
-    tx.by_state.insert(&keys::state(state, task_id), &[][..])?;
+    tx.by_state.remove(&row_keys::state(from, task_id))?;
+    tx.by_state
+        .insert(&row_keys::state(state, task_id), &[][..])?;
     let entry = transition_entry(&record, change, from, retried);
     let head = audit::append(tx, head, &entry, now)?;
     record.audit_seq = Some(head.seq);
@@ -371,7 +372,7 @@ fn moved(
 ) -> bool {
     let retried = attempt != record.attempt;
     if retried {
-        record.retry_at = (change.event != TaskEvent::Answer)
+        record.retry_at = (change.event != Transition::Answer)
             .then(|| now.after(policy.delay(record.attempt, change.retry_after)));
         record.published_seq = None;
         record.progress = None;

@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 use sled::transaction::ConflictableTransactionError;
 
-use super::{StoreError, Tx, keys};
+use super::{StoreError, Tx, row_keys};
 use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 use crate::envelope::Timestamp;
 
@@ -89,16 +89,16 @@ pub(crate) fn append_record(
         prev_hash: hex::encode(head.hash),
         hash: String::new(),
     };
-    let body = keys::encode(&record);
+    let body = row_keys::encode(&record);
     let hash = chain_hash(&head.hash, &body);
     let mut value = Vec::with_capacity(32 + body.len());
     value.extend_from_slice(&hash);
     value.extend_from_slice(&body);
-    tx.audit.insert(&keys::audit(record.seq), value)?;
+    tx.audit.insert(&row_keys::audit(record.seq), value)?;
     if let Some(task) = record.task_id {
-        let key = keys::task(task);
+        let key = row_keys::task(task);
         let entry = tx.audit_by_task.get(key)?;
-        let seqs = keys::push_audit_seq(entry.as_deref(), record.seq);
+        let seqs = row_keys::push_audit_seq(entry.as_deref(), record.seq);
         tx.audit_by_task.insert(&key, seqs)?;
     }
     let next = Head {
@@ -125,13 +125,13 @@ pub(super) fn decode_stored(
     if value.len() < 32 {
         return Err(StoreError::Decode {
             tree: "audit",
-            key: keys::describe("audit", key),
+            key: row_keys::describe("audit", key),
             message: format!("value is {} bytes, shorter than its hash", value.len()),
         });
     }
     let mut hash = [0u8; 32];
     hash.copy_from_slice(&value[..32]);
-    let mut record: AuditRecord = keys::decode_value("audit", key, &value[32..])?;
+    let mut record: AuditRecord = row_keys::decode_value("audit", key, &value[32..])?;
     record.hash = hex::encode(hash);
     Ok((hash, record))
 }
@@ -145,7 +145,7 @@ pub(crate) fn verify(audit: &sled::Tree, head: Head) -> Result<AuditReport, Stor
         let seq = match <[u8; 8]>::try_from(key.as_ref()) {
             Ok(bytes) => u64::from_be_bytes(bytes),
             Err(_) => {
-                let shown = keys::describe("audit", &key);
+                let shown = row_keys::describe("audit", &key);
                 return Ok(AuditReport::broken(
                     expected - 1,
                     expected,
@@ -222,23 +222,23 @@ pub(crate) fn list(
     limit: usize,
 ) -> Result<Vec<AuditRecord>, StoreError> {
     if let Some(task) = filter.task_id {
-        let key = keys::task(task);
+        let key = row_keys::task(task);
         let Some(entry) = by_task.get(key)? else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for seq in keys::audit_seqs(&key, &entry)? {
+        for seq in row_keys::audit_seqs(&key, &entry)? {
             if out.len() >= limit {
                 break;
             }
             if seq <= after {
                 continue;
             }
-            let audit_key = keys::audit(seq);
+            let audit_key = row_keys::audit(seq);
             let Some(value) = audit.get(audit_key)? else {
                 return Err(StoreError::Decode {
                     tree: "audit_by_task",
-                    key: keys::describe("audit_by_task", &key),
+                    key: row_keys::describe("audit_by_task", &key),
                     message: format!("indexes audit record {seq}, which does not exist"),
                 });
             };
@@ -254,7 +254,7 @@ pub(crate) fn list(
         return Ok(out);
     }
     let mut out = Vec::new();
-    let start = keys::audit(after.saturating_add(1));
+    let start = row_keys::audit(after.saturating_add(1));
     for item in audit.range(start..) {
         if out.len() >= limit {
             break;

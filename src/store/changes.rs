@@ -9,8 +9,8 @@ use tokio::sync::broadcast;
 
 use super::Store;
 use crate::envelope::TaskId;
+use crate::run::{RunId, RunRecord, RunState};
 use crate::task::{TaskState, TaskStatus};
-use crate::workflow::{RunId, RunRecord, RunState};
 
 /// How many changes a subscriber may fall behind before it is told it
 /// lagged.

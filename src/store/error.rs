@@ -79,17 +79,17 @@ pub enum StoreError {
     InvalidScope(String),
     /// No run has this id.
     #[error("run {0} not found")]
-    RunNotFound(crate::workflow::RunId),
+    RunNotFound(crate::run::RunId),
     /// The run refused the change.
     #[error(transparent)]
-    RunRefused(#[from] crate::workflow::RunRefused),
+    RunRefused(#[from] crate::run::RunRefused),
     /// The run's idempotency key belongs to another request.
     #[error("idempotency key `{key}` was used for a different run request (run {existing})")]
     RunKeyConflict {
         /// The key.
         key: String,
         /// The run that owns it.
-        existing: crate::workflow::RunId,
+        existing: crate::run::RunId,
     },
     /// The message id (or key) names another message.
     #[error(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{StoreError, keys};
+use super::{StoreError, row_keys};
 use crate::envelope::{TaskId, Timestamp};
 
 /// A digest of a request, to tell a retry (same request) from a conflicting
@@ -84,7 +84,7 @@ pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, Store
     let mut removed = 0;
     for item in tree.scan_prefix(space.prefix) {
         let (key, value) = item.map_err(StoreError::from)?;
-        let claim: Expiry = keys::decode_value(space.name, &key, &value)?;
+        let claim: Expiry = row_keys::decode_value(space.name, &key, &value)?;
         if !expired(claim.expires_at, now) {
             continue;
         }

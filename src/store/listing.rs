@@ -13,7 +13,7 @@
 
 use std::ops::Bound;
 
-use super::{Store, StoreError, keys};
+use super::{Store, StoreError, row_keys};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::task::{TaskRecord, TaskState};
 
@@ -35,7 +35,7 @@ pub struct TaskQuery {
     /// Of this skill (the envelope's `payload.action`).
     pub action: Option<String>,
     /// The steps of this workflow run.
-    pub run: Option<crate::workflow::RunId>,
+    pub run: Option<crate::run::RunId>,
 }
 
 /// The fields of a status a filter reads.
@@ -87,7 +87,7 @@ impl Store {
                 (Some(c), ..) => (
                     &self.inner.by_correlation,
                     "by_correlation",
-                    keys::correlation_prefix(c),
+                    row_keys::correlation_prefix(c),
                 ),
                 (None, Some(t), ..) => (&self.inner.by_label, "by_label", label(Label::Trigger, t)),
                 (None, None, Some(o), ..) => {
@@ -124,7 +124,7 @@ impl Store {
         let mut ids = tree.range((lower, upper)).rev().peekable();
         while out.len() < limit {
             let indexed = match ids.peek() {
-                Some(Ok((key, _))) => Some(keys::trailing_task_id(name, key)?),
+                Some(Ok((key, _))) => Some(row_keys::trailing_task_id(name, key)?),
                 Some(Err(_)) => {
                     if let Some(Err(e)) = ids.next() {
                         return Err(e.into());
@@ -209,12 +209,12 @@ impl Store {
                 break;
             }
             let (key, _) = item?;
-            let id = keys::trailing_task_id("by_label", &key)?;
-            let key = keys::task(id);
+            let id = row_keys::trailing_task_id("by_label", &key)?;
+            let key = row_keys::task(id);
             let Some(value) = self.inner.tasks.get(key)? else {
                 continue;
             };
-            if let Ok(light) = keys::decode_value::<Light>("tasks", &key, &value) {
+            if let Ok(light) = row_keys::decode_value::<Light>("tasks", &key, &value) {
                 *counts.entry(light.state).or_default() += 1;
             }
         }
@@ -229,7 +229,7 @@ impl Store {
         id: TaskId,
         value: Option<sled::IVec>,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let key = keys::task(id);
+        let key = row_keys::task(id);
         let value = match value {
             Some(v) => v,
             None => match self.inner.tasks.get(key)? {
@@ -237,7 +237,7 @@ impl Store {
                 None => return Ok(None),
             },
         };
-        let decoded = keys::decode_value::<Light>("tasks", &key, &value).map(Some);
+        let decoded = row_keys::decode_value::<Light>("tasks", &key, &value).map(Some);
         let Some(light) = self.readable(id, decoded)? else {
             return Ok(None);
         };

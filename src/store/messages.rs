@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::idempotency::{Fingerprint, expired};
 use super::tasks::abort;
-use super::{AuditEntry, Store, StoreError, audit, keys};
+use super::{AuditEntry, Store, StoreError, audit, row_keys};
 use crate::envelope::Timestamp;
 
 const MESSAGE: u8 = b'm';
@@ -39,7 +39,7 @@ pub enum MessageClaim {
 
 fn claim_key(principal: &str, key: &str) -> Vec<u8> {
     let mut out = vec![MESSAGE];
-    out.extend(keys::idempotency(principal, key));
+    out.extend(row_keys::idempotency(principal, key));
     out
 }
 
@@ -58,7 +58,7 @@ impl Store {
     ) -> Result<MessageClaim, StoreError> {
         let now = Timestamp::now();
         let at = claim_key(principal, key);
-        let value = keys::encode(&Held {
+        let value = row_keys::encode(&Held {
             fingerprint: fingerprint.clone(),
             expires_at: now.after(self.inner.retention).unix_seconds(),
         });
@@ -74,7 +74,7 @@ impl Store {
             .transact(Box::new(move |tx, head| {
                 let held = tx.runs.get(&at)?;
                 let held = held
-                    .map(|b| keys::decode_value::<Held>("runs", &at, &b))
+                    .map(|b| row_keys::decode_value::<Held>("runs", &at, &b))
                     .transpose()
                     .map_err(abort)?;
                 match held.filter(|h| !expired(h.expires_at, now.unix_seconds())) {
@@ -111,7 +111,7 @@ impl Store {
         let at = claim_key(principal, key);
         self.transact(Box::new(move |tx, head| {
             if let Some(bytes) = tx.runs.get(&at)?
-                && keys::decode_value::<Held>("runs", &at, &bytes)
+                && row_keys::decode_value::<Held>("runs", &at, &bytes)
                     .is_ok_and(|h| h.fingerprint == fingerprint)
             {
                 tx.runs.remove(at.as_slice())?;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tracing::info;
 
-use super::{FORMAT_V2, FORMAT_V3, FORMAT_V4, StoreError, audit, keys};
+use super::{FORMAT_V2, FORMAT_V3, FORMAT_V4, StoreError, audit, row_keys};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -67,12 +67,12 @@ pub(super) fn v2_to_v3(
         if serde_json::from_slice::<TaskStatus>(&bytes).is_ok() {
             continue;
         }
-        let whole: WholeRecord = keys::decode_value("tasks", &key, &bytes)?;
+        let whole: WholeRecord = row_keys::decode_value("tasks", &key, &bytes)?;
         let (envelope, status) = whole.split();
         // The envelope first: a crash between the two writes leaves a
         // record that is still whole, and the next open splits it again.
-        envelopes.insert(&key, keys::encode(&envelope))?;
-        tasks.insert(&key, keys::encode(&status))?;
+        envelopes.insert(&key, row_keys::encode(&envelope))?;
+        tasks.insert(&key, row_keys::encode(&status))?;
         split += 1;
     }
     envelopes.flush()?;
@@ -143,7 +143,7 @@ pub(super) fn v4_to_v5(
             _ => {
                 let next = (task, seq.to_be_bytes().to_vec());
                 if let Some((done, seqs)) = current.replace(next) {
-                    batch.insert(&keys::task(done), seqs);
+                    batch.insert(&row_keys::task(done), seqs);
                     merged += 1;
                     if pending >= 10_000 {
                         by_task.apply_batch(std::mem::take(&mut batch))?;
@@ -156,7 +156,7 @@ pub(super) fn v4_to_v5(
         pending += 1;
     }
     if let Some((done, seqs)) = current {
-        batch.insert(&keys::task(done), seqs);
+        batch.insert(&row_keys::task(done), seqs);
         merged += 1;
     }
     by_task.apply_batch(batch)?;
@@ -164,8 +164,8 @@ pub(super) fn v4_to_v5(
     let mut batch = sled::Batch::default();
     for item in by_correlation.iter() {
         let (key, _) = item?;
-        let task = keys::trailing_task_id("by_correlation", &key)?;
-        if key.as_ref() == keys::correlation(&task.into(), task) {
+        let task = row_keys::trailing_task_id("by_correlation", &key)?;
+        if key.as_ref() == row_keys::correlation(&task.into(), task) {
             batch.remove(key);
             unindexed += 1;
         }
@@ -197,7 +197,7 @@ fn v2_index_key(task: TaskId, seq: u64) -> [u8; 24] {
 fn v2_index_key_parts(key: &[u8]) -> Result<(TaskId, u64), StoreError> {
     let malformed = || StoreError::Decode {
         tree: "audit_by_task",
-        key: keys::describe("audit_by_task", key),
+        key: row_keys::describe("audit_by_task", key),
         message: "index key is not a task id and a sequence (24 bytes)".into(),
     };
     let (task, seq) = key.split_first_chunk::<16>().ok_or_else(malformed)?;
@@ -287,9 +287,11 @@ pub(super) fn v5_to_v6(
     let mut pending = 0usize;
     for item in tasks.iter() {
         let (key, bytes) = item?;
-        let owner = keys::decode_value::<Owner>("tasks", &key, &bytes);
+        let owner = row_keys::decode_value::<Owner>("tasks", &key, &bytes);
         let envelope = match envelopes.get(&key)? {
-            Some(e) => keys::decode_value::<crate::envelope::Envelope>("envelopes", &key, &e).ok(),
+            Some(e) => {
+                row_keys::decode_value::<crate::envelope::Envelope>("envelopes", &key, &e).ok()
+            }
             None => None,
         };
         let (Ok(owner), Some(envelope)) = (owner, envelope) else {

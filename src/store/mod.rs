@@ -23,38 +23,38 @@
 mod apply;
 mod audit;
 mod changes;
-mod check;
 mod commit;
-mod deliveries;
 mod error;
 mod idempotency;
-mod keys;
 mod labels;
 mod listing;
 mod mark;
 mod messages;
 mod migrate;
+mod outbox;
 mod quarantine;
+mod row_keys;
 mod run_index;
 mod runs;
 mod submit;
 mod tasks;
-mod watch;
+mod verify;
+mod waiters;
 mod writer;
 
 use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 pub use apply::{Applied, Change};
 pub use changes::Changed;
-pub use check::IndexReport;
-pub use deliveries::{CALLBACK, Delivery, GaveUp, PushAuth, PushTarget, Target};
 pub use error::StoreError;
 pub use idempotency::Fingerprint;
 pub use listing::TaskQuery;
 pub use messages::MessageClaim;
+pub use outbox::{CALLBACK, GaveUp, PushAuth, PushDelivery, PushTarget, Target};
 pub use quarantine::Quarantined;
 pub use runs::{NewRun, ScheduleCursor, StepLink};
 pub use submit::NewTask;
-pub use watch::Watch;
+pub use verify::IndexReport;
+pub use waiters::Watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -91,7 +91,7 @@ const FORMATS: [&[u8]; 6] = [
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StoreConfig {
+pub struct StoreSettings {
     /// The directory holding the sled database.
     pub path: PathBuf,
     /// How long an idempotency key stays claimed (default 24 h).
@@ -107,16 +107,16 @@ pub struct StoreConfig {
     pub retry: crate::task::RetryPolicy,
 }
 
-impl StoreConfig {
+impl StoreSettings {
     /// The defaults, for the store of the data directory `data_dir`
     /// (its `store/` subdirectory).
     pub fn in_data_dir(data_dir: impl AsRef<Path>) -> Self {
-        StoreConfig::new(data_dir.as_ref().join("store"))
+        StoreSettings::new(data_dir.as_ref().join("store"))
     }
 
     /// The defaults, for a store at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        StoreConfig {
+        StoreSettings {
             path: path.into(),
             idempotency_retention: Duration::from_secs(24 * 3600),
             gc_interval: Duration::from_secs(600),
@@ -172,7 +172,7 @@ struct Inner {
     /// Collects expired idempotency keys in the background.
     _collector: idempotency::Collector,
     /// Waiters for tasks to end.
-    watchers: watch::Watchers,
+    watchers: waiters::Watchers,
     /// Every change, for live views.
     changes: changes::Changes,
     /// Transactions the writer committed since the store was opened.
@@ -185,7 +185,7 @@ impl Store {
     /// Fails with a message naming the path when the directory cannot be
     /// created, another process holds the store, the files are corrupt or
     /// truncated, or the directory holds some other sled database.
-    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+    pub fn open(config: &StoreSettings) -> Result<Store, StoreError> {
         let path = config.path.clone();
         crate::files::private_dir(&path).map_err(|e| StoreError::Open {
             path: path.clone(),
@@ -311,7 +311,7 @@ impl Store {
                 unreadable: std::sync::Mutex::default(),
                 retention: config.idempotency_retention,
                 retry: config.retry,
-                watchers: watch::Watchers::default(),
+                watchers: waiters::Watchers::default(),
                 changes: changes::Changes::default(),
             }),
         })
@@ -320,7 +320,7 @@ impl Store {
     /// Opens the store described by `config` only if one is there: for
     /// maintenance commands, which must never create one (a mistyped
     /// directory is an error, not an empty store that checks out).
-    pub fn open_existing(config: &StoreConfig) -> Result<Store, StoreError> {
+    pub fn open_existing(config: &StoreSettings) -> Result<Store, StoreError> {
         if !config.path.join(mark::FILE_NAME).is_file() {
             let found = if config.path.exists() {
                 format!("no {} in it", mark::FILE_NAME)
@@ -539,7 +539,7 @@ fn check_against_mark(
     if marked.seq == 0 {
         return Ok(());
     }
-    match audit.get(keys::audit(marked.seq))? {
+    match audit.get(row_keys::audit(marked.seq))? {
         Some(value) if value.len() >= 32 && value[..32] == marked.hash => Ok(()),
         Some(_) => Err(corrupt(format!(
             "audit record {} differs from the one acknowledged",

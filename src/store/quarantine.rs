@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tracing::warn;
 
-use super::{AuditEntry, Store, StoreError, audit, keys};
+use super::{AuditEntry, Store, StoreError, audit, row_keys};
 use crate::envelope::{CorrelationId, TaskId, Timestamp};
 use crate::task::{TaskState, TaskStatus};
 
@@ -91,13 +91,15 @@ impl Store {
     /// behind names a task no listing finds, and is skipped).
     fn labels_of(&self, id: TaskId) -> Result<Vec<Vec<u8>>, StoreError> {
         use super::labels::{Label, key};
-        let k = keys::task(id);
+        let k = row_keys::task(id);
         let status = match self.inner.tasks.get(k)? {
-            Some(b) => keys::decode_value::<TaskStatus>("tasks", &k, &b).ok(),
+            Some(b) => row_keys::decode_value::<TaskStatus>("tasks", &k, &b).ok(),
             None => None,
         };
         let envelope = match self.inner.envelopes.get(k)? {
-            Some(b) => keys::decode_value::<crate::envelope::Envelope>("envelopes", &k, &b).ok(),
+            Some(b) => {
+                row_keys::decode_value::<crate::envelope::Envelope>("envelopes", &k, &b).ok()
+            }
             None => None,
         };
         // Who asked for it: its status says, else its creation's record.
@@ -128,9 +130,9 @@ impl Store {
     ) -> Result<Option<Quarantined>, StoreError> {
         // Its index entries: the correlation id from its status, or, when
         // that is what cannot be read, from its first audit record.
-        let key = keys::task(id);
+        let key = row_keys::task(id);
         let correlation = match self.inner.tasks.get(key)? {
-            Some(bytes) => match keys::decode_value::<TaskStatus>("tasks", &key, &bytes) {
+            Some(bytes) => match row_keys::decode_value::<TaskStatus>("tasks", &key, &bytes) {
                 Ok(status) => Some(status.correlation_id),
                 Err(_) => self.submitted_correlation(id)?,
             },
@@ -152,10 +154,10 @@ impl Store {
                     return Ok((head, None));
                 }
                 for state in TaskState::ALL {
-                    tx.by_state.remove(&keys::state(state, id))?;
+                    tx.by_state.remove(&row_keys::state(state, id))?;
                 }
                 if let Some(c) = &correlation {
-                    tx.by_correlation.remove(keys::correlation(c, id))?;
+                    tx.by_correlation.remove(row_keys::correlation(c, id))?;
                 }
                 for label in &labels {
                     tx.by_label.remove(label.as_slice())?;
@@ -167,7 +169,7 @@ impl Store {
                     trees,
                 };
                 tx.meta
-                    .insert(record_key(id).as_bytes(), keys::encode(&record))?;
+                    .insert(record_key(id).as_bytes(), row_keys::encode(&record))?;
                 let entry = AuditEntry {
                     actor: "orchestrator".into(),
                     kind: "task.quarantined".into(),
@@ -206,7 +208,7 @@ impl Store {
     pub fn quarantined(&self, id: TaskId) -> Result<Option<Quarantined>, StoreError> {
         let key = record_key(id);
         match self.inner.meta.get(key.as_bytes())? {
-            Some(bytes) => keys::decode_value("meta", key.as_bytes(), &bytes).map(Some),
+            Some(bytes) => row_keys::decode_value("meta", key.as_bytes(), &bytes).map(Some),
             None => Ok(None),
         }
     }
@@ -219,7 +221,10 @@ impl Store {
             let (key, bytes) = item?;
             let name = String::from_utf8_lossy(&key[PREFIX.len()..]).into_owned();
             match name.split_once('/') {
-                None => out.push((keys::decode_value("meta", &key, &bytes)?, RawRecords::new())),
+                None => out.push((
+                    row_keys::decode_value("meta", &key, &bytes)?,
+                    RawRecords::new(),
+                )),
                 Some((_, tree)) => {
                     if let Some((_, raw)) = out.last_mut() {
                         raw.insert(tree.to_string(), bytes.to_vec());

@@ -6,8 +6,8 @@
 //! an index read backwards is newest first.
 
 use super::runs::{RECORD, run_id_at, stored_run};
-use super::{Store, StoreError, keys};
-use crate::workflow::{RunId, RunRecord, RunState};
+use super::{Store, StoreError, row_keys};
+use crate::run::{RunId, RunRecord, RunState};
 
 const BY_TRIGGER: u8 = b'T';
 const BY_STATE: u8 = b'S';
@@ -54,7 +54,7 @@ pub(super) fn index_all(runs: &sled::Tree) -> Result<u64, StoreError> {
     let mut indexed = 0;
     for item in runs.scan_prefix([RECORD]) {
         let (key, bytes) = item?;
-        let record: RunRecord = keys::decode_value("runs", &key, &bytes)?;
+        let record: RunRecord = row_keys::decode_value("runs", &key, &bytes)?;
         for key in index_keys(&record) {
             batch.insert(key, &[][..]);
         }
@@ -71,7 +71,7 @@ pub(super) fn check_indexes(runs: &sled::Tree) -> Result<Vec<String>, StoreError
     let mut problems = Vec::new();
     for item in runs.scan_prefix([RECORD]) {
         let (key, bytes) = item?;
-        let record: RunRecord = match keys::decode_value("runs", &key, &bytes) {
+        let record: RunRecord = match row_keys::decode_value("runs", &key, &bytes) {
             Ok(record) => record,
             Err(e) => {
                 problems.push(e.to_string());
@@ -138,7 +138,7 @@ impl Store {
             }
             let (key, bytes) = item?;
             let read = if prefix[0] == RECORD {
-                keys::decode_value("runs", &key, &bytes).map(Some)
+                row_keys::decode_value("runs", &key, &bytes).map(Some)
             } else {
                 self.run(indexed_id(&key)?)
             };
@@ -163,8 +163,8 @@ mod tests {
 
     use super::*;
     use crate::access::Grants;
-    use crate::store::{Fingerprint, NewRun, StoreConfig};
-    use crate::workflow::{Origin, RunChange};
+    use crate::run::{Origin, RunChange};
+    use crate::store::{Fingerprint, NewRun, StoreSettings};
 
     async fn start(store: &Store, trigger: &str) -> RunId {
         let yaml = format!("id: {trigger}\nsteps: [{{id: a, agent: x, action: y}}]");
@@ -216,7 +216,7 @@ mod tests {
     async fn runs_are_listed_from_their_indexes_and_move_with_their_state() {
         use RunState::{Completed, Failed, Working};
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreConfig::new(dir.path())).unwrap();
+        let store = Store::open(&StoreSettings::new(dir.path())).unwrap();
         let a1 = start(&store, "a").await;
         let ab = start(&store, "ab").await;
         let a2 = start(&store, "a").await;

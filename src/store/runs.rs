@@ -20,9 +20,9 @@ use serde_json::json;
 use super::idempotency::{Fingerprint, expired};
 use super::run_index::index_keys;
 use super::tasks::abort;
-use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, row_keys};
 use crate::envelope::{TaskId, Timestamp};
-use crate::workflow::{RunChange, RunId, RunRecord, RunStarted};
+use crate::run::{RunChange, RunId, RunRecord, RunStarted};
 
 pub(super) const RECORD: u8 = b'r';
 const STEP: u8 = b's';
@@ -66,7 +66,7 @@ fn step_key(id: RunId, step: &str) -> Vec<u8> {
 
 fn run_key(scope: &str, key: &str) -> Vec<u8> {
     let mut out = vec![KEY];
-    out.extend(keys::idempotency(scope, key));
+    out.extend(row_keys::idempotency(scope, key));
     out
 }
 
@@ -76,7 +76,7 @@ pub(super) fn run_id_at(key: &[u8]) -> Result<RunId, StoreError> {
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| StoreError::Decode {
             tree: "runs",
-            key: keys::describe("runs", key),
+            key: row_keys::describe("runs", key),
             message: "a run key without its run id".into(),
         })?;
     Ok(RunId::from_bytes(bytes))
@@ -89,10 +89,10 @@ pub(super) fn stamp_keys(runs: &sled::Tree, expires_at: i64) -> Result<u64, Stor
     let mut stamped = 0;
     for item in runs.scan_prefix(KEYS) {
         let (key, bytes) = item?;
-        let mut held: RunKey = keys::decode_value("runs", &key, &bytes)?;
+        let mut held: RunKey = row_keys::decode_value("runs", &key, &bytes)?;
         if held.expires_at == 0 {
             held.expires_at = expires_at;
-            runs.insert(key, keys::encode(&held))?;
+            runs.insert(key, row_keys::encode(&held))?;
             stamped += 1;
         }
     }
@@ -159,7 +159,7 @@ pub struct ScheduleCursor {
 pub(super) fn stored_run(runs: &sled::Tree, id: RunId) -> Result<Option<RunRecord>, StoreError> {
     let key = record_key(id);
     match runs.get(key)? {
-        Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
+        Some(bytes) => row_keys::decode_value("runs", &key, &bytes).map(Some),
         None => Ok(None),
     }
 }
@@ -170,7 +170,7 @@ fn read_run(tx: &Tx<'_>, id: RunId) -> Result<RunRecord, Abort> {
         .runs
         .get(key)?
         .ok_or_else(|| abort(StoreError::RunNotFound(id)))?;
-    keys::decode_value("runs", &key, &bytes).map_err(abort)
+    row_keys::decode_value("runs", &key, &bytes).map_err(abort)
 }
 
 /// The task a step link names, inside a transaction.
@@ -191,7 +191,7 @@ pub(super) fn link(tx: &Tx<'_>, link: &StepLink, task: TaskId) -> Result<(), Abo
 fn decode_task_id(key: &[u8], bytes: &[u8]) -> Result<TaskId, StoreError> {
     let id: [u8; 16] = bytes.try_into().map_err(|_| StoreError::Decode {
         tree: "runs",
-        key: keys::describe("runs", key),
+        key: row_keys::describe("runs", key),
         message: "a step link that is not a task id".into(),
     })?;
     Ok(TaskId::from_bytes(id))
@@ -218,14 +218,14 @@ impl Store {
         let now = Timestamp::now();
         let record = new.record;
         let id = record.run_id;
-        let bytes = keys::encode(&record);
+        let bytes = row_keys::encode(&record);
         let claim = new.key.as_ref().map(|(scope, key)| {
             let value = RunKey {
                 run_id: id,
                 fingerprint: new.fingerprint.clone(),
                 expires_at: now.after(self.inner.retention).unix_seconds(),
             };
-            (run_key(scope, key), key.clone(), keys::encode(&value))
+            (run_key(scope, key), key.clone(), row_keys::encode(&value))
         });
         let started = entry(
             &record,
@@ -241,7 +241,7 @@ impl Store {
         let indexed = index_keys(&record);
         // A callback is owed from the moment the run is stored.
         let callback = record.callback_url.is_some().then(|| {
-            super::Delivery::new(
+            super::PushDelivery::new(
                 as_task_id(id),
                 super::CALLBACK.into(),
                 super::Target::Callback,
@@ -251,13 +251,13 @@ impl Store {
         });
         let cursor = new
             .schedule
-            .map(|c| (cursor_key(&record.trigger_id), keys::encode(&c)));
+            .map(|c| (cursor_key(&record.trigger_id), row_keys::encode(&c)));
         let existing = self
             .transact(Box::new(move |tx, head| {
                 if let Some((key, name, value)) = &claim {
                     let held = tx.runs.get(key)?;
                     let held = held
-                        .map(|b| keys::decode_value::<RunKey>("runs", key, &b))
+                        .map(|b| row_keys::decode_value::<RunKey>("runs", key, &b))
                         .transpose()
                         .map_err(abort)?;
                     // An expired key is free: it starts a new run.
@@ -282,7 +282,7 @@ impl Store {
                     tx.runs.insert(key.as_slice(), value.as_slice())?;
                 }
                 if let Some(d) = &callback {
-                    super::deliveries::write(tx, d)?;
+                    super::outbox::write(tx, d)?;
                 }
                 let head = audit::append(tx, head, &started, now)?;
                 Ok((head, None))
@@ -319,7 +319,7 @@ impl Store {
                     .apply(&change, now)
                     .map_err(|e| abort(StoreError::RunRefused(e)))?;
                 tx.runs
-                    .insert(&record_key(id), keys::encode(&record).as_slice())?;
+                    .insert(&record_key(id), row_keys::encode(&record).as_slice())?;
                 if record.state != before {
                     // The trigger never changes: only the state's entries move.
                     let [_, new_state, new_both] = index_keys(&record);
@@ -345,7 +345,7 @@ impl Store {
 
     /// A wait for run `id`'s changes, registered now (woken as a task's
     /// wait is; a run and a task never share an id).
-    pub fn watch_run(&self, id: RunId) -> super::watch::Watch {
+    pub fn watch_run(&self, id: RunId) -> super::waiters::Watch {
         self.inner.watchers.watch(as_task_id(id))
     }
 
@@ -353,7 +353,7 @@ impl Store {
     pub fn schedule_cursor(&self, trigger: &str) -> Result<Option<ScheduleCursor>, StoreError> {
         let key = cursor_key(trigger);
         match self.inner.runs.get(&key)? {
-            Some(bytes) => keys::decode_value("runs", &key, &bytes).map(Some),
+            Some(bytes) => row_keys::decode_value("runs", &key, &bytes).map(Some),
             None => Ok(None),
         }
     }
@@ -369,7 +369,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let now = Timestamp::now();
         let key = cursor_key(trigger);
-        let value = keys::encode(&cursor);
+        let value = row_keys::encode(&cursor);
         let entry = AuditEntry {
             actor: actor.to_string(),
             kind: kind.to_string(),
@@ -427,12 +427,12 @@ impl Store {
     pub fn run_step_tasks(
         &self,
         id: RunId,
-    ) -> Result<BTreeMap<String, crate::workflow::StepTask>, StoreError> {
+    ) -> Result<BTreeMap<String, crate::run::StepTask>, StoreError> {
         let mut out = BTreeMap::new();
         for (step, task_id) in self.run_steps(id)? {
-            let key = keys::task(task_id);
+            let key = row_keys::task(task_id);
             let read = match self.inner.tasks.get(key)? {
-                Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
+                Some(bytes) => row_keys::decode_value("tasks", &key, &bytes).map(Some),
                 None => Ok(None),
             };
             if let Some(task) = self.readable(task_id, read)? {

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::idempotency::{Claim, Fingerprint};
 use super::tasks::abort;
-use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, keys};
+use super::{Abort, AuditEntry, Store, StoreError, Tx, audit, row_keys};
 use crate::envelope::{Envelope, TaskId, Timestamp, check_label};
 use crate::task::{HistoryEntry, Submitted, TaskRecord, TaskState, TaskStatus};
 
@@ -66,7 +66,7 @@ pub(super) struct NewRows {
     labels: Vec<Vec<u8>>,
     step: Option<super::StepLink>,
     /// The callback owed from the moment it is stored.
-    callback: Option<super::Delivery>,
+    callback: Option<super::PushDelivery>,
     /// Its creation, the first record of its history.
     entry: AuditEntry,
     now: Timestamp,
@@ -90,9 +90,9 @@ impl NewRows {
         );
         let claim = new.fingerprint.filter(|_| claims).map(|fingerprint| {
             let claim = Claim::new(task_id, fingerprint, retention);
-            let bytes = keys::encode(&claim);
+            let bytes = row_keys::encode(&claim);
             (
-                keys::idempotency(&new.scope, key.as_str()),
+                row_keys::idempotency(&new.scope, key.as_str()),
                 claim.fingerprint,
                 bytes,
             )
@@ -100,13 +100,13 @@ impl NewRows {
         // A task whose correlation id is its own id is found by that id
         // alone: it needs no index entry (one key less per lone task).
         let correlation = (!task_id.is_written_as(record.correlation_id().as_str()))
-            .then(|| keys::correlation(record.correlation_id(), task_id));
+            .then(|| row_keys::correlation(record.correlation_id(), task_id));
         let entry = creation(&record, &new.actor);
         let control = &record.envelope.control;
         let callback = (control.response_mode == crate::envelope::ResponseMode::Callback
             && control.callback_url.is_some())
         .then(|| {
-            super::Delivery::new(
+            super::PushDelivery::new(
                 task_id,
                 super::CALLBACK.into(),
                 super::Target::Callback,
@@ -117,7 +117,7 @@ impl NewRows {
         let rows = NewRows {
             task_id,
             status: record.status.clone(),
-            envelope: keys::encode(&record.envelope),
+            envelope: row_keys::encode(&record.envelope),
             claim,
             key,
             correlation,
@@ -143,7 +143,8 @@ impl NewRows {
         if let Some((idem_key, fingerprint, _)) = &self.claim
             && let Some(bytes) = tx.idempotency.get(idem_key)?
         {
-            let held: Claim = keys::decode_value("idempotency", idem_key, &bytes).map_err(abort)?;
+            let held: Claim =
+                row_keys::decode_value("idempotency", idem_key, &bytes).map_err(abort)?;
             if !held.is_expired(self.now.unix_seconds()) {
                 if held.fingerprint == *fingerprint {
                     return Ok((head, SubmitOutcome::Existing(held.task_id)));
@@ -154,7 +155,7 @@ impl NewRows {
                 }));
             }
         }
-        if tx.tasks.get(keys::task(task_id))?.is_some() {
+        if tx.tasks.get(row_keys::task(task_id))?.is_some() {
             return Err(abort(StoreError::DuplicateTask(task_id)));
         }
         // The creation is the history's first record.
@@ -163,9 +164,9 @@ impl NewRows {
             ..self.status.clone()
         };
         tx.tasks
-            .insert(&keys::task(task_id), keys::encode(&stored))?;
+            .insert(&row_keys::task(task_id), row_keys::encode(&stored))?;
         tx.envelopes
-            .insert(&keys::task(task_id), self.envelope.as_slice())?;
+            .insert(&row_keys::task(task_id), self.envelope.as_slice())?;
         if let Some((idem_key, _, bytes)) = &self.claim {
             tx.idempotency
                 .insert(idem_key.as_slice(), bytes.as_slice())?;
@@ -174,7 +175,7 @@ impl NewRows {
             tx.by_correlation.insert(correlation.as_slice(), &[][..])?;
         }
         tx.by_state
-            .insert(&keys::state(TaskState::Submitted, task_id), &[][..])?;
+            .insert(&row_keys::state(TaskState::Submitted, task_id), &[][..])?;
         for label in &self.labels {
             tx.by_label.insert(label.as_slice(), &[][..])?;
         }
@@ -182,7 +183,7 @@ impl NewRows {
             super::runs::link(tx, link, task_id)?;
         }
         if let Some(d) = &self.callback {
-            super::deliveries::write(tx, d)?;
+            super::outbox::write(tx, d)?;
         }
         let head = audit::append(tx, head, &self.entry, self.now)?;
         Ok((head, SubmitOutcome::Created(head.seq)))
@@ -348,7 +349,7 @@ mod tests {
         };
         let (_, rows) = NewRows::of(new_task(keyed), Timestamp::now(), HOLD);
         let (claim_key, fingerprint, _) = rows.claim.expect("the key is claimed");
-        assert_eq!(claim_key, keys::idempotency("alice", "nightly-1"));
+        assert_eq!(claim_key, row_keys::idempotency("alice", "nightly-1"));
         assert_eq!(fingerprint, Fingerprint::of(&json!({"name": "ada"})));
         assert!(
             rows.correlation.is_some(),
@@ -357,7 +358,7 @@ mod tests {
 
         let mut step = new_task(keyed);
         step.step = Some(super::super::StepLink {
-            run: crate::workflow::RunId::new(),
+            run: crate::run::RunId::new(),
             step: "draft".into(),
         });
         let (_, rows) = NewRows::of(step, Timestamp::now(), HOLD);

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use sled::transaction::ConflictableTransactionError;
 use tracing::warn;
 
-use super::{Abort, Store, StoreError, Tx, keys};
+use super::{Abort, Store, StoreError, Tx, row_keys};
 use crate::envelope::{CorrelationId, Envelope, TaskId};
 use crate::task::{HistoryEntry, Said, TaskRecord, TaskState, TaskStatus};
 
@@ -16,18 +16,18 @@ pub(super) fn abort(e: StoreError) -> Abort {
 }
 
 pub(super) fn read_status(tx: &Tx<'_>, id: TaskId) -> Result<TaskStatus, Abort> {
-    let key = keys::task(id);
+    let key = row_keys::task(id);
     let bytes = tx
         .tasks
         .get(key)?
         .ok_or_else(|| abort(StoreError::NotFound(id)))?;
-    keys::decode_value("tasks", &key, &bytes).map_err(abort)
+    row_keys::decode_value("tasks", &key, &bytes).map_err(abort)
 }
 
 impl Store {
     /// A wait for task `id`'s changes, registered now: read the task after
     /// this, then await [`super::Watch::changed`] and read again.
-    pub fn watch(&self, id: TaskId) -> super::watch::Watch {
+    pub fn watch(&self, id: TaskId) -> super::waiters::Watch {
         self.inner.watchers.watch(id)
     }
 
@@ -71,9 +71,9 @@ impl Store {
 
     /// The status of the task with this id, if any (one small read).
     pub fn status(&self, id: TaskId) -> Result<Option<TaskStatus>, StoreError> {
-        let key = keys::task(id);
+        let key = row_keys::task(id);
         match self.inner.tasks.get(key)? {
-            Some(bytes) => keys::decode_value("tasks", &key, &bytes).map(Some),
+            Some(bytes) => row_keys::decode_value("tasks", &key, &bytes).map(Some),
             None => Ok(None),
         }
     }
@@ -85,10 +85,10 @@ impl Store {
         struct StateOnly {
             state: TaskState,
         }
-        let key = keys::task(id);
+        let key = row_keys::task(id);
         match self.inner.tasks.get(key)? {
             Some(bytes) => {
-                keys::decode_value::<StateOnly>("tasks", &key, &bytes).map(|s| Some(s.state))
+                row_keys::decode_value::<StateOnly>("tasks", &key, &bytes).map(|s| Some(s.state))
             }
             None => Ok(None),
         }
@@ -96,9 +96,9 @@ impl Store {
 
     /// The envelope of the task with this id, if any (as submitted, attempt 1).
     pub fn envelope(&self, id: TaskId) -> Result<Option<Envelope>, StoreError> {
-        let key = keys::task(id);
+        let key = row_keys::task(id);
         match self.inner.envelopes.get(key)? {
-            Some(bytes) => keys::decode_value("envelopes", &key, &bytes).map(Some),
+            Some(bytes) => row_keys::decode_value("envelopes", &key, &bytes).map(Some),
             None => Ok(None),
         }
     }
@@ -119,10 +119,10 @@ impl Store {
             }
         };
         let Some(envelope) = self.envelope(status.task_id)? else {
-            let key = keys::task(status.task_id);
+            let key = row_keys::task(status.task_id);
             return Err(StoreError::Decode {
                 tree: "envelopes",
-                key: keys::describe("envelopes", &key),
+                key: row_keys::describe("envelopes", &key),
                 message: format!("task {} has no envelope", status.task_id),
             });
         };
@@ -151,7 +151,7 @@ impl Store {
     /// Up to `limit` tasks after task `after` (exclusive), oldest first.
     pub fn list(&self, after: Option<TaskId>, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let start = match after {
-            Some(id) => Bound::Excluded(keys::task(id).to_vec()),
+            Some(id) => Bound::Excluded(row_keys::task(id).to_vec()),
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
@@ -160,8 +160,8 @@ impl Store {
                 break;
             }
             let (key, bytes) = item?;
-            let id = keys::trailing_task_id("tasks", &key)?;
-            let read = keys::decode_value("tasks", &key, &bytes).and_then(|s| self.assemble(s));
+            let id = row_keys::trailing_task_id("tasks", &key)?;
+            let read = row_keys::decode_value("tasks", &key, &bytes).and_then(|s| self.assemble(s));
             if let Some(record) = self.readable(id, read.map(Some))? {
                 out.push(record);
             }
@@ -178,8 +178,8 @@ impl Store {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        let prefix = keys::correlation_prefix(correlation);
-        let start = after.map(|id| keys::correlation(correlation, id));
+        let prefix = row_keys::correlation_prefix(correlation);
+        let start = after.map(|id| row_keys::correlation(correlation, id));
         let mut out = self.index_range(
             &self.inner.by_correlation,
             "by_correlation",
@@ -234,7 +234,7 @@ impl Store {
         read: impl Fn(TaskId) -> Result<Option<T>, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         let prefix = [state.code()];
-        let start = after.map(|id| keys::state(state, id).to_vec());
+        let start = after.map(|id| row_keys::state(state, id).to_vec());
         self.index_range(
             &self.inner.by_state,
             "by_state",
@@ -268,7 +268,7 @@ impl Store {
             if !key.starts_with(prefix) || out.len() >= limit {
                 break;
             }
-            let id = keys::trailing_task_id(name, &key)?;
+            let id = row_keys::trailing_task_id(name, &key)?;
             match read(id)? {
                 Some(record) => out.push(record),
                 None => {

@@ -8,10 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use super::TaskState;
 
-/// Something that happened to a task.
+/// Something that happened to a task: the state machine's input. (An
+/// *event* is what a worker reports on the bus, `crate::event`; a
+/// transition is what the store makes of it, or of a cancel, an answer, a
+/// deadline.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TaskEvent {
+pub enum Transition {
     /// A worker started (or resumed) the task.
     Start,
     /// The task needs input from a person.
@@ -33,33 +36,33 @@ pub enum TaskEvent {
     Answer,
 }
 
-impl TaskEvent {
-    /// Every event.
-    pub const ALL: [TaskEvent; 9] = [
-        TaskEvent::Start,
-        TaskEvent::RequireInput,
-        TaskEvent::RequireAuth,
-        TaskEvent::Complete,
-        TaskEvent::Fail,
-        TaskEvent::Reject,
-        TaskEvent::Cancel,
-        TaskEvent::Retry,
-        TaskEvent::Answer,
+impl Transition {
+    /// Every transition.
+    pub const ALL: [Transition; 9] = [
+        Transition::Start,
+        Transition::RequireInput,
+        Transition::RequireAuth,
+        Transition::Complete,
+        Transition::Fail,
+        Transition::Reject,
+        Transition::Cancel,
+        Transition::Retry,
+        Transition::Answer,
     ];
 }
 
-impl fmt::Display for TaskEvent {
+impl fmt::Display for Transition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
-            TaskEvent::Start => "start",
-            TaskEvent::RequireInput => "require_input",
-            TaskEvent::RequireAuth => "require_auth",
-            TaskEvent::Complete => "complete",
-            TaskEvent::Fail => "fail",
-            TaskEvent::Reject => "reject",
-            TaskEvent::Cancel => "cancel",
-            TaskEvent::Retry => "retry",
-            TaskEvent::Answer => "answer",
+            Transition::Start => "start",
+            Transition::RequireInput => "require_input",
+            Transition::RequireAuth => "require_auth",
+            Transition::Complete => "complete",
+            Transition::Fail => "fail",
+            Transition::Reject => "reject",
+            Transition::Cancel => "cancel",
+            Transition::Retry => "retry",
+            Transition::Answer => "answer",
         };
         f.write_str(name)
     }
@@ -75,12 +78,12 @@ pub enum Next {
         /// The attempt number after the move (one more after a retry).
         attempt: u32,
     },
-    /// Nothing changes: the event repeats what is already so (a redelivered
+    /// Nothing changes: the transition repeats what is already so (a redelivered
     /// `working`, a second `input_required`).
     Stay,
 }
 
-/// Why an event cannot apply to a task.
+/// Why a transition cannot apply to a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
     /// The task is in a terminal state; nothing leaves it. A late result for
@@ -89,20 +92,20 @@ pub enum TransitionError {
     Terminal {
         /// The terminal state.
         state: TaskState,
-        /// The event that came too late.
-        event: TaskEvent,
+        /// The transition that came too late.
+        event: Transition,
     },
-    /// The event makes no sense in the current state.
+    /// The transition makes no sense in the current state.
     #[error("`{event}` is not allowed while the task is {state}")]
     NotAllowed {
         /// The current state.
         state: TaskState,
-        /// The event refused.
-        event: TaskEvent,
+        /// The transition refused.
+        event: Transition,
     },
 }
 
-/// Rules on one event for a task in `state` at `attempt` of `max_attempts`.
+/// Rules on one transition for a task in `state` at `attempt` of `max_attempts`.
 ///
 /// - `submitted → working | input_required | auth_required | completed |
 ///   failed | rejected | canceled` (a result may arrive without a `working`
@@ -123,10 +126,10 @@ pub fn decide(
     state: TaskState,
     attempt: u32,
     max_attempts: u32,
-    event: TaskEvent,
+    event: Transition,
 ) -> Result<Next, TransitionError> {
-    use TaskEvent as E;
     use TaskState as S;
+    use Transition as E;
     let to = |state| Ok(Next::Move { state, attempt });
     match (state, event) {
         (S::Completed | S::Failed | S::Canceled | S::Rejected, event) => {
@@ -170,8 +173,8 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use TaskEvent as E;
     use TaskState as S;
+    use Transition as E;
 
     /// The expected outcome of every (state, event) pair, written out by hand
     /// (attempt 1 of 3): `Some(state)` = move there, `None` = refused, and

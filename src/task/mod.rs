@@ -6,7 +6,7 @@ mod record;
 mod retry;
 mod state;
 
-pub use machine::{Next, TaskEvent, TransitionError, decide};
+pub use machine::{Next, Transition, TransitionError, decide};
 pub use record::{HistoryEntry, ProgressMark, Said, Submitted, TaskRecord, TaskStatus};
 pub use retry::RetryPolicy;
 pub use state::TaskState;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{TaskEvent, TaskState};
+use super::{TaskState, Transition};
 use crate::artifact::Artifact;
 use crate::envelope::{Action, AgentName, CorrelationId, Envelope, TaskId, Timestamp};
 use crate::event::{ErrorInfo, Progress};
@@ -34,7 +34,7 @@ pub struct HistoryEntry {
     pub to: TaskState,
     /// The event that caused it; `None` for the creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<TaskEvent>,
+    pub event: Option<Transition>,
     /// The attempt after the transition.
     pub attempt: u32,
     /// Who caused it: a principal, an agent instance, `orchestrator`.

@@ -46,7 +46,7 @@ pub(super) async fn claim(
 ) -> Claimed {
     let task_id = envelope.header.task_id;
     let agent = &envelope.header.to;
-    let mut backoff = shared.bus.config().backoff();
+    let mut backoff = shared.bus.settings().backoff();
     let mut kept_alive = Instant::now();
     loop {
         // Any delivery, whatever its headers, may be a copy of an attempt

@@ -1,5 +1,5 @@
 //! One delivery, from pulled message to settlement: decode, check, claim
-//! ([`super::acquire`]), run and report ([`super::run`]); refusals and
+//! ([`super::acquire`]), run and report ([`super::attempt`]); refusals and
 //! dead letters of what cannot run.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument, Span, info, warn};
 
 use super::acquire::{self, Claimed};
-use super::{Outcome, Shared, Stops, event_for, run};
+use super::{Outcome, Shared, Stops, attempt, event_for};
 use crate::agent::AgentCard;
 use crate::bus::{DeadLetterCopy, Original, REPUBLISHED_HEADER, Settlement};
 use crate::claim::Delivery;
@@ -100,8 +100,8 @@ async fn handle_envelope(
         warn!(task_id = %envelope.header.task_id, code = refusal.code, "task token refused: {}", refusal.message);
         let error = ErrorInfo::new(refusal.code, refusal.message, false);
         let outcome = match refusal.verdict {
-            crate::auth::Verdict::AuthRequired => Outcome::AuthRequired(error),
-            crate::auth::Verdict::Rejected => Outcome::Rejected(error),
+            crate::task_token::Verdict::AuthRequired => Outcome::AuthRequired(error),
+            crate::task_token::Verdict::Rejected => Outcome::Rejected(error),
         };
         return refuse(&shared, &msg, &envelope, &outcome, &stops, trace).await;
     }
@@ -129,7 +129,7 @@ async fn handle_envelope(
     )
     .await
     {
-        run::run_task(&shared, msg, envelope, resumed, held, &stops, trace).await;
+        attempt::run_task(&shared, msg, envelope, resumed, held, &stops, trace).await;
     }
 }
 
@@ -161,7 +161,7 @@ async fn refuse(
     event.agent = shared.card.name.clone();
     shared.stamp(&mut event, false);
     // Without a claim there is nothing to lose: it is always settled.
-    run::report_and_ack(shared, msg, &event, trace, None, &stops.shutdown).await;
+    attempt::report_and_ack(shared, msg, &event, trace, None, &stops.shutdown).await;
 }
 
 /// Moves an envelope that cannot be read to the dead-letter stream, tells

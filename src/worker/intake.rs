@@ -23,7 +23,7 @@ use async_nats::jetstream::consumer::pull::Batch;
 use futures::StreamExt;
 use futures::future::select_all;
 
-use crate::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::telemetry::quiet::warn_quietly;
 
 /// The agent's consumers and the long polls open on them.

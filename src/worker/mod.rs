@@ -18,12 +18,13 @@
 //!   stops taking work, lets running tasks finish within a grace period,
 //!   then releases the rest.
 //!
-//! The pipeline is this folder: `intake`, `acquire`, `delivery`, `run`,
+//! The pipeline is this folder: `intake`, `acquire`, `delivery`, `attempt`,
 //! `progress`, `outcome`, `notes`; what runs a task is a [`Handler`], and
 //! the kinds a card names (command, A2A, HTTP, LLM, echo) are in
 //! `handlers`.
 
 mod acquire;
+mod attempt;
 mod delivery;
 mod handler;
 mod handlers;
@@ -31,7 +32,6 @@ mod intake;
 mod notes;
 mod outcome;
 mod progress;
-mod run;
 
 pub use handler::{Handler, Task};
 pub use handlers::{
@@ -66,7 +66,7 @@ use intake::Intake;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
-pub struct WorkerConfig {
+pub struct WorkerSettings {
     /// Tasks run at once (default 16; the card's `delivery.concurrency` wins).
     pub concurrency: usize,
     /// How often the live registry entry is refreshed (default 5 s).
@@ -84,7 +84,7 @@ pub struct WorkerConfig {
     /// Checks each task's token before anything runs; `None` runs tasks
     /// unchecked (development only; the `worker` command needs
     /// `tokens.verify: false` for that). Its audience must be the agent.
-    pub verifier: Option<Arc<crate::auth::Verifier>>,
+    pub verifier: Option<Arc<crate::task_token::Verifier>>,
     /// Params whose values never appear in a reported error message.
     pub sensitive: crate::redact::SensitiveFields,
     /// Credentials of this worker (the values of `secret_env`'s
@@ -100,9 +100,9 @@ pub struct WorkerConfig {
     pub readiness: Readiness,
 }
 
-impl Default for WorkerConfig {
+impl Default for WorkerSettings {
     fn default() -> Self {
-        WorkerConfig {
+        WorkerSettings {
             concurrency: 16,
             heartbeat: Duration::from_secs(5),
             max_envelope_bytes: DEFAULT_MAX_BYTES,
@@ -163,7 +163,7 @@ struct Shared {
     /// What runs each task.
     handler: Arc<dyn Handler>,
     /// The settings in force.
-    config: WorkerConfig,
+    config: WorkerSettings,
     /// This process's id in the registry and in claims.
     instance: String,
     /// The shared delivery claims (their lease is the consumer's ack wait).
@@ -209,7 +209,7 @@ impl Shared {
 
     /// The delay before a message is tried again after the bus failed.
     fn retry_delay(&self) -> Duration {
-        self.bus.config().retry_delay
+        self.bus.settings().retry_delay
     }
 
     /// How soon a renewal that could not reach the bucket is tried again:
@@ -230,7 +230,7 @@ impl Worker {
         card: AgentCard,
         dir: PathBuf,
         handler: Arc<dyn Handler>,
-        mut config: WorkerConfig,
+        mut config: WorkerSettings,
     ) -> Result<Worker, WorkerError> {
         if let Some(v) = &config.verifier
             && v.audience() != card.name.as_str()
@@ -241,7 +241,7 @@ impl Worker {
             });
         }
         bus.wait_provisioned(&card.name).await?;
-        let mut settings = DeliverySettings::from(bus.config());
+        let mut settings = DeliverySettings::from(bus.settings());
         if let Some(d) = &card.delivery {
             settings.ack_wait = d.ack_wait.unwrap_or(settings.ack_wait);
             settings.max_deliver = d.max_deliver.unwrap_or(settings.max_deliver);
@@ -303,7 +303,7 @@ impl Worker {
         let mut intake = Intake::new(
             self.consumers,
             shared.config.idle_poll,
-            shared.bus.config().backoff(),
+            shared.bus.settings().backoff(),
         );
         // Messages taken on a long poll while every slot was busy: kept
         // alive with in-progress acks until a slot frees (at most three).

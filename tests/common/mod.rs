@@ -3,7 +3,7 @@
 
 use orchestrator::envelope::{Action, AgentName, Envelope, IdempotencyKey, Sender};
 use orchestrator::store::{Fingerprint, NewTask};
-use orchestrator::{Store, StoreConfig};
+use orchestrator::{Store, StoreSettings};
 use serde_json::{Map, Value, json};
 
 /// Installs the services' subscriber in this test process (no log lines
@@ -48,7 +48,7 @@ pub fn envelope(to: &str, action: &str, params: Value, key: &str) -> Envelope {
 /// A run of a one-step trigger `trigger` started by alice, with `key` in
 /// alice's scope when given; its fingerprint is `input`'s.
 pub fn new_run(trigger: &str, key: Option<&str>, input: Value) -> orchestrator::store::NewRun {
-    use orchestrator::workflow::{Origin, RunId, RunRecord};
+    use orchestrator::run::{Origin, RunId, RunRecord};
     let yaml = format!("id: {trigger}\nsteps: [{{id: a, agent: x, action: y}}]");
     let definition: orchestrator::trigger::Trigger = serde_norway::from_str(&yaml).unwrap();
     let fingerprint = Fingerprint::of(&input);
@@ -91,7 +91,7 @@ pub fn new_task(env: Envelope) -> NewTask {
 /// A store in a fresh temporary directory (kept alive by the returned guard).
 pub fn temp_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig::new(dir.path().join("store"))).unwrap();
+    let store = Store::open(&StoreSettings::new(dir.path().join("store"))).unwrap();
     (dir, store)
 }
 
@@ -101,7 +101,7 @@ pub async fn filled_store(
     n: usize,
 ) -> (std::path::PathBuf, Vec<orchestrator::TaskId>) {
     let path = dir.join("s");
-    let store = Store::open(&StoreConfig::new(&path)).unwrap();
+    let store = Store::open(&StoreSettings::new(&path)).unwrap();
     let mut ids = Vec::new();
     for i in 0..n {
         let env = envelope(

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use orchestrator::access::{ApiKeyEntry, Authenticator, Grants, Mode, api_keys};
 use orchestrator::agent::AgentCard;
-use orchestrator::auth::settings::key_dir;
-use orchestrator::bus::{Bus, BusConfig};
-use orchestrator::service::{Orchestrator, ServiceConfig};
+use orchestrator::bus::{Bus, BusSettings};
+use orchestrator::service::{Orchestrator, ServiceSettings};
 use orchestrator::task::RetryPolicy;
+use orchestrator::task_token::settings::key_dir;
 use orchestrator::trigger::Triggers;
-use orchestrator::worker::{Handler, Worker, WorkerConfig};
+use orchestrator::worker::{Handler, Worker, WorkerSettings};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +23,7 @@ pub struct System {
     pub nats: NatsServer,
     pub http: String,
     pub data: tempfile::TempDir,
-    pub bus_config: BusConfig,
+    pub bus_config: BusSettings,
     pub triggers: Triggers,
     /// The directory of the trigger files `start_with_triggers` wrote: the
     /// orchestrator watches it, so it lives as long as the system.
@@ -33,7 +33,7 @@ pub struct System {
     pub agent_paths: Vec<PathBuf>,
     pub client: reqwest::Client,
     /// Settings the orchestrator starts with (paths and broker filled in).
-    pub service: ServiceConfig,
+    pub service: ServiceSettings,
     /// The administrator's API key (every scope), which `client` sends;
     /// `None` when the test turned authentication off.
     pub admin_key: Option<String>,
@@ -82,10 +82,10 @@ pub fn key_for(principal: &str, scopes: &[&str]) -> (String, ApiKeyEntry) {
 }
 
 /// Bus settings that make redelivery quick in tests.
-pub fn fast_bus() -> BusConfig {
-    BusConfig {
+pub fn fast_bus() -> BusSettings {
+    BusSettings {
         ack_wait: Duration::from_secs(2),
-        ..BusConfig::default()
+        ..BusSettings::default()
     }
 }
 
@@ -95,7 +95,7 @@ pub const GATED: &str = "id: gated\nsteps:\n  - {id: ask, approval: {prompt: Go?
 
 impl System {
     /// Starts a broker and an orchestrator knowing `cards`.
-    pub async fn start(cards: Vec<AgentCard>, bus_config: BusConfig) -> System {
+    pub async fn start(cards: Vec<AgentCard>, bus_config: BusSettings) -> System {
         System::start_with(NatsServer::start(), cards, bus_config, |_| {}).await
     }
 
@@ -104,12 +104,12 @@ impl System {
     pub async fn start_with(
         nats: NatsServer,
         cards: Vec<AgentCard>,
-        bus_config: BusConfig,
-        tweak: impl FnOnce(&mut ServiceConfig),
+        bus_config: BusSettings,
+        tweak: impl FnOnce(&mut ServiceSettings),
     ) -> System {
         super::traced();
         let data = tempfile::tempdir().unwrap();
-        let mut service = ServiceConfig {
+        let mut service = ServiceSettings {
             orphan_sweep: Duration::from_millis(200),
             retry: RetryPolicy {
                 base: Duration::from_millis(100),
@@ -117,7 +117,7 @@ impl System {
             },
             reap_interval: Duration::from_millis(500),
             stall_after: Duration::from_secs(3),
-            ..ServiceConfig::default()
+            ..ServiceSettings::default()
         };
         tweak(&mut service);
         // Authentication as deployed: the test's client is an administrator.
@@ -167,7 +167,7 @@ impl System {
 
     /// Starts a broker and an orchestrator reading (and watching) the
     /// agent files `paths`, as `orchestrator run --agents` does.
-    pub async fn start_reading(paths: Vec<PathBuf>, bus_config: BusConfig) -> System {
+    pub async fn start_reading(paths: Vec<PathBuf>, bus_config: BusSettings) -> System {
         let mut sys = System::start_with(NatsServer::start(), Vec::new(), bus_config, |_| {}).await;
         sys.stop_orchestrator().await;
         sys.agent_paths = paths;
@@ -177,7 +177,7 @@ impl System {
 
     /// (Re)starts the orchestrator on the same data directory.
     pub async fn start_orchestrator(&mut self, cards: Vec<AgentCard>) {
-        let config = ServiceConfig {
+        let config = ServiceSettings {
             data_dir: self.data.path().to_path_buf(),
             nats_url: Some(self.nats.url().parse().unwrap()),
             bus: self.bus_config.clone(),
@@ -243,7 +243,7 @@ impl System {
         &mut self,
         card: AgentCard,
         handler: Arc<dyn Handler>,
-        verifier: Option<Arc<orchestrator::auth::Verifier>>,
+        verifier: Option<Arc<orchestrator::task_token::Verifier>>,
     ) -> (CancellationToken, usize) {
         let bus = Bus::connect_now(&self.nats.url(), self.bus_config.clone())
             .await
@@ -258,14 +258,14 @@ impl System {
         bus: Bus,
         card: AgentCard,
         handler: Arc<dyn Handler>,
-        verifier: Option<Arc<orchestrator::auth::Verifier>>,
+        verifier: Option<Arc<orchestrator::task_token::Verifier>>,
     ) -> (CancellationToken, usize) {
         let dir = PathBuf::from(".");
-        let config = WorkerConfig {
+        let config = WorkerSettings {
             idle_poll: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(5),
             verifier,
-            ..WorkerConfig::default()
+            ..WorkerSettings::default()
         };
         let worker = Worker::start(bus, card, dir, handler, config)
             .await
@@ -416,11 +416,11 @@ pub async fn in_process_worker(
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), fast_bus())
         .await
         .unwrap();
-    let verifier = orchestrator::auth::TokenSettings::default()
+    let verifier = orchestrator::task_token::TokenSettings::default()
         .verifier(data, card.name.as_str())
         .unwrap()
         .map(Arc::new);
-    let config = orchestrator::worker::WorkerConfig {
+    let config = orchestrator::worker::WorkerSettings {
         concurrency,
         verifier,
         ..Default::default()

@@ -28,7 +28,7 @@ const SCHEME: &str = "bearer";
 /// The base URL clients reach us at: the configured one, else `http://`
 /// and the request's `Host`.
 pub(super) fn base_url(o: &Orchestrator, headers: &HeaderMap) -> String {
-    if let Some(url) = &o.config().a2a.public_url {
+    if let Some(url) = &o.settings().a2a.public_url {
         return url.trim_end_matches('/').to_string();
     }
     let host = headers
@@ -87,7 +87,7 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
     let mut old = AgentInterface::new(rpc.clone(), a2a::TRANSPORT_PROTOCOL_JSONRPC);
     old.protocol_version = "0.3".into();
     AgentCard {
-        name: o.config().a2a.name.clone(),
+        name: o.settings().a2a.name.clone(),
         description: "An orchestrator of AI agents: each message becomes a durable task for one of its agents' skills, or a run of one of its workflows (skills `trigger:<id>`), with its state, history and audit kept.".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         supported_interfaces: vec![
@@ -134,7 +134,7 @@ pub(super) fn card_json(
     caller: Option<&Caller>,
 ) -> Value {
     let mut v = serde_json::to_value(card(o, base, auth, caller)).unwrap_or_default();
-    if !o.config().a2a.card_v0_3_fields {
+    if !o.settings().a2a.card_v0_3_fields {
         return v;
     }
     v["url"] = json!(format!("{base}{RPC_PATH}"));

@@ -13,11 +13,11 @@ use a2a::{
 use super::error::A2aError;
 use super::subject::{self, Subject};
 use super::{runs, send, wire};
+use crate::run::{RunRecord, RunRefused};
 use crate::service::{
-    Caller, Delivery, DeliveryTarget, Orchestrator, PushAuth, PushTarget, ServiceError,
+    Caller, DeliveryTarget, Orchestrator, PushAuth, PushDelivery, PushTarget, ServiceError,
 };
 use crate::task::{Submitted, TaskRecord};
-use crate::workflow::{RunRecord, RunRefused};
 
 /// A `historyLength`: absent = all; negative is refused.
 pub(super) fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize>, A2aError> {
@@ -189,7 +189,7 @@ async fn made(
 
 /// The longest a blocking call waits: the request timeout less a second.
 fn longest(o: &Orchestrator) -> Duration {
-    o.config()
+    o.settings()
         .http_request_timeout
         .saturating_sub(Duration::from_secs(1))
 }
@@ -449,7 +449,7 @@ fn push_target(c: &TaskPushNotificationConfig, v03: bool) -> Result<PushTarget, 
 
 /// A stored push config as A2A shows it: its credentials are not shown
 /// again (the scheme is).
-fn push_config(d: &Delivery) -> Option<TaskPushNotificationConfig> {
+fn push_config(d: &PushDelivery) -> Option<TaskPushNotificationConfig> {
     let DeliveryTarget::A2a(t) = &d.target else {
         return None;
     };

@@ -16,10 +16,10 @@ use serde_json::Value;
 use super::error::A2aError;
 use super::wire::{self, Event};
 use crate::envelope::Timestamp;
+use crate::run::{RunRecord, RunState, Wait};
 use crate::service::Answer;
 use crate::task::TaskState;
 use crate::trigger::{StepKind, Trigger};
-use crate::workflow::{RunRecord, RunState, Wait};
 
 /// The prefix of a trigger's skill id on the card.
 pub(super) const SKILL_PREFIX: &str = "trigger:";
@@ -193,7 +193,7 @@ pub(super) fn events(run: &RunRecord) -> Vec<Event> {
 }
 
 /// The user's answer at a gate, as a message.
-fn answer_message(run: &RunRecord, i: usize, d: &crate::workflow::Decision) -> Message {
+fn answer_message(run: &RunRecord, i: usize, d: &crate::run::Decision) -> Message {
     let said = if d.reason.is_empty() {
         if d.approved { "approve" } else { "reject" }.to_string()
     } else {

@@ -98,14 +98,14 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
     }
     let text = text_of(&request.message);
     if !text.trim().is_empty()
-        && let Some(choice) = crate::workflow::route::choose(&text, &o.catalog(), &[])
+        && let Some(choice) = crate::run::route::choose(&text, &o.catalog(), &[])
     {
         return Ok(Target {
             agent: choice.agent,
             skill: choice.skill,
         });
     }
-    if let Some(id) = &o.config().a2a.default_skill {
+    if let Some(id) = &o.settings().a2a.default_skill {
         return resolve(o, id, "a2a.default_skill");
     }
     // A pack's entry agent (or the card that says it is the default).
@@ -338,7 +338,7 @@ pub(super) fn message_key(
     send: &SendMessageRequest,
     header_key: Option<&str>,
 ) -> Option<String> {
-    match (header_key, o.config().a2a.message_ids) {
+    match (header_key, o.settings().a2a.message_ids) {
         (Some(k), _) => Some(k.to_string()),
         (None, MessageIds::Keys) => {
             Some(format!("{MESSAGE_KEY_PREFIX}{}", send.message.message_id))

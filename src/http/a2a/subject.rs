@@ -10,9 +10,9 @@ use super::error::A2aError;
 use super::wire::Event;
 use super::{runs, wire};
 use crate::envelope::TaskId;
+use crate::run::{RunId, RunRecord};
 use crate::service::{Caller, Follow, Orchestrator, RunFollow, ServiceError};
 use crate::task::{TaskRecord, TaskState};
-use crate::workflow::{RunId, RunRecord};
 
 /// One A2A task: ours, or a run.
 pub(in crate::http) enum Subject {

@@ -15,7 +15,7 @@
 //! at `/.well-known/jwks.json`) whose header names that id, when it was
 //! signed and the URL it was sent to: `docs/a2a.md` shows the check.
 
-mod client;
+mod outbound;
 mod owed;
 
 use std::collections::HashSet;
@@ -29,9 +29,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access::Grants;
+use crate::backoff::Backoff;
 use crate::envelope::Timestamp;
-use crate::retry::Backoff;
-use crate::service::{Caller, Delivery, DeliveryName, DeliveryTarget, Orchestrator};
+use crate::service::{Caller, DeliveryName, DeliveryTarget, Orchestrator, PushDelivery};
 use owed::Owed;
 
 /// The path the delivery key's JWKS is served at.
@@ -40,7 +40,7 @@ pub(crate) const JWKS_PATH: &str = "/.well-known/jwks.json";
 /// What the loops share.
 struct Shared {
     o: Orchestrator,
-    client: client::Client,
+    client: outbound::Client,
     /// Bounds the requests in flight, over every delivery.
     slots: Semaphore,
     stop: CancellationToken,
@@ -59,9 +59,9 @@ pub(crate) fn sender(
     o: Orchestrator,
     stop: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let settings = o.config().deliveries.clone();
+    let settings = o.settings().deliveries.clone();
     let shared = Arc::new(Shared {
-        client: client::Client::new(&settings.allow_addresses, settings.timeout),
+        client: outbound::Client::new(&settings.allow_addresses, settings.timeout),
         slots: Semaphore::new(settings.max_in_flight),
         stop,
         running: Mutex::default(),
@@ -208,11 +208,11 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
 /// Records an attempt's outcome.
 async fn record(
     sh: &Shared,
-    mut d: Delivery,
+    mut d: PushDelivery,
     event: u64,
     outcome: Result<(), String>,
 ) -> Result<(), crate::service::ServiceError> {
-    let settings = &sh.o.config().deliveries;
+    let settings = &sh.o.settings().deliveries;
     match outcome {
         Ok(()) => {
             crate::telemetry::metrics::delivery_sent(true);
@@ -245,7 +245,7 @@ async fn record(
 /// credentials.
 async fn send(
     sh: &Shared,
-    d: &Delivery,
+    d: &PushDelivery,
     event: u64,
     url: &str,
     body: Vec<u8>,
@@ -256,11 +256,11 @@ async fn send(
     claims.insert("iat".into(), Timestamp::now().unix_seconds().into());
     claims.insert("aud".into(), url.into());
     claims.insert("sub".into(), d.subject.to_string().into());
-    if let Some(base) = &sh.o.config().a2a.public_url {
+    if let Some(base) = &sh.o.settings().a2a.public_url {
         let jku = format!("{}{JWKS_PATH}", base.trim_end_matches('/'));
         claims.insert("jku".into(), jku.into());
     }
-    let signature = sh.o.delivery_key().sign(claims, &body);
+    let signature = sh.o.push_key().sign(claims, &body);
     let mut headers = HeaderMap::new();
     let value = |s: &str| HeaderValue::from_str(s).map_err(|_| format!("`{s}` is no header value"));
     headers.insert("content-type", HeaderValue::from_static("application/json"));
@@ -280,6 +280,6 @@ async fn send(
         }
     }
     let _slot = sh.slots.acquire().await.map_err(|e| e.to_string())?;
-    let allowed = &sh.o.config().deliveries.allow_addresses;
+    let allowed = &sh.o.settings().deliveries.allow_addresses;
     sh.client.post(url, allowed, headers, body).await
 }

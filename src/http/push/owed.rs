@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::http::a2a::{self, Subject};
-use crate::service::{Caller, Delivery, DeliveryTarget, Orchestrator};
+use crate::service::{Caller, DeliveryTarget, Orchestrator, PushDelivery};
 use crate::task::TaskState;
 
 /// What to do next.
@@ -26,7 +26,7 @@ pub(super) enum Owed {
 /// What `d` is owed next by `subject` as it stands.
 pub(super) async fn next(
     o: &Orchestrator,
-    d: &Delivery,
+    d: &PushDelivery,
     subject: &Subject,
     reader: &Caller,
 ) -> Result<Owed, String> {

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::{EvaluatorOptimizer, Next, Rating, Start, message, step_error, text};
 use crate::event::ErrorInfo;
+use crate::run::StepTask;
 use crate::task::TaskState;
-use crate::workflow::StepTask;
 
 /// The evaluator-optimizer loop over `request`: `generate-<n>` and
 /// `evaluate-<n>` steps, from 1.

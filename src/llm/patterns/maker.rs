@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::{Maker, MatchStrategy, Next, Start, message, text};
 use crate::event::ErrorInfo;
+use crate::run::StepTask;
 use crate::task::TaskState;
-use crate::workflow::StepTask;
 
 /// MAKER's voting over `request`: `sample-<i>` steps, from 1, as many at
 /// once as could still decide.

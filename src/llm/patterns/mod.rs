@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::envelope::AgentName;
 use crate::event::ErrorInfo;
-use crate::workflow::StepTask;
+use crate::run::StepTask;
 
 mod evaluator_optimizer;
 mod maker;
@@ -90,8 +90,8 @@ fn step_error(name: &str, t: &StepTask) -> ErrorInfo {
 mod testing {
     use super::Next;
     use crate::envelope::{TaskId, Timestamp};
+    use crate::run::StepTask;
     use crate::task::TaskState;
-    use crate::workflow::StepTask;
     use serde_json::Value;
 
     pub fn done(result: Value) -> StepTask {

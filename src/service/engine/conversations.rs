@@ -1,5 +1,5 @@
 //! Conversations with a model (`docs/llm.md`): carries out what
-//! [`crate::llm::plan`] decides for a task whose agent is a prompt.
+//! [`crate::llm::conversation`] decides for a task whose agent is a prompt.
 //!
 //! Such a task is held by the orchestrator, never published. Its model
 //! calls (turns) and its tool calls are tasks of their own, linked to it
@@ -36,13 +36,13 @@ use crate::access::Grants;
 use crate::envelope::{McpCall, Meta, TaskId, TurnOf};
 use crate::event::ErrorInfo;
 use crate::llm::ToolCall;
+use crate::llm::conversation::{self, Limits, Next};
+use crate::llm::model_request::{self, Tool};
 use crate::llm::patterns::{Conversation, Kind};
-use crate::llm::plan::{self, Limits, Next};
-use crate::llm::request::{self, Tool};
+use crate::run::{RunId, StepTask};
 use crate::service::{Caller, Orchestrator, ServiceError, TaskRequest};
 use crate::store::{Change, StepLink};
-use crate::task::{Submitted, TaskEvent, TaskState, TaskStatus};
-use crate::workflow::{RunId, StepTask};
+use crate::task::{Submitted, TaskState, TaskStatus, Transition};
 
 /// Plans the conversation of `task` once and acts on the plan; nothing
 /// for a task that holds none.
@@ -135,7 +135,11 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
         // Working from its first step on (also when a crash came between
         // that step's submit and this move).
         Ok(()) if goes_on && status.state == TaskState::Submitted => {
-            let change = Change::new(TaskEvent::Start, "orchestrator", "the conversation started");
+            let change = Change::new(
+                Transition::Start,
+                "orchestrator",
+                "the conversation started",
+            );
             o.store().apply(task, change).await?;
             Ok(())
         }
@@ -159,11 +163,11 @@ async fn converse(
         caller,
     } = *held;
     let task = status.task_id;
-    let settings = &o.config().llm;
+    let settings = &o.settings().llm;
     let limits = Limits {
         max_turns: pattern
             .max_turns
-            .or_else(|| request::max_turns(card))
+            .or_else(|| model_request::max_turns(card))
             .unwrap_or(settings.max_turns),
         token_budget: settings.token_budget,
         route: pattern.route,
@@ -180,7 +184,7 @@ async fn converse(
         };
         let depth = std::cell::OnceCell::new();
         let refuse = |call: &ToolCall| -> Option<String> {
-            let tool = match request::resolve(card, &declared.catalog, &call.function.name) {
+            let tool = match model_request::resolve(card, &declared.catalog, &call.function.name) {
                 Ok(found) => found,
                 Err(why) => return Some(why),
             };
@@ -224,13 +228,13 @@ async fn converse(
                 .err()
                 .map(|e| format!("the arguments do not fit `{}`: {e}", call.function.name))
         };
-        plan::plan(steps, &last, &refuse, limits)
+        conversation::plan(steps, &last, &refuse, limits)
     };
     let goes_on = !matches!(next, Next::Complete(_) | Next::Routed(_) | Next::Fail(_));
     let started = match next {
         Next::Wait => Ok(()),
         Next::First => {
-            let first = request::first(card, envelope, &declared.catalog, pattern);
+            let first = model_request::first(card, envelope, &declared.catalog, pattern);
             start_turn(o, status, envelope, 1, first, caller)
                 .await
                 .map(|_| ())
@@ -378,7 +382,7 @@ async fn start_turn(
     };
     let link = StepLink {
         run: RunId::of_conversation(task),
-        step: plan::turn_step(n),
+        step: conversation::turn_step(n),
     };
     let submitted = o
         .submit_with(request, meta, Some(task), Some(link), caller)
@@ -400,7 +404,7 @@ async fn start_call(
 ) -> Result<(), ServiceError> {
     // The plan refused what does not resolve or parse.
     let (Ok(tool), Ok(params)) = (
-        request::resolve(held.card, &held.declared.catalog, &call.function.name),
+        model_request::resolve(held.card, &held.declared.catalog, &call.function.name),
         arguments(call),
     ) else {
         return Ok(());
@@ -418,7 +422,7 @@ async fn start_call(
             }),
         ),
     };
-    let child = submit_step(held, plan::call_step(n, i), to, action, params, mcp).await?;
+    let child = submit_step(held, conversation::call_step(n, i), to, action, params, mcp).await?;
     info!(task_id = %held.status.task_id, tool = %call.function.name, child = %child, "tool call");
     Ok(())
 }

@@ -10,9 +10,9 @@ use tracing::{error, info, warn};
 use super::EngineQueue;
 use super::handle::RETRY_AFTER;
 use super::workflows::advance;
+use crate::run::RunId;
 use crate::service::{Orchestrator, ServiceError, quarantine};
 use crate::telemetry::quiet::warn_quietly;
-use crate::workflow::RunId;
 
 /// Advances runs as they are nudged, until `stop`; first nudges every run
 /// that has not ended.

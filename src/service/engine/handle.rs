@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::TaskId;
+use crate::run::{RunId, RunRecord};
 use crate::service::{Orchestrator, lock};
-use crate::workflow::{RunId, RunRecord};
 
 /// How long a step whose task could not be submitted for a passing reason
 /// (the store or broker) waits before the run is advanced again.

@@ -7,10 +7,10 @@ use tracing::info;
 
 use crate::envelope::{AgentName, McpCall, Meta, TaskId};
 use crate::event::ErrorInfo;
+use crate::run::RunId;
 use crate::service::{Caller, Declared, Orchestrator, ServiceError, TaskRequest};
 use crate::store::{Applied, Change, StepLink};
-use crate::task::{TaskEvent, TaskStatus};
-use crate::workflow::RunId;
+use crate::task::{TaskStatus, Transition};
 
 /// What a held task's planners act with.
 pub(super) struct Held<'a> {
@@ -103,12 +103,12 @@ pub(super) async fn end(
 ) -> Result<(), ServiceError> {
     let mut change = match outcome {
         Ok(result) => {
-            let mut c = Change::new(TaskEvent::Complete, "orchestrator", "the model answered");
+            let mut c = Change::new(Transition::Complete, "orchestrator", "the model answered");
             c.result = Some(result);
             c
         }
         Err(error) => {
-            let mut c = Change::new(TaskEvent::Fail, "orchestrator", error.message.clone());
+            let mut c = Change::new(Transition::Fail, "orchestrator", error.message.clone());
             c.error = Some(error);
             c
         }

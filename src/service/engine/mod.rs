@@ -1,4 +1,4 @@
-//! The workflow engine: carries out what [`crate::workflow::plan`] decides.
+//! The workflow engine: carries out what [`crate::run::plan`] decides.
 //!
 //! A run is advanced whenever something it depends on changes: it started,
 //! a step's task ended (a store watch), a person answered its gate, it was

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use super::held::{Held, finish, submit_step};
 use crate::event::ErrorInfo;
 use crate::llm::patterns::{self, Kind, Next};
+use crate::run::StepTask;
 use crate::service::ServiceError;
-use crate::workflow::StepTask;
 
 /// Plans `held`'s task of `kind` once and acts on the plan: whether it
 /// acted, and whether the task goes on.
@@ -20,7 +20,7 @@ pub(super) async fn advance(
     steps: &BTreeMap<String, StepTask>,
     kind: &Kind,
 ) -> (Result<(), ServiceError>, bool) {
-    let request = crate::llm::request::user_message(&held.envelope.payload.params);
+    let request = crate::llm::model_request::user_message(&held.envelope.payload.params);
     let next = match kind {
         Kind::EvaluatorOptimizer(cfg) => patterns::evaluator_optimizer(cfg, &request, steps),
         Kind::Maker(cfg) => patterns::maker(cfg, &request, steps),

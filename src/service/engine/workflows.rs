@@ -9,13 +9,13 @@ use super::handle::RETRY_AFTER;
 use crate::access::Grants;
 use crate::envelope::{Meta, TaskId, Timestamp};
 use crate::event::ErrorInfo;
+use crate::run::{
+    Act, RunChange, RunId, RunRecord, RunRefused, RunState, plan, route, waiting_gate,
+};
 use crate::service::{Caller, Orchestrator, ServiceError, TaskRequest};
 use crate::store::{StepLink, StoreError};
 use crate::telemetry::spans::{self, RunMark};
 use crate::trigger::{Step, StepKind, Trigger};
-use crate::workflow::{
-    Act, RunChange, RunId, RunRecord, RunRefused, RunState, plan, route, waiting_gate,
-};
 
 /// Plans run `id` once and acts on the plan.
 pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceError> {

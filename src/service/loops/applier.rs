@@ -21,7 +21,7 @@ use crate::envelope::AgentName;
 use crate::event::{ErrorInfo, ReportedState, RunAbandoned, WorkerEvent};
 use crate::service::loops::publisher::Publisher;
 use crate::store::{Applied, Change, Store, StoreError};
-use crate::task::{Said, TaskEvent, TaskState};
+use crate::task::{Said, TaskState, Transition};
 use crate::telemetry::{context, metrics, spans};
 
 /// An event's message and the span of its application (a child of the
@@ -34,7 +34,7 @@ struct Arrived {
 /// The orchestrator's durable consumer of worker events.
 pub(crate) async fn consumer(bus: &Bus) -> Result<PullConsumer, BusError> {
     let n = bus.names();
-    let c = bus.config();
+    let c = bus.settings();
     bus.durable_consumer(
         &n.events_stream(),
         &n.events_consumer(),
@@ -113,18 +113,18 @@ fn shard_of(msg: &Message) -> usize {
 }
 
 /// The state machine event a report stands for. A retryable failure is a
-/// [`TaskEvent::Retry`]: the orchestrator schedules another attempt.
-fn task_event(event: &WorkerEvent) -> TaskEvent {
+/// [`Transition::Retry`]: the orchestrator schedules another attempt.
+fn transition_of(event: &WorkerEvent) -> Transition {
     let retryable = event.error.as_ref().is_some_and(|e| e.retryable);
     match event.state {
-        ReportedState::Working => TaskEvent::Start,
-        ReportedState::InputRequired => TaskEvent::RequireInput,
-        ReportedState::AuthRequired => TaskEvent::RequireAuth,
-        ReportedState::Completed => TaskEvent::Complete,
-        ReportedState::Failed if retryable => TaskEvent::Retry,
-        ReportedState::Failed => TaskEvent::Fail,
-        ReportedState::Rejected => TaskEvent::Reject,
-        ReportedState::Canceled => TaskEvent::Cancel,
+        ReportedState::Working => Transition::Start,
+        ReportedState::InputRequired => Transition::RequireInput,
+        ReportedState::AuthRequired => Transition::RequireAuth,
+        ReportedState::Completed => Transition::Complete,
+        ReportedState::Failed if retryable => Transition::Retry,
+        ReportedState::Failed => Transition::Fail,
+        ReportedState::Rejected => Transition::Reject,
+        ReportedState::Canceled => Transition::Cancel,
     }
 }
 
@@ -148,7 +148,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
             reason: format!("{}: {}", error.code.as_str(), error.message),
             error: Some(error),
             run: run_of(event),
-            ..Change::new(TaskEvent::Fail, actor(reporter.as_ref()), "")
+            ..Change::new(Transition::Fail, actor(reporter.as_ref()), "")
         };
         return Change { reporter, ..change };
     }
@@ -157,7 +157,7 @@ fn change_for(event: &WorkerEvent, reporter: Option<AgentName>) -> Change {
         (None, state) => format!("worker reported {}", state.as_str()),
     };
     Change {
-        event: task_event(event),
+        event: transition_of(event),
         attempt: Some(event.attempt.get()),
         actor: actor(reporter.as_ref()),
         reason,
@@ -336,7 +336,7 @@ impl Applier {
                     progress: e.progress.clone(),
                     reporter: reporter.clone(),
                     ..Change::new(
-                        TaskEvent::Start,
+                        Transition::Start,
                         actor(reporter.as_ref()),
                         format!("turn {} of the conversation", turn.n),
                     )
@@ -466,7 +466,7 @@ impl Applier {
             Ok(_) => settle(&msg, Settlement::Ack).await,
             Err(e) => {
                 warn_quietly!("orchestrator.audit_failed", task_id = %note.task_id, error = %e, "run-abandoned note not audited; it will be redelivered");
-                settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
+                settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
             }
         }
     }
@@ -546,12 +546,12 @@ impl Applier {
         spans::failed(&arrived.span, "not applied");
         let msg = arrived.msg;
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-        if delivered >= self.bus.config().events_max_deliver {
+        if delivered >= self.bus.settings().events_max_deliver {
             let why = format!("not applied after {delivered} deliveries: {why}");
             return self.poison(msg, "poison_event", &why).await;
         }
         warn_quietly!("orchestrator.event_not_applied", subject = %msg.subject, error = why, "event not applied; it will be redelivered");
-        settle(&msg, Settlement::Nak(self.bus.config().retry_delay)).await;
+        settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
     }
 
     /// Copies an event to the DLQ and skips it.
@@ -614,18 +614,18 @@ mod tests {
             e.error = Some(ErrorInfo::new("boom", "m", retryable));
             e
         };
-        assert_eq!(task_event(&failed(true)), TaskEvent::Retry);
-        assert_eq!(task_event(&failed(false)), TaskEvent::Fail);
+        assert_eq!(transition_of(&failed(true)), Transition::Retry);
+        assert_eq!(transition_of(&failed(false)), Transition::Fail);
         let cases = [
-            ("working", TaskEvent::Start),
-            ("input_required", TaskEvent::RequireInput),
-            ("auth_required", TaskEvent::RequireAuth),
-            ("completed", TaskEvent::Complete),
-            ("rejected", TaskEvent::Reject),
-            ("canceled", TaskEvent::Cancel),
+            ("working", Transition::Start),
+            ("input_required", Transition::RequireInput),
+            ("auth_required", Transition::RequireAuth),
+            ("completed", Transition::Complete),
+            ("rejected", Transition::Reject),
+            ("canceled", Transition::Cancel),
         ];
         for (state, want) in cases {
-            assert_eq!(task_event(&event(TaskId::new(), state)), want, "{state}");
+            assert_eq!(transition_of(&event(TaskId::new(), state)), want, "{state}");
         }
     }
 

@@ -25,7 +25,7 @@ use crate::claim::{ClaimValue, Claims};
 use crate::envelope::Envelope;
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store, StoreError};
-use crate::task::TaskEvent;
+use crate::task::Transition;
 
 /// What JetStream says in a MAX_DELIVERIES advisory.
 #[derive(Debug, Deserialize)]
@@ -84,7 +84,7 @@ pub(crate) async fn handle_advisories(
 
 /// Moves the message of one advisory, unless its task is running.
 async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advisory) -> Verdict {
-    let retry = Verdict::Later(bus.config().retry_delay);
+    let retry = Verdict::Later(bus.settings().retry_delay);
     let js = bus.jetstream();
     let tasks = match js.get_stream(&advisory.stream).await {
         Ok(s) => s,
@@ -111,7 +111,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
             Ok((Some(ClaimValue::Running { attempt, .. }), _))
                 if attempt == env.control.attempt.get() =>
             {
-                return Verdict::Later(bus.config().ack_wait);
+                return Verdict::Later(bus.settings().ack_wait);
             }
             Ok(_) => {}
             Err(e) => {
@@ -154,7 +154,7 @@ async fn dead_letter(bus: &Bus, store: &Store, claims: &Claims, advisory: &Advis
     let task_id = env.header.task_id;
     info!(task_id = %task_id, "dead-lettered: {reason}");
     let mut change = Change::new(
-        TaskEvent::Fail,
+        Transition::Fail,
         "orchestrator",
         format!("dead-lettered: {reason}"),
     );

@@ -21,11 +21,11 @@ use tracing::{info, warn};
 
 use crate::access::Grants;
 use crate::bus::{PullSettings, Puller, Settlement, settle};
+use crate::run::{Origin, RunStarted};
 use crate::service::runs::RunStart;
 use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::store::StoreError;
 use crate::trigger::{RunMode, Trigger};
-use crate::workflow::{Origin, RunStarted};
 
 /// How soon a failed set-up or start is tried again.
 const RETRY: Duration = Duration::from_secs(1);

@@ -108,7 +108,7 @@ impl Orchestrator {
             inner.bus.clone(),
             PublishSettings {
                 in_flight: inner.config.publish_in_flight,
-                retry: inner.bus.config().backoff(),
+                retry: inner.bus.settings().backoff(),
             },
             inner.publisher.clone(),
             inner.minter.clone(),
@@ -211,7 +211,7 @@ impl Orchestrator {
                     if status.conversation {
                         self.inner
                             .engine
-                            .nudge(crate::workflow::RunId::of_conversation(status.task_id));
+                            .nudge(crate::run::RunId::of_conversation(status.task_id));
                     } else if status.state == TaskState::Submitted && status.published_seq.is_none()
                     {
                         self.inner
@@ -242,10 +242,10 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::store::{Store, StoreConfig};
+    use crate::store::{Store, StoreSettings};
 
     fn background(dir: &std::path::Path) -> Background {
-        let store = Store::open(&StoreConfig::new(dir)).unwrap();
+        let store = Store::open(&StoreSettings::new(dir)).unwrap();
         Background::new(store)
     }
 

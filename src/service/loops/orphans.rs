@@ -17,7 +17,7 @@ use crate::bus::{Bus, DeadLetterCopy, Original, Settlement};
 use crate::envelope::{AgentName, Envelope};
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store};
-use crate::task::TaskEvent;
+use crate::task::Transition;
 
 /// Sweeps every `interval` until `stop` fires. Does nothing when no cards
 /// are configured (then every agent is acceptable).
@@ -115,7 +115,7 @@ async fn sweep_once(
             }
             info!(agent = %agent, stream_seq = seq, "dead-lettered an envelope for an unknown agent");
             if let Some(env) = envelope {
-                let mut change = Change::new(TaskEvent::Reject, "orchestrator", reason.clone());
+                let mut change = Change::new(Transition::Reject, "orchestrator", reason.clone());
                 change.error = Some(ErrorInfo::new("unknown_agent", reason, false));
                 let _ = store.apply(env.header.task_id, change).await;
             }

@@ -24,12 +24,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::auth::Minter;
 use crate::bus::{Bus, BusError};
 use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::store::{Change, Store, StoreError};
-use crate::task::{TaskEvent, TaskRecord, TaskState};
+use crate::task::{TaskRecord, TaskState, Transition};
+use crate::task_token::Minter;
 use crate::telemetry::context::StoredTrace;
 use crate::telemetry::quiet::warn_quietly;
 use crate::telemetry::{context, spans};
@@ -106,7 +106,7 @@ pub(crate) struct PublishSettings {
     /// Publishes sent but not yet acknowledged, at most.
     pub(crate) in_flight: usize,
     /// Delays before a failed publish is tried again.
-    pub(crate) retry: crate::retry::Backoff,
+    pub(crate) retry: crate::backoff::Backoff,
 }
 
 impl PublishSettings {
@@ -371,7 +371,7 @@ impl Loop {
 impl Loop {
     /// Fails the task of an attempt that can never be published.
     async fn fail(&self, due: &Due, code: &'static str, why: &str) {
-        let mut change = Change::new(TaskEvent::Fail, "orchestrator", why);
+        let mut change = Change::new(Transition::Fail, "orchestrator", why);
         change.attempt = Some(due.attempt);
         change.error = Some(ErrorInfo::new(code, why, false));
         if let Err(e) = self.store.apply(due.task_id, change).await {

@@ -26,7 +26,7 @@ use crate::envelope::{Envelope, TaskId, Timestamp};
 use crate::event::ErrorInfo;
 use crate::service::loops::publisher::Publisher;
 use crate::store::{Applied, Change, Store};
-use crate::task::{TaskEvent, TaskState, TaskStatus};
+use crate::task::{TaskState, TaskStatus, Transition};
 
 /// How the reaper behaves.
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +110,7 @@ impl Reaper {
                 return warn_quietly!("orchestrator.reaper_read_failed", task_id = %task_id, error = %e, "cannot read a task past its deadline");
             }
         }
-        let mut change = Change::new(TaskEvent::Fail, "orchestrator", "the deadline passed");
+        let mut change = Change::new(Transition::Fail, "orchestrator", "the deadline passed");
         change.error = Some(ErrorInfo::new(
             "deadline_exceeded",
             "the task's deadline passed before it finished",
@@ -182,7 +182,7 @@ impl Reaper {
             }
         }
         let mut change = Change::new(
-            TaskEvent::Retry,
+            Transition::Retry,
             "orchestrator",
             "lost attempt: its message is gone, nobody holds its claim, and it never reported a result",
         );

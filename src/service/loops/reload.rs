@@ -139,7 +139,7 @@ async fn reload_agents(o: &Orchestrator) {
     if before.unchanged() {
         return;
     }
-    let git = o.config().git_options(true);
+    let git = o.settings().git_options(true);
     let current = before.catalog.clone();
     let Ok(after) = tokio::task::spawn_blocking(move || current.reload(&git)).await else {
         return;

@@ -16,11 +16,11 @@ use tracing::info;
 
 use crate::access::Grants;
 use crate::envelope::Timestamp;
+use crate::run::Origin;
 use crate::service::runs::RunStart;
 use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::store::ScheduleCursor;
 use crate::trigger::{CatchUp, Overlap, RunMode, Schedule, Trigger};
-use crate::workflow::Origin;
 
 /// The longest the loop sleeps: the clock is read again at least this
 /// often.

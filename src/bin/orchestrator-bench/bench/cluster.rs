@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use orchestrator::broker::{LocalCluster, ManagedBroker};
-use orchestrator::bus::{BusConfig, Names};
+use orchestrator::bus::{BusSettings, Names};
 use serde_json::{Value, json};
 
 use super::cpu::{CpuPerTask, print_cpu};
@@ -241,7 +241,7 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let prefix = format!("benchk{tag}");
     let stream = Names::new(&prefix).tasks_stream();
-    let lease = BusConfig::default().ack_wait;
+    let lease = BusSettings::default().ack_wait;
     let after_kill = lease + Duration::from_secs(10);
     let deployed = Deployed::start(&cluster.urls(), &prefix, dir, NODES, args, None).await?;
     // When each task ended, and how.

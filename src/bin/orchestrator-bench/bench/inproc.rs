@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orchestrator::bus::{Bus, BusConfig};
-use orchestrator::service::{Caller, Orchestrator, ServiceConfig, TaskRequest};
-use orchestrator::worker::{EchoHandler, Worker, WorkerConfig};
+use orchestrator::bus::{Bus, BusSettings};
+use orchestrator::service::{Caller, Orchestrator, ServiceSettings, TaskRequest};
+use orchestrator::worker::{EchoHandler, Worker, WorkerSettings};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -15,21 +15,21 @@ use super::{BenchArgs, Figures, echo_card, measure};
 /// publish), run by an echo worker, the result applied to the store.
 pub(super) async fn full_path(
     url: &str,
-    bus_config: BusConfig,
+    bus_config: BusSettings,
     dir: &std::path::Path,
     args: &BenchArgs,
 ) -> Result<(Figures, Figures), String> {
     let card = echo_card(args.concurrency)?;
     let data_dir = dir.join("inproc");
     super::preload::preload(&data_dir, args.preload).await?;
-    let config = ServiceConfig {
+    let config = ServiceSettings {
         data_dir: data_dir.clone(),
-        ..ServiceConfig::default()
+        ..ServiceSettings::default()
     };
     let tokens = config.tokens.clone();
     let access = orchestrator::access::Authenticator::open(
         &config.api_auth,
-        &orchestrator::auth::settings::key_dir(&data_dir),
+        &orchestrator::task_token::settings::key_dir(&data_dir),
     )?;
     let bus = Bus::connect_now(url, bus_config.clone())
         .await
@@ -60,10 +60,10 @@ pub(super) async fn full_path(
         .verifier(&data_dir, card.name.as_str())
         .map_err(|e| e.to_string())?
         .map(Arc::new);
-    let worker_config = WorkerConfig {
+    let worker_config = WorkerSettings {
         concurrency: args.concurrency,
         verifier,
-        ..WorkerConfig::default()
+        ..WorkerSettings::default()
     };
     let worker = Worker::start(
         worker_bus,

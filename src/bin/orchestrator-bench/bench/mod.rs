@@ -32,7 +32,7 @@ use clap::Args;
 use cpu::print_cpu;
 use orchestrator::agent::AgentCard;
 use orchestrator::broker::ManagedBroker;
-use orchestrator::bus::BusConfig;
+use orchestrator::bus::BusSettings;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -223,9 +223,9 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
         .or(managed.as_ref().map(|m| m.url().to_string()))
         .unwrap_or_default();
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
-    let bus_config = BusConfig {
+    let bus_config = BusSettings {
         prefix: format!("bench{tag}"),
-        ..BusConfig::default()
+        ..BusSettings::default()
     };
     if let Some(seconds) = args.overload {
         let m = overload::measure(&url, &format!("bencho{tag}"), dir.path(), args, seconds).await?;

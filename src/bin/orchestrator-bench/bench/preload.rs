@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use orchestrator::envelope::{Envelope, Sender};
 use orchestrator::store::{Change, NewTask};
-use orchestrator::task::TaskEvent;
-use orchestrator::{Store, StoreConfig};
+use orchestrator::task::Transition;
+use orchestrator::{Store, StoreSettings};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -18,7 +18,7 @@ pub(super) async fn preload(data_dir: &Path, count: usize) -> Result<(), String>
     if count == 0 {
         return Ok(());
     }
-    let store = Store::open(&StoreConfig::in_data_dir(data_dir)).map_err(|e| e.to_string())?;
+    let store = Store::open(&StoreSettings::in_data_dir(data_dir)).map_err(|e| e.to_string())?;
     let slots = Arc::new(Semaphore::new(512));
     let mut handles = Vec::with_capacity(count.min(100_000));
     let started = std::time::Instant::now();
@@ -79,10 +79,10 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let id = submitted.record().task_id();
-    for event in [TaskEvent::Start, TaskEvent::Complete] {
+    for event in [Transition::Start, Transition::Complete] {
         let change = Change {
             attempt: Some(1),
-            result: (event == TaskEvent::Complete).then(|| json!({"echo": i})),
+            result: (event == Transition::Complete).then(|| json!({"echo": i})),
             ..Change::new(event, "bench", "preloaded")
         };
         store

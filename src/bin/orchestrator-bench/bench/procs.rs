@@ -183,9 +183,9 @@ impl Deployed {
         let data = dir.join("data");
         super::preload::preload(&data, args.preload).await?;
         // Task tokens as deployed: the orchestrator signs, the worker verifies.
-        let keys = orchestrator::auth::keys::generate(
-            &orchestrator::auth::settings::key_dir(&data),
-            orchestrator::auth::KeyKind::EdDsa,
+        let keys = orchestrator::task_token::keys::generate(
+            &orchestrator::task_token::settings::key_dir(&data),
+            orchestrator::task_token::KeyKind::EdDsa,
             false,
         )
         .map_err(|e| e.to_string())?;

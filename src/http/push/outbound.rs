@@ -1,4 +1,4 @@
-//! The HTTP client deliveries go out through: each address a name
+//! The HTTP client push deliveries go out through: each address a name
 //! resolves to is checked (`crate::target`), redirects are not followed
 //! (a 3xx is an attempt that failed: the delivery's signature and token
 //! are for its target alone, never for a host it points at), proxies

@@ -21,8 +21,8 @@ use serde_json::{Map, Value, json};
 
 use super::{AssistantMessage, ToolCall, TurnResult, Usage};
 use crate::event::ErrorInfo;
+use crate::run::StepTask;
 use crate::task::TaskState;
-use crate::workflow::StepTask;
 
 /// The step of turn `n`.
 pub fn turn_step(n: u32) -> String {

@@ -11,7 +11,7 @@ use crate::envelope::AgentName;
 /// How the bus is laid out and how deliveries behave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct BusConfig {
+pub struct BusSettings {
     /// Prefix of every subject, stream and bucket (`orch` → `ORCH_TASKS`).
     pub prefix: String,
     /// How long a worker may hold a delivery without acking or sending
@@ -76,9 +76,9 @@ pub fn agent_inbox_prefix(agent: &AgentName) -> String {
     format!("_INBOX.agents.{agent}")
 }
 
-impl Default for BusConfig {
+impl Default for BusSettings {
     fn default() -> Self {
-        BusConfig {
+        BusSettings {
             prefix: "orch".into(),
             ack_wait: Duration::from_secs(30),
             max_deliver: 5,
@@ -103,16 +103,16 @@ impl Default for BusConfig {
 /// Delivery settings of one agent's consumers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliverySettings {
-    /// See [`BusConfig::ack_wait`].
+    /// See [`BusSettings::ack_wait`].
     pub ack_wait: Duration,
-    /// See [`BusConfig::max_deliver`].
+    /// See [`BusSettings::max_deliver`].
     pub max_deliver: i64,
-    /// See [`BusConfig::backoff`].
+    /// See [`BusSettings::backoff`].
     pub backoff: Vec<Duration>,
 }
 
-impl From<&BusConfig> for DeliverySettings {
-    fn from(c: &BusConfig) -> Self {
+impl From<&BusSettings> for DeliverySettings {
+    fn from(c: &BusSettings) -> Self {
         DeliverySettings {
             ack_wait: c.ack_wait,
             max_deliver: c.max_deliver,
@@ -139,11 +139,11 @@ mod durations {
     }
 }
 
-impl BusConfig {
+impl BusSettings {
     /// The waits between tries of something that keeps failing: from
     /// `retry_delay`, doubling, up to `retry_max_delay`, with jitter.
-    pub fn backoff(&self) -> crate::retry::Backoff {
-        crate::retry::Backoff::new(self.retry_delay, self.retry_max_delay)
+    pub fn backoff(&self) -> crate::backoff::Backoff {
+        crate::backoff::Backoff::new(self.retry_delay, self.retry_max_delay)
     }
 
     /// Checks what the types alone cannot: a replica count JetStream

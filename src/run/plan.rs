@@ -644,7 +644,7 @@ pub fn waiting_gate<'t>(
 mod tests {
     use super::*;
     use crate::access::Grants;
-    use crate::workflow::{CancelRequest, Decision, Origin, RunId};
+    use crate::run::{CancelRequest, Decision, Origin, RunId};
 
     fn trigger(yaml: &str) -> Trigger {
         serde_norway::from_str(yaml).unwrap()

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bus::BusConfig;
-use crate::store::StoreConfig;
+use crate::bus::BusSettings;
+use crate::store::StoreSettings;
 use crate::task::RetryPolicy;
 
 /// The orchestrator's settings (`--config FILE`, JSON; every field optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ServiceConfig {
+pub struct ServiceSettings {
     /// Where the store (and a managed broker's data) live.
     pub data_dir: PathBuf,
     /// The HTTP API's address.
@@ -24,7 +24,7 @@ pub struct ServiceConfig {
     /// or comma-separated; `None`: `nats://127.0.0.1:4222`.
     pub nats_url: Option<crate::bus::Servers>,
     /// Bus layout and delivery settings.
-    pub bus: BusConfig,
+    pub bus: BusSettings,
     /// Largest request or envelope accepted, in bytes.
     pub max_envelope_bytes: usize,
     /// How long an idempotency key stays claimed.
@@ -95,7 +95,7 @@ pub struct ServiceConfig {
     /// streams.
     pub http_max_streams_per_principal: usize,
     /// Task tokens: keys, issuer, lifetime, checking.
-    pub tokens: crate::auth::TokenSettings,
+    pub tokens: crate::task_token::TokenSettings,
     /// Param field names whose values are secrets: they are scrubbed from
     /// error messages, the audit trail and logs.
     pub sensitive_fields: crate::redact::SensitiveFields,
@@ -112,7 +112,7 @@ pub struct ServiceConfig {
     pub a2a: A2aSettings,
     /// Push notifications and callbacks (docs/a2a.md, "Push
     /// notifications").
-    pub deliveries: DeliverySettings,
+    pub deliveries: PushSettings,
     /// Reading the agent files (docs/agents.md).
     pub agents: AgentSettings,
     /// Model calls: where workers send them, and the orchestrator's
@@ -145,7 +145,7 @@ impl Default for AgentSettings {
     }
 }
 
-impl ServiceConfig {
+impl ServiceSettings {
     /// How agent files are read by `orchestrator run`: git agents cloned
     /// when missing, or (`reload`) fetched again.
     pub fn git_options(&self, reload: bool) -> crate::agent::GitOptions {
@@ -169,7 +169,7 @@ impl ServiceConfig {
 /// file; every field optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct DeliverySettings {
+pub struct PushSettings {
     /// The kinds of address a target may be besides public ones:
     /// `loopback`, `private`, `link_local` (default none).
     pub allow_addresses: Vec<crate::target::Reach>,
@@ -191,9 +191,9 @@ pub struct DeliverySettings {
     pub signing_key: Option<PathBuf>,
 }
 
-impl Default for DeliverySettings {
+impl Default for PushSettings {
     fn default() -> Self {
-        DeliverySettings {
+        PushSettings {
             allow_addresses: Vec::new(),
             timeout: Duration::from_secs(10),
             max_attempts: 20,
@@ -263,17 +263,17 @@ impl Default for A2aSettings {
     }
 }
 
-impl Default for ServiceConfig {
+impl Default for ServiceSettings {
     fn default() -> Self {
-        ServiceConfig {
+        ServiceSettings {
             data_dir: PathBuf::from("data"),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             nats_url: None,
-            bus: BusConfig::default(),
+            bus: BusSettings::default(),
             max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
             idempotency_retention: Duration::from_secs(24 * 3600),
             orphan_sweep: Duration::from_secs(10),
-            store_cache_bytes: StoreConfig::new("").cache_bytes,
+            store_cache_bytes: StoreSettings::new("").cache_bytes,
             retry: RetryPolicy::default(),
             reap_interval: Duration::from_secs(10),
             stall_after: Duration::from_secs(60),
@@ -290,13 +290,13 @@ impl Default for ServiceConfig {
             http_max_connections_per_peer: 512,
             http_header_timeout_under_pressure: Duration::from_secs(2),
             http_max_streams_per_principal: 32,
-            tokens: crate::auth::TokenSettings::default(),
+            tokens: crate::task_token::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
             secret_env: Vec::new(),
             api_auth: crate::access::ApiAuthSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
             a2a: A2aSettings::default(),
-            deliveries: DeliverySettings::default(),
+            deliveries: PushSettings::default(),
             agents: AgentSettings::default(),
             llm: crate::llm::LlmSettings::default(),
             mcp: crate::llm::mcp::McpSettings::default(),
@@ -304,7 +304,7 @@ impl Default for ServiceConfig {
     }
 }
 
-impl crate::codec::Validate for ServiceConfig {
+impl crate::codec::Validate for ServiceSettings {
     fn validate(&self) -> Result<(), crate::codec::DecodeError> {
         let positive = [
             ("max_envelope_bytes", self.max_envelope_bytes),
@@ -380,12 +380,12 @@ mod tests {
             .nth(1)
             .and_then(|rest| rest.split("```").next())
             .expect("a JSON block in docs/operations.md");
-        let documented: ServiceConfig = crate::codec::decode(
+        let documented: ServiceSettings = crate::codec::decode(
             block.as_bytes(),
             crate::codec::Strictness::Strict,
             crate::codec::DEFAULT_MAX_BYTES,
         )
         .unwrap();
-        assert_eq!(documented, ServiceConfig::default());
+        assert_eq!(documented, ServiceSettings::default());
     }
 }

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, Tx, audit, keys};
+use super::{Store, StoreError, Tx, audit, row_keys};
 use crate::audit::AuditEntry;
 use crate::envelope::{TaskId, Timestamp};
 
@@ -26,7 +26,7 @@ pub const CALLBACK: &str = "callback";
 
 /// What is owed to one target for one task or run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Delivery {
+pub struct PushDelivery {
     /// The task or run (a run's id is from the tasks' space).
     pub subject: TaskId,
     /// Its id among the subject's deliveries: a push config's id, or
@@ -112,10 +112,10 @@ pub struct GaveUp {
     pub error: String,
 }
 
-impl Delivery {
+impl PushDelivery {
     /// A new delivery of `subject`'s events after `cursor` to `target`.
     pub fn new(subject: TaskId, id: String, target: Target, owner: String, cursor: u64) -> Self {
-        Delivery {
+        PushDelivery {
             subject,
             id,
             target,
@@ -135,7 +135,7 @@ impl Delivery {
 fn key(prefix: &[u8], subject: TaskId, id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + 16 + id.len());
     k.extend_from_slice(prefix);
-    k.extend_from_slice(&keys::task(subject));
+    k.extend_from_slice(&row_keys::task(subject));
     k.extend_from_slice(id.as_bytes());
     k
 }
@@ -145,9 +145,9 @@ fn subject_prefix(prefix: &[u8], subject: TaskId) -> Vec<u8> {
 }
 
 /// Writes `d` (and its place in the outbox) inside a transaction.
-pub(super) fn write(tx: &Tx<'_>, d: &Delivery) -> Result<(), super::Abort> {
+pub(super) fn write(tx: &Tx<'_>, d: &PushDelivery) -> Result<(), super::Abort> {
     tx.meta
-        .insert(key(RECORD, d.subject, &d.id), keys::encode(d))?;
+        .insert(key(RECORD, d.subject, &d.id), row_keys::encode(d))?;
     let pending = key(PENDING, d.subject, &d.id);
     if d.done {
         tx.meta.remove(pending)?;
@@ -162,7 +162,7 @@ pub(super) fn write(tx: &Tx<'_>, d: &Delivery) -> Result<(), super::Abort> {
 fn write_audited(
     tx: &Tx<'_>,
     head: audit::Head,
-    d: &Delivery,
+    d: &PushDelivery,
     entry: Option<&AuditEntry>,
     now: Timestamp,
 ) -> Result<audit::Head, super::Abort> {
@@ -178,7 +178,7 @@ impl Store {
     /// durable.
     pub async fn put_delivery(
         &self,
-        d: Delivery,
+        d: PushDelivery,
         entry: Option<AuditEntry>,
     ) -> Result<(), StoreError> {
         let now = Timestamp::now();
@@ -196,7 +196,7 @@ impl Store {
     /// written, once durable.
     pub async fn advance_delivery(
         &self,
-        d: Delivery,
+        d: PushDelivery,
         entry: Option<AuditEntry>,
     ) -> Result<bool, StoreError> {
         let now = Timestamp::now();
@@ -205,7 +205,7 @@ impl Store {
             .transact(Box::new(move |tx, head| {
                 let same = match tx.meta.get(&record)? {
                     Some(bytes) => {
-                        let held: Delivery = keys::decode_value("meta", &record, &bytes)
+                        let held: PushDelivery = row_keys::decode_value("meta", &record, &bytes)
                             .map_err(super::tasks::abort)?;
                         held.target == d.target
                     }
@@ -248,34 +248,34 @@ impl Store {
     }
 
     /// Delivery `id` of `subject`, if any.
-    pub fn delivery(&self, subject: TaskId, id: &str) -> Result<Option<Delivery>, StoreError> {
+    pub fn delivery(&self, subject: TaskId, id: &str) -> Result<Option<PushDelivery>, StoreError> {
         let k = key(RECORD, subject, id);
         match self.inner.meta.get(&k)? {
-            Some(v) => keys::decode_value("meta", &k, &v).map(Some),
+            Some(v) => row_keys::decode_value("meta", &k, &v).map(Some),
             None => Ok(None),
         }
     }
 
     /// Every delivery of `subject`, by id.
-    pub fn deliveries_of(&self, subject: TaskId) -> Result<Vec<Delivery>, StoreError> {
+    pub fn deliveries_of(&self, subject: TaskId) -> Result<Vec<PushDelivery>, StoreError> {
         self.inner
             .meta
             .scan_prefix(subject_prefix(RECORD, subject))
             .map(|item| {
                 let (k, v) = item?;
-                keys::decode_value("meta", &k, &v)
+                row_keys::decode_value("meta", &k, &v)
             })
             .collect()
     }
 
     /// Every delivery, in subject order: for the listing of give-ups.
-    pub fn all_deliveries(&self) -> Result<Vec<Delivery>, StoreError> {
+    pub fn all_deliveries(&self) -> Result<Vec<PushDelivery>, StoreError> {
         self.inner
             .meta
             .scan_prefix(RECORD)
             .map(|item| {
                 let (k, v) = item?;
-                keys::decode_value("meta", &k, &v)
+                row_keys::decode_value("meta", &k, &v)
             })
             .collect()
     }
@@ -288,7 +288,7 @@ impl Store {
             .map(|item| {
                 let (k, _) = item?;
                 let rest = &k[PENDING.len()..];
-                let subject = keys::trailing_task_id("meta", &rest[..16.min(rest.len())])?;
+                let subject = row_keys::trailing_task_id("meta", &rest[..16.min(rest.len())])?;
                 let id = String::from_utf8_lossy(rest.get(16..).unwrap_or_default()).into_owned();
                 Ok((subject, id))
             })
@@ -299,7 +299,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreConfig;
+    use crate::store::StoreSettings;
 
     fn entry(kind: &str, subject: TaskId) -> AuditEntry {
         AuditEntry {
@@ -312,14 +312,14 @@ mod tests {
         }
     }
 
-    fn pushed_to(subject: TaskId, url: &str) -> Delivery {
+    fn pushed_to(subject: TaskId, url: &str) -> PushDelivery {
         let target = Target::A2a(PushTarget {
             url: url.into(),
             token: None,
             authentication: None,
             v03: false,
         });
-        Delivery::new(subject, "p1".into(), target, "alice".into(), 0)
+        PushDelivery::new(subject, "p1".into(), target, "alice".into(), 0)
     }
 
     /// The outbox's record of an attempt made while its config was removed
@@ -327,7 +327,7 @@ mod tests {
     #[tokio::test]
     async fn an_attempt_recorded_after_a_removal_or_replacement_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreConfig::new(dir.path())).unwrap();
+        let store = Store::open(&StoreSettings::new(dir.path())).unwrap();
         let subject = TaskId::new();
         let d = pushed_to(subject, "http://a.example/hook");
         store.put_delivery(d.clone(), None).await.unwrap();

@@ -262,7 +262,7 @@ fn abandoned(shared: &Arc<Shared>, envelope: &Envelope, finished: bool, why: Str
     let shared = Arc::clone(shared);
     let trace = trace.clone();
     tokio::spawn(async move {
-        let mut backoff = shared.bus.config().backoff();
+        let mut backoff = shared.bus.settings().backoff();
         let give_up = Instant::now() + NOTE_PATIENCE;
         while let Err(e) = shared.bus.publish_abandoned(&note, &trace).await {
             warn_quietly!("worker.note_failed", task_id = %note.task_id, error = %e, "could not note the abandoned run; trying again");
@@ -293,7 +293,7 @@ pub(super) async fn report_and_ack(
     stop: &CancellationToken,
 ) -> Reported {
     let task_id = event.task_id;
-    let mut backoff = shared.bus.config().backoff();
+    let mut backoff = shared.bus.settings().backoff();
     let mut kept_alive = Instant::now();
     loop {
         if let Some(claim) = held.as_mut()

@@ -13,10 +13,10 @@ use tokio::sync::mpsc;
 use super::{Caller, Orchestrator, ServiceError, lock};
 use crate::access::grants;
 use crate::audit::AuditEntry;
-use crate::auth::DeliveryKey;
 use crate::envelope::{TaskId, Timestamp};
-pub use crate::store::{CALLBACK, Delivery, GaveUp, PushAuth, PushTarget, Target};
-use crate::workflow::RunId;
+use crate::run::RunId;
+pub use crate::store::{CALLBACK, GaveUp, PushAuth, PushDelivery, PushTarget, Target};
+use crate::task_token::PushKey;
 
 /// The push configs one task or run takes: each has a sender of its own.
 pub const MAX_PUSH_CONFIGS: usize = 10;
@@ -27,7 +27,7 @@ pub type DeliveryName = (TaskId, String);
 /// The outbox's share of the service: the signing key, and the queue that
 /// tells the sender of a delivery it has not seen yet.
 pub(super) struct Outbox {
-    key: DeliveryKey,
+    key: PushKey,
     wake: mpsc::UnboundedSender<DeliveryName>,
     queue: Mutex<Option<mpsc::UnboundedReceiver<DeliveryName>>>,
 }
@@ -36,7 +36,7 @@ impl Outbox {
     /// The outbox of the key at `path` (made when missing).
     pub(super) fn open(path: &std::path::Path) -> Result<Outbox, ServiceError> {
         let (key, made) =
-            DeliveryKey::open_or_create(path).map_err(|e| ServiceError::Keys(e.to_string()))?;
+            PushKey::open_or_create(path).map_err(|e| ServiceError::Keys(e.to_string()))?;
         if made {
             tracing::info!(key = %path.display(), kid = key.kid(), "made the key push notifications and callbacks are signed with");
         }
@@ -91,7 +91,7 @@ impl Orchestrator {
         target: PushTarget,
         cursor: u64,
         caller: &Caller,
-    ) -> Result<Option<Delivery>, ServiceError> {
+    ) -> Result<Option<PushDelivery>, ServiceError> {
         if !visible(self, subject, caller)? {
             return Ok(None);
         }
@@ -116,11 +116,11 @@ impl Orchestrator {
             .filter(|d| matches!(&d.target, Target::A2a(t) if t.url == target.url));
         let url = target.url.clone();
         let d = match kept {
-            Some(old) => Delivery {
+            Some(old) => PushDelivery {
                 target: Target::A2a(target),
                 ..old
             },
-            None => Delivery::new(
+            None => PushDelivery::new(
                 subject,
                 id,
                 Target::A2a(target),
@@ -145,7 +145,7 @@ impl Orchestrator {
         &self,
         subject: TaskId,
         caller: &Caller,
-    ) -> Result<Option<Vec<Delivery>>, ServiceError> {
+    ) -> Result<Option<Vec<PushDelivery>>, ServiceError> {
         if !visible(self, subject, caller)? {
             return Ok(None);
         }
@@ -182,7 +182,7 @@ impl Orchestrator {
     /// Refuses `url` (the request's `field`) as a delivery target unless
     /// it may be one (`crate::target`), resolving its name.
     pub(super) async fn check_target(&self, field: &str, url: &str) -> Result<(), ServiceError> {
-        let allowed = &self.config().deliveries.allow_addresses;
+        let allowed = &self.settings().deliveries.allow_addresses;
         crate::target::check_resolving(url, allowed, crate::target::RESOLVE_WITHIN)
             .await
             .map(drop)
@@ -192,9 +192,12 @@ impl Orchestrator {
     /// The deliveries that gave up on something, that the caller may see
     /// (its own; every one with `orch:tasks:read_all`), newest give-up
     /// first.
-    pub async fn failed_deliveries(&self, caller: &Caller) -> Result<Vec<Delivery>, ServiceError> {
+    pub async fn failed_deliveries(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<PushDelivery>, ServiceError> {
         let all = caller.grants.covers(grants::READ_ALL);
-        let mut out: Vec<Delivery> = self
+        let mut out: Vec<PushDelivery> = self
             .store()
             .all_deliveries()?
             .into_iter()
@@ -216,14 +219,18 @@ impl Orchestrator {
     }
 
     /// For the outbox: delivery `id` of `subject` as stored.
-    pub fn delivery(&self, subject: TaskId, id: &str) -> Result<Option<Delivery>, ServiceError> {
+    pub fn delivery(
+        &self,
+        subject: TaskId,
+        id: &str,
+    ) -> Result<Option<PushDelivery>, ServiceError> {
         Ok(self.store().delivery(subject, id)?)
     }
 
     /// For the outbox: records how far `d` came (an event delivered, an
     /// attempt failed, nothing more owed), unless its config was removed
     /// or its target replaced meanwhile; whether it was recorded.
-    pub async fn delivery_moved(&self, d: Delivery) -> Result<bool, ServiceError> {
+    pub async fn delivery_moved(&self, d: PushDelivery) -> Result<bool, ServiceError> {
         Ok(self.store().advance_delivery(d, None).await?)
     }
 
@@ -232,10 +239,10 @@ impl Orchestrator {
     /// config was removed or its target replaced meanwhile.
     pub async fn delivery_gave_up(
         &self,
-        mut d: Delivery,
+        mut d: PushDelivery,
         event: u64,
         error: String,
-    ) -> Result<Delivery, ServiceError> {
+    ) -> Result<PushDelivery, ServiceError> {
         let entry = audit(
             "orchestrator",
             "delivery.gave_up",
@@ -258,7 +265,7 @@ impl Orchestrator {
     }
 
     /// The key deliveries are signed with.
-    pub fn delivery_key(&self) -> &DeliveryKey {
+    pub fn push_key(&self) -> &PushKey {
         &self.inner.outbox.key
     }
 

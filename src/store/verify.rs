@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::idempotency::Claim;
-use super::{Store, StoreError, audit, keys};
+use super::{Store, StoreError, audit, row_keys};
 use crate::envelope::{Envelope, TaskId};
 use crate::task::TaskStatus;
 
@@ -43,7 +43,7 @@ impl Store {
         for item in inner.tasks.iter() {
             let (key, bytes) = item?;
             report.tasks += 1;
-            let record: TaskStatus = match keys::decode_value("tasks", &key, &bytes) {
+            let record: TaskStatus = match row_keys::decode_value("tasks", &key, &bytes) {
                 Ok(record) => record,
                 Err(e) => {
                     report.problem(e.to_string());
@@ -51,27 +51,31 @@ impl Store {
                 }
             };
             let id = record.task_id;
-            if keys::task(id).as_slice() != key.as_ref() {
+            if row_keys::task(id).as_slice() != key.as_ref() {
                 report.problem(format!("task stored under another id's key: {id}"));
             }
             match inner.envelopes.get(&key)? {
                 None => report.problem(format!("task {id} has no envelope")),
-                Some(bytes) => match keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
-                    Err(e) => report.problem(e.to_string()),
-                    Ok(envelope) => {
-                        for label in super::labels::of(&envelope, record.requested_by.as_deref()) {
-                            if !inner.by_label.contains_key(&label)? {
-                                report.problem(format!("task {id} is missing from by_label"));
-                                break;
+                Some(bytes) => {
+                    match row_keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
+                        Err(e) => report.problem(e.to_string()),
+                        Ok(envelope) => {
+                            for label in
+                                super::labels::of(&envelope, record.requested_by.as_deref())
+                            {
+                                if !inner.by_label.contains_key(&label)? {
+                                    report.problem(format!("task {id} is missing from by_label"));
+                                    break;
+                                }
                             }
                         }
                     }
-                },
+                }
             }
             let own = id.is_written_as(record.correlation_id.as_str());
             let indexed = inner
                 .by_correlation
-                .contains_key(keys::correlation(&record.correlation_id, id))?;
+                .contains_key(row_keys::correlation(&record.correlation_id, id))?;
             if indexed == own {
                 report.problem(if own {
                     format!("task {id} is in by_correlation under its own id")
@@ -79,7 +83,10 @@ impl Store {
                     format!("task {id} is missing from by_correlation")
                 });
             }
-            if !inner.by_state.contains_key(keys::state(record.state, id))? {
+            if !inner
+                .by_state
+                .contains_key(row_keys::state(record.state, id))?
+            {
                 report.problem(format!(
                     "task {id} is missing from by_state ({})",
                     record.state
@@ -88,31 +95,31 @@ impl Store {
         }
         for item in inner.by_correlation.iter() {
             let (key, _) = item?;
-            let id = keys::trailing_task_id("by_correlation", &key)?;
+            let id = row_keys::trailing_task_id("by_correlation", &key)?;
             let Some(status) = self.readable_status(id)? else {
                 continue;
             };
             match status {
-                Some(r) if keys::correlation(&r.correlation_id, id) == key.as_ref() => {}
+                Some(r) if row_keys::correlation(&r.correlation_id, id) == key.as_ref() => {}
                 Some(_) => report.problem(format!("by_correlation has a stale entry for {id}")),
                 None => report.problem(format!("by_correlation names missing task {id}")),
             }
         }
         for item in inner.by_label.iter() {
             let (key, _) = item?;
-            let id = keys::trailing_task_id("by_label", &key)?;
+            let id = row_keys::trailing_task_id("by_label", &key)?;
             if let Some(None) = self.readable_status(id)? {
                 report.problem(format!("by_label names missing task {id}"));
             }
         }
         for item in inner.by_state.iter() {
             let (key, _) = item?;
-            let id = keys::trailing_task_id("by_state", &key)?;
+            let id = row_keys::trailing_task_id("by_state", &key)?;
             let Some(status) = self.readable_status(id)? else {
                 continue;
             };
             match status {
-                Some(r) if keys::state(r.state, id).as_slice() == key.as_ref() => {}
+                Some(r) if row_keys::state(r.state, id).as_slice() == key.as_ref() => {}
                 Some(r) => report.problem(format!(
                     "by_state has a stale entry for {id} (task is {})",
                     r.state
@@ -122,7 +129,7 @@ impl Store {
         }
         for item in inner.idempotency.iter() {
             let (key, bytes) = item?;
-            let claim: Claim = match keys::decode_value("idempotency", &key, &bytes) {
+            let claim: Claim = match row_keys::decode_value("idempotency", &key, &bytes) {
                 Ok(claim) => claim,
                 Err(e) => {
                     report.problem(e.to_string());
@@ -133,7 +140,7 @@ impl Store {
             if gone && self.quarantined(claim.task_id)?.is_none() {
                 report.problem(format!(
                     "idempotency key {} names missing task {}",
-                    keys::describe("idempotency", &key),
+                    row_keys::describe("idempotency", &key),
                     claim.task_id
                 ));
             }
@@ -166,10 +173,10 @@ impl Store {
             let Some(task) = record.task_id else {
                 continue;
             };
-            let key = keys::task(task);
+            let key = row_keys::task(task);
             let listed = match inner.audit_by_task.get(key)? {
                 Some(entry) => {
-                    keys::audit_seqs(&key, &entry).is_ok_and(|seqs| seqs.contains(&record.seq))
+                    row_keys::audit_seqs(&key, &entry).is_ok_and(|seqs| seqs.contains(&record.seq))
                 }
                 None => false,
             };
@@ -182,8 +189,8 @@ impl Store {
         }
         for item in inner.audit_by_task.iter() {
             let (key, entry) = item?;
-            let task = keys::trailing_task_id("audit_by_task", &key)?;
-            let seqs = match keys::audit_seqs(&key, &entry) {
+            let task = row_keys::trailing_task_id("audit_by_task", &key)?;
+            let seqs = match row_keys::audit_seqs(&key, &entry) {
                 Ok(seqs) => seqs,
                 Err(e) => {
                     report.problem(e.to_string());
@@ -196,8 +203,12 @@ impl Store {
                 ));
             }
             for seq in seqs {
-                let found = match inner.audit.get(keys::audit(seq))? {
-                    Some(value) => audit::decode_stored(&keys::audit(seq), &value)?.1.task_id,
+                let found = match inner.audit.get(row_keys::audit(seq))? {
+                    Some(value) => {
+                        audit::decode_stored(&row_keys::audit(seq), &value)?
+                            .1
+                            .task_id
+                    }
                     None => None,
                 };
                 if found != Some(task) {

@@ -8,17 +8,17 @@
 //! - `keys`: key files (Ed25519 by default, HS256 for development).
 //! - `token`: the claims, minting, and the worker's checks.
 //! - `settings`: the `tokens` settings and where keys are found.
-//! - `delivery_key`: the key push notifications and callbacks are signed
+//! - `push_key`: the key push notifications and callbacks are signed
 //!   with, and its JWKS.
 
 pub mod canonical;
-pub mod delivery_key;
 pub mod keys;
+pub mod push_key;
 pub mod settings;
 pub mod token;
 
 pub use canonical::{CanonicalError, envelope_hash, wire_hash};
-pub use delivery_key::DeliveryKey;
 pub use keys::{KeyError, KeyFiles, KeyKind, SigningKey, VerifyKey};
+pub use push_key::PushKey;
 pub use settings::TokenSettings;
 pub use token::{DEFAULT_ISSUER, MintError, Minter, Refusal, TaskClaims, Verdict, Verifier};

@@ -27,23 +27,23 @@ pub const DELIVERY_SIGNING_FILE: &str = "delivery-signing.pem";
 
 /// The orchestrator's delivery key.
 #[derive(Clone)]
-pub struct DeliveryKey {
+pub struct PushKey {
     key: std::sync::Arc<ed25519_dalek::SigningKey>,
     kid: String,
     /// Where it was read from.
     pub path: PathBuf,
 }
 
-impl std::fmt::Debug for DeliveryKey {
+impl std::fmt::Debug for PushKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeliveryKey({})", self.kid)
+        write!(f, "PushKey({})", self.kid)
     }
 }
 
-impl DeliveryKey {
+impl PushKey {
     /// The key at `path`, made first (mode 0600) when there is none;
     /// whether it was made.
-    pub fn open_or_create(path: &Path) -> Result<(DeliveryKey, bool), KeyError> {
+    pub fn open_or_create(path: &Path) -> Result<(PushKey, bool), KeyError> {
         let bad = |message: String| KeyError {
             path: path.display().to_string(),
             message,
@@ -64,7 +64,7 @@ impl DeliveryKey {
             .map_err(|e| bad(format!("not an Ed25519 private key (PKCS#8 PEM): {e}")))?;
         let kid = thumbprint(&key);
         Ok((
-            DeliveryKey {
+            PushKey {
                 key: std::sync::Arc::new(key),
                 kid,
                 path: path.to_path_buf(),
@@ -126,9 +126,9 @@ mod tests {
     fn a_signature_verifies_over_the_body_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DELIVERY_SIGNING_FILE);
-        let (key, made) = DeliveryKey::open_or_create(&path).unwrap();
+        let (key, made) = PushKey::open_or_create(&path).unwrap();
         assert!(made);
-        let (again, made) = DeliveryKey::open_or_create(&path).unwrap();
+        let (again, made) = PushKey::open_or_create(&path).unwrap();
         assert!(!made);
         assert_eq!(key.kid(), again.kid(), "the same file is the same key");
         let mut claims = Map::new();
