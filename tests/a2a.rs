@@ -85,16 +85,19 @@ fn scripted_card() -> AgentCard {
 
 /// A system with the scripted agent's worker; the gate it holds tasks at.
 async fn system() -> (System, tokio::sync::watch::Sender<bool>) {
-    system_with(|_| {}).await
+    system_with(|_, _| {}).await
 }
 
 async fn system_with(
-    tweak: impl FnOnce(&mut orchestrator::service::ServiceSettings),
+    tweak: impl FnOnce(
+        &mut orchestrator::service::ServiceSettings,
+        &mut orchestrator::http::HttpSettings,
+    ),
 ) -> (System, tokio::sync::watch::Sender<bool>) {
     let (open, gate) = tokio::sync::watch::channel(false);
     let cards = vec![scripted_card(), card("other", &["other"])];
-    let mut sys =
-        System::start_with(common::nats::NatsServer::start(), cards, fast_bus(), tweak).await;
+    let nats = common::nats::NatsServer::start();
+    let mut sys = System::start_with_settings(nats, cards, fast_bus(), tweak).await;
     sys.worker(scripted_card(), Arc::new(Scripted { gate }))
         .await;
     (sys, open)
@@ -430,7 +433,7 @@ async fn the_same_message_is_the_same_task_for_its_sender_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_the_specs_codes_and_nothing_is_stored() {
-    let (sys, _gate) = system_with(|c| c.max_envelope_bytes = 4096).await;
+    let (sys, _gate) = system_with(|c, _| c.max_envelope_bytes = 4096).await;
     let raw = |body: String, version: Option<&'static str>| {
         let mut req = sys
             .client
@@ -1052,7 +1055,7 @@ async fn a_message_answers_a_task_that_waits_for_input() {
 /// proxies and clients keep it open while the task waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_carries_keep_alive_comments() {
-    let (sys, gate) = system_with(|c| c.a2a.keepalive = Duration::from_millis(200)).await;
+    let (sys, gate) = system_with(|_, h| h.a2a.keepalive = Duration::from_millis(200)).await;
     let params = json!({"message": message("m-idle",
         json!([{"data": {"hold": true}}]), json!({"skillId": "helper/answer"}))});
     let mut resp = open_stream(&sys, "SendStreamingMessage", params, None).await;

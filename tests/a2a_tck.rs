@@ -189,17 +189,17 @@ async fn the_a2a_tck_passes_every_must() {
         .unwrap_or_else(|| {
             panic!("A2A_TCK_PYTHON is not set: run the tests with scripts/test, or set it to the output of scripts/ensure-a2a-tck")
         });
-    let mut sys = System::start_with(
+    let mut sys = System::start_with_settings(
         common::nats::NatsServer::start(),
         vec![tck_card()],
         fast_bus(),
-        |c| {
+        |c, h| {
             c.api_auth.mode = orchestrator::access::Mode::None;
-            c.a2a.default_skill = Some("tck/scenario".into());
+            h.a2a.default_skill = Some("tck/scenario".into());
             // The TCK sends one message id for different requests.
-            c.a2a.message_ids = orchestrator::service::MessageIds::Ignored;
+            h.a2a.message_ids = orchestrator::http::MessageIds::Ignored;
             // Its card schema refuses fields 1.0 does not name.
-            c.a2a.card_v0_3_fields = false;
+            h.a2a.card_v0_3_fields = false;
             // Its webhook receiver listens on this machine (`localhost`).
             c.deliveries.allow_addresses = vec![orchestrator::target::Reach::Loopback];
         },

@@ -58,15 +58,15 @@ async fn a_caller_with_slow_bodies_holds_only_its_share() {
     .unwrap();
     let (eve, eve_entry) = key_for("eve", &[]);
     let (mallory, mallory_entry) = key_for("mallory", &[]);
-    let mut sys = System::start_with(
+    let mut sys = System::start_with_settings(
         common::nats::NatsServer::start(),
         vec![card("echo", &["echo"])],
         fast_bus(),
-        |c| {
+        |c, h| {
             c.api_auth.api_keys.extend([eve_entry, mallory_entry]);
-            c.http_max_in_flight = 8;
-            c.http_max_in_flight_per_principal = 4;
-            c.http_body_timeout = Duration::from_secs(2);
+            h.max_in_flight = 8;
+            h.max_in_flight_per_principal = 4;
+            h.body_timeout = Duration::from_secs(2);
         },
     )
     .await;
@@ -121,14 +121,14 @@ async fn a_caller_with_slow_bodies_holds_only_its_share() {
 /// backlog), and the API serves again once the dribblers are cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_dribble_headers_are_cut_and_capped() {
-    let sys = System::start_with(
+    let sys = System::start_with_settings(
         common::nats::NatsServer::start(),
         vec![card("echo", &["echo"])],
         fast_bus(),
-        |c| {
-            c.http_max_connections = 4;
-            c.http_probe_connections = 2;
-            c.http_header_timeout = Duration::from_secs(1);
+        |_, h| {
+            h.max_connections = 4;
+            h.probe_connections = 2;
+            h.header_timeout = Duration::from_secs(1);
         },
     )
     .await;
@@ -233,18 +233,18 @@ const PROMPTLY: Duration = Duration::from_secs(1);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_and_a_slowloris_cannot_lock_others_out() {
     let (eve, eve_entry) = key_for("eve", &[]);
-    let sys = System::start_with(
+    let sys = System::start_with_settings(
         common::nats::NatsServer::start(),
         vec![card("echo", &["echo"])],
         fast_bus(),
-        |c| {
+        |c, h| {
             c.api_auth.api_keys.push(eve_entry);
-            c.http_max_connections = 64;
-            c.http_probe_connections = 8;
-            c.http_max_connections_per_peer = 16;
-            c.http_max_streams_per_principal = 4;
-            c.http_header_timeout = Duration::from_secs(30);
-            c.http_header_timeout_under_pressure = Duration::from_secs(2);
+            h.max_connections = 64;
+            h.probe_connections = 8;
+            h.max_connections_per_peer = 16;
+            h.max_streams_per_principal = 4;
+            h.header_timeout = Duration::from_secs(30);
+            h.header_timeout_under_pressure = Duration::from_secs(2);
         },
     )
     .await;

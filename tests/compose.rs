@@ -327,11 +327,6 @@ fn the_cluster_file_runs_the_same_services_on_three_replicated_nodes() {
         assert!(run_help.contains(flag.as_str()), "`run` has no {flag}");
     }
     let settings = std::fs::read(root().join("deploy/cluster.json")).unwrap();
-    let config: orchestrator::service::ServiceSettings = orchestrator::codec::decode(
-        &settings,
-        orchestrator::codec::Strictness::Strict,
-        orchestrator::codec::DEFAULT_MAX_BYTES,
-    )
-    .unwrap();
-    assert_eq!(config.bus.replicas, 3);
+    let config = orchestrator::server::Settings::decode(&settings).unwrap();
+    assert_eq!(config.service.bus.replicas, 3);
 }

@@ -66,8 +66,11 @@ pub async fn dev(args: DevArgs) -> ExitCode {
 
 async fn run(args: DevArgs) -> Result<ExitCode, String> {
     let config = super::serve::load_config(args.config.as_deref())?;
-    let data_dir = args.data_dir.clone().unwrap_or(config.data_dir.clone());
-    let http_addr = args.http_addr.unwrap_or(config.http_addr);
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or(config.service.data_dir.clone());
+    let http_addr = args.http_addr.unwrap_or(config.http.addr);
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let paths: Vec<PathBuf> = args.agents.iter().filter(|p| p.exists()).cloned().collect();
     let catalog = Catalog::load(&paths, &GitOptions::default());

@@ -9,7 +9,7 @@ use orchestrator::access::Authenticator;
 use orchestrator::agent::{AgentCard, Catalog};
 use orchestrator::broker::ManagedBroker;
 use orchestrator::bus::{Bus, Servers, permissions};
-use orchestrator::codec::{self, Strictness};
+use orchestrator::server::Settings;
 use orchestrator::service::{DEFAULT_NATS_URL, Orchestrator, ServiceSettings};
 use orchestrator::telemetry::{self, LogFormat, Telemetry};
 use orchestrator::trigger::Triggers;
@@ -88,17 +88,17 @@ pub struct WorkerArgs {
 
 /// The settings file (or the defaults), with the `NATS_*` credentials from
 /// the environment over its `bus.auth`.
-pub(super) fn load_config(path: Option<&Path>) -> Result<ServiceSettings, String> {
-    let mut config: ServiceSettings = match path {
-        None => ServiceSettings::default(),
+pub(super) fn load_config(path: Option<&Path>) -> Result<Settings, String> {
+    let mut config = match path {
+        None => Settings::default(),
         Some(path) => {
             let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            codec::decode(&bytes, Strictness::Strict, codec::DEFAULT_MAX_BYTES)
-                .map_err(|e| format!("{}: {e}", path.display()))?
+            Settings::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?
         }
     };
-    config.bus.auth = config.bus.auth.with_env(|k| std::env::var(k).ok());
-    config.bus.check().map_err(|e| e.to_string())?;
+    let bus = &mut config.service.bus;
+    bus.auth = std::mem::take(&mut bus.auth).with_env(|k| std::env::var(k).ok());
+    bus.check().map_err(|e| e.to_string())?;
     Ok(config)
 }
 
@@ -161,7 +161,7 @@ pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    let telemetry = match start_telemetry("orchestrator", format, &config) {
+    let telemetry = match start_telemetry("orchestrator", format, &config.service) {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
@@ -170,12 +170,16 @@ pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     code
 }
 
-async fn run_orchestrator(args: RunArgs, mut config: ServiceSettings) -> ExitCode {
+async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
+    let Settings {
+        service: mut config,
+        mut http,
+    } = settings;
     if let Some(d) = args.data_dir {
         config.data_dir = d;
     }
     if let Some(a) = args.http_addr {
-        config.http_addr = a;
+        http.addr = a;
     }
     if let Some(u) = args.nats_url {
         config.nats_url = Some(u);
@@ -196,7 +200,7 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceSettings) -> ExitCod
     }
     let triggers = load_triggers(&args.triggers, &catalog);
     let cards: Vec<AgentCard> = catalog.agents.values().cloned().collect();
-    let access = match open_access(&config) {
+    let access = match open_access(&config, http.addr) {
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => return fail(e),
     };
@@ -210,9 +214,9 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceSettings) -> ExitCod
         Ok(pair) => pair,
         Err(e) => return fail(e),
     };
-    let listener = match tokio::net::TcpListener::bind(config.http_addr).await {
+    let listener = match tokio::net::TcpListener::bind(http.addr).await {
         Ok(l) => l,
-        Err(e) => return fail(format!("cannot listen on {}: {e}", config.http_addr)),
+        Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)),
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
     let orchestrator = match Orchestrator::open(config, bus, catalog, triggers).await {
@@ -220,7 +224,7 @@ async fn run_orchestrator(args: RunArgs, mut config: ServiceSettings) -> ExitCod
         Err(e) => return fail(e),
     };
     let result =
-        orchestrator::server::serve(orchestrator, access, listener, shutdown_signal()).await;
+        orchestrator::server::serve(orchestrator, http, access, listener, shutdown_signal()).await;
     if let Some(broker) = managed {
         broker.stop().await;
     }
@@ -269,7 +273,7 @@ fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
 
 /// Who may call the API. Says where a generated administrator key is, and
 /// says loudly when nobody has to authenticate.
-fn open_access(config: &ServiceSettings) -> Result<Authenticator, String> {
+fn open_access(config: &ServiceSettings, addr: SocketAddr) -> Result<Authenticator, String> {
     let access = Authenticator::open(
         &config.api_auth,
         &orchestrator::task_token::settings::key_dir(&config.data_dir),
@@ -287,7 +291,7 @@ fn open_access(config: &ServiceSettings) -> Result<Authenticator, String> {
             "API AUTHENTICATION IS OFF (api_auth.mode = none): anyone who can reach {} \
              can submit, read and cancel every task as `anonymous` with every scope. \
              For local development only.",
-            config.http_addr
+            addr
         );
         warn!("{message}");
     }
@@ -357,11 +361,13 @@ pub async fn worker(args: WorkerArgs, format: LogFormat) -> ExitCode {
         Ok(pair) => pair,
         Err(e) => return fail(e),
     };
-    let telemetry = match start_telemetry(&format!("agent-{}", card.name), format, &config) {
+    let telemetry = match start_telemetry(&format!("agent-{}", card.name), format, &config.service)
+    {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    let code = run_worker(args, config, card, dir).await;
+    // A worker serves no API: the settings' HTTP part is not its.
+    let code = run_worker(args, config.service, card, dir).await;
     stop_telemetry(telemetry).await;
     code
 }

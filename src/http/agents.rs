@@ -11,7 +11,7 @@ use super::ApiError;
 use crate::agent::Context;
 use crate::service::{AgentFilter, AgentInstances, Agents, Orchestrator};
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/agents", get(list))
         .route("/v1/agents/{name}", get(one))

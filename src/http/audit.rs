@@ -9,7 +9,7 @@ use super::{ApiError, Requester};
 use crate::audit::{AuditFilter, AuditRecord, AuditReport};
 use crate::service::Orchestrator;
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/audit", get(list))
         .route("/v1/audit/verify", get(verify))

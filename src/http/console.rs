@@ -27,7 +27,7 @@ use crate::service::Orchestrator;
 /// How long changes are gathered into one event.
 const WINDOW: Duration = Duration::from_millis(300);
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/changes", get(changes))
         .route("/v1/me", get(me))

@@ -13,12 +13,12 @@ use super::{ApiError, Requester};
 use crate::envelope::{TaskId, Timestamp};
 use crate::service::{DeliveryTarget, GaveUp, Orchestrator, PushDelivery};
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new().route("/v1/deliveries", get(list))
 }
 
 /// The public route: the key deliveries are signed with.
-pub(super) fn jwks_router() -> Router<Orchestrator> {
+pub(super) fn jwks_router() -> Router<crate::http::Api> {
     Router::new().route(
         super::push::JWKS_PATH,
         get(|State(o): State<Orchestrator>| async move {

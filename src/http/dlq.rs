@@ -11,7 +11,7 @@ use super::tasks::TaskView;
 use super::{ApiError, Requester};
 use crate::service::Orchestrator;
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/dlq", get(list))
         .route("/v1/dlq/{task_id}/replay", post(replay))

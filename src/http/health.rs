@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::service::Orchestrator;
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
         .route("/readyz", get(ready))

@@ -15,6 +15,7 @@ pub mod openapi;
 mod principal;
 pub(crate) mod push;
 mod runs;
+mod settings;
 mod span;
 mod streams;
 mod tasks;
@@ -25,6 +26,7 @@ pub use deliveries::DeliveryView;
 pub use error::ApiError;
 pub use principal::AUTH_HEADER;
 pub use runs::RunPage;
+pub use settings::{A2aSettings, HttpSettings, MessageIds};
 pub use tasks::{TaskPage, TaskView};
 
 use std::sync::Arc;
@@ -33,6 +35,26 @@ use axum::Router;
 
 use crate::access::Authenticator;
 use crate::service::{Caller, Orchestrator};
+
+/// What a route's handler may take (`State<Orchestrator>`,
+/// `State<Arc<HttpSettings>>`): the service, and the face's settings.
+#[derive(Clone)]
+pub struct Api {
+    o: Orchestrator,
+    http: Arc<HttpSettings>,
+}
+
+impl axum::extract::FromRef<Api> for Orchestrator {
+    fn from_ref(api: &Api) -> Self {
+        api.o.clone()
+    }
+}
+
+impl axum::extract::FromRef<Api> for Arc<HttpSettings> {
+    fn from_ref(api: &Api) -> Self {
+        Arc::clone(&api.http)
+    }
+}
 
 /// The caller of a request: the principal the authentication layer found.
 pub struct Requester(pub Caller);
@@ -63,22 +85,14 @@ struct WaitQuery {
 }
 
 impl WaitQuery {
-    fn within(&self, o: &Orchestrator) -> Result<Option<std::time::Duration>, ApiError> {
+    fn within(&self, http: &HttpSettings) -> Result<Option<std::time::Duration>, ApiError> {
         let Some(wait) = &self.wait else {
             return Ok(None);
         };
         let wait = humantime::parse_duration(wait).map_err(|e| {
             ApiError::bad_param("wait", format!("not a duration such as \"10s\": {e}"))
         })?;
-        Ok(Some(wait.min(Self::longest(o))))
-    }
-
-    /// The longest wait: the request timeout less a second, to answer
-    /// before the timeout does.
-    fn longest(o: &Orchestrator) -> std::time::Duration {
-        o.settings()
-            .http_request_timeout
-            .saturating_sub(std::time::Duration::from_secs(1))
+        Ok(Some(wait.min(http.longest_wait())))
     }
 }
 
@@ -107,23 +121,24 @@ fn page<T, C>(mut items: Vec<T>, limit: usize, cursor: impl Fn(&T) -> C) -> (Vec
 /// server stops).
 pub fn router(
     orchestrator: Orchestrator,
+    http: HttpSettings,
     access: Arc<Authenticator>,
     closing: tokio_util::sync::CancellationToken,
 ) -> Router {
-    let config = orchestrator.settings();
-    let (max_in_flight, timeout) = (config.http_max_in_flight, config.http_request_timeout);
+    let (max_in_flight, timeout) = (http.max_in_flight, http.request_timeout);
+    let http = Arc::new(http);
     let open = access.is_off();
     let streams = Arc::new(streams::Streams::new(
-        config.a2a.max_streams,
-        config.http_max_streams_per_principal,
-        config.a2a.keepalive,
+        http.a2a.max_streams,
+        http.max_streams_per_principal,
+        http.a2a.keepalive,
         closing,
     ));
-    let face = a2a::Face::new(!open, Arc::clone(&streams));
+    let face = a2a::Face::new(!open, Arc::clone(&streams), Arc::clone(&http));
     let gate = Arc::new(principal::Gate {
         access,
         per_principal: limits::PerPrincipal::new(
-            config.http_max_in_flight_per_principal,
+            http.max_in_flight_per_principal,
             "requests in progress",
             "http_max_in_flight_per_principal",
         ),
@@ -145,7 +160,10 @@ pub fn router(
             principal::authenticate,
         ))
         .layer(axum::middleware::from_fn(span::layer))
-        .with_state(orchestrator.clone());
+        .with_state(Api {
+            o: orchestrator.clone(),
+            http: Arc::clone(&http),
+        });
     let probes = health::router()
         .merge(ui::router())
         .merge(a2a::card_router())
@@ -153,7 +171,10 @@ pub fn router(
         .merge(openapi::router())
         .layer(axum::Extension(face))
         .layer(axum::middleware::from_fn(span::layer))
-        .with_state(orchestrator);
+        .with_state(Api {
+            o: orchestrator,
+            http,
+        });
     let app = probes
         .merge(limits::limit(api, max_in_flight, timeout))
         .layer(axum::middleware::map_response(error::every_answer));
@@ -169,7 +190,7 @@ pub fn router(
 /// What a connection from the probes' reserve is served (the API's
 /// connections all taken): `/healthz`, `/readyz` and `/metrics`, and 503
 /// for anything else.
-pub fn probes_router(orchestrator: Orchestrator) -> Router {
+pub fn probes_router(orchestrator: Orchestrator, http: HttpSettings) -> Router {
     health::router()
         .fallback(|| async {
             ApiError::new(
@@ -181,7 +202,10 @@ pub fn probes_router(orchestrator: Orchestrator) -> Router {
         })
         .layer(axum::middleware::from_fn(span::layer))
         .layer(axum::middleware::map_response(error::every_answer))
-        .with_state(orchestrator)
+        .with_state(Api {
+            o: orchestrator,
+            http: Arc::new(http),
+        })
 }
 
 /// A request's body, read within the configured time and size
@@ -189,12 +213,13 @@ pub fn probes_router(orchestrator: Orchestrator) -> Router {
 /// check what the path asks before anything is read.
 async fn body(
     o: &Orchestrator,
+    http: &HttpSettings,
     headers: &axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Result<axum::body::Bytes, ApiError> {
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
-    let c = o.settings();
-    limits::read_body(body, declared, c.max_envelope_bytes, c.http_body_timeout).await
+    let max = o.settings().max_envelope_bytes;
+    limits::read_body(body, declared, max, http.body_timeout).await
 }

@@ -8,12 +8,10 @@ use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 
-use crate::service::Orchestrator;
-
 /// The document.
 pub const DOCUMENT: &str = include_str!("openapi.json");
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new().route(
         "/openapi.json",
         get(|| async { ([(header::CONTENT_TYPE, "application/json")], DOCUMENT) }),

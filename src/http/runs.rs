@@ -13,7 +13,7 @@ use crate::codec::{self, DecodeError, Strictness, Validate};
 use crate::run::{RunId, RunState};
 use crate::service::{Answer, Orchestrator, RunAct, RunView};
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/runs", get(list))
         .route("/v1/runs/{id}", get(get_run))
@@ -32,12 +32,13 @@ fn parse_id(id: &str) -> Result<RunId, ApiError> {
 /// most the request timeout less a second).
 async fn get_run(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     Query(q): Query<super::WaitQuery>,
 ) -> Result<Json<RunView>, ApiError> {
     let id = parse_id(&id)?;
-    let wait = q.within(&o)?.unwrap_or_default();
+    let wait = q.within(&http)?.unwrap_or_default();
     let view = o
         .run_when_settled(id, wait, &caller)
         .await?
@@ -104,6 +105,7 @@ impl Validate for AnswerBody {
 /// allowed it (an empty body is all defaults).
 async fn act_body(
     o: &Orchestrator,
+    http: &crate::http::HttpSettings,
     caller: &crate::service::Caller,
     id: RunId,
     act: RunAct,
@@ -111,7 +113,7 @@ async fn act_body(
     body: Body,
 ) -> Result<AnswerBody, ApiError> {
     o.may_act_on_run(id, act, caller)?;
-    let bytes = super::body(o, headers, body).await?;
+    let bytes = super::body(o, http, headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(AnswerBody::default());
     }
@@ -124,13 +126,14 @@ async fn act_body(
 
 async fn answer(
     o: Orchestrator,
+    http: &crate::http::HttpSettings,
     caller: crate::service::Caller,
     id: String,
     (headers, body): (HeaderMap, Body),
     answer: Answer,
 ) -> Result<Json<RunView>, ApiError> {
     let id = parse_id(&id)?;
-    let b = act_body(&o, &caller, id, RunAct::Answer, &headers, body).await?;
+    let b = act_body(&o, http, &caller, id, RunAct::Answer, &headers, body).await?;
     let view = o
         .answer(id, answer, b.reason, b.input, None, &caller)
         .await?;
@@ -139,42 +142,46 @@ async fn answer(
 
 async fn approve(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, (headers, body), Answer::Approve).await
+    answer(o, &http, caller, id, (headers, body), Answer::Approve).await
 }
 
 async fn reject(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, (headers, body), Answer::Reject).await
+    answer(o, &http, caller, id, (headers, body), Answer::Reject).await
 }
 
 async fn input(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<RunView>, ApiError> {
-    answer(o, caller, id, (headers, body), Answer::Input).await
+    answer(o, &http, caller, id, (headers, body), Answer::Input).await
 }
 
 async fn cancel(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<RunView>, ApiError> {
     let id = parse_id(&id)?;
-    let b = act_body(&o, &caller, id, RunAct::Cancel, &headers, body).await?;
+    let b = act_body(&o, &http, &caller, id, RunAct::Cancel, &headers, body).await?;
     Ok(Json(o.cancel_run(id, b.reason, &caller).await?))
 }

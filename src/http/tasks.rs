@@ -15,7 +15,7 @@ use crate::event::ErrorInfo;
 use crate::service::{Orchestrator, TaskRequest};
 use crate::task::{HistoryEntry, Submitted, TaskRecord, TaskState};
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/tasks", post(submit).get(list))
         .route("/v1/tasks/{id}", get(get_task))
@@ -133,17 +133,18 @@ impl TaskView {
 /// (at most the request timeout less a second) has passed.
 async fn submit(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Query(q): Query<super::WaitQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
-    let body = super::body(&o, &headers, body).await?;
+    let body = super::body(&o, &http, &headers, body).await?;
     let request: TaskRequest =
         codec::decode(&body, Strictness::Strict, o.settings().max_envelope_bytes)?;
-    let wait = match (q.within(&o)?, request.response_mode) {
+    let wait = match (q.within(&http)?, request.response_mode) {
         (Some(wait), _) => Some(wait),
-        (None, Some(ResponseMode::Sync)) => Some(super::WaitQuery::longest(&o)),
+        (None, Some(ResponseMode::Sync)) => Some(http.longest_wait()),
         (None, _) => None,
     };
     let submitted = o.submit(request, &caller).await?;
@@ -170,12 +171,13 @@ fn parse_id(id: &str) -> Result<TaskId, ApiError> {
 /// the request timeout less a second).
 async fn get_task(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     Query(q): Query<super::WaitQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     let id = parse_id(&id)?;
-    let record = match q.within(&o)? {
+    let record = match q.within(&http)? {
         None => o.task(id, &caller).await?,
         Some(wait) => o.task_when_ended(id, wait, &caller).await?,
     };

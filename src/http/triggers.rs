@@ -15,7 +15,7 @@ use crate::envelope::IdempotencyKey;
 use crate::run::RunStarted;
 use crate::service::{Orchestrator, RunView};
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/v1/triggers", get(list))
         .route("/v1/triggers/{id}/runs", post(start_run))
@@ -52,6 +52,7 @@ impl Validate for RunRequest {
 
 async fn start_run(
     State(o): State<Orchestrator>,
+    State(http): State<std::sync::Arc<crate::http::HttpSettings>>,
     Requester(caller): Requester,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -59,7 +60,7 @@ async fn start_run(
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     // Whether the caller may start it at all, before its body is read.
     o.may_start(&id, &caller)?;
-    let body = super::body(&o, &headers, body).await?;
+    let body = super::body(&o, &http, &headers, body).await?;
     let request: RunRequest =
         codec::decode(&body, Strictness::Strict, o.settings().max_envelope_bytes)?;
     let started = o

@@ -11,8 +11,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use crate::service::Orchestrator;
-
 /// A file of `console/`, with its media type.
 macro_rules! file {
     ($name:literal, $kind:literal) => {
@@ -37,7 +35,7 @@ const FILES: &[(&str, &str, &str)] = &[
 /// Only the console's own files run; it talks to this server only.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(|| async { file("index.html") }))

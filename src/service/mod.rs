@@ -71,9 +71,7 @@ pub use request::TaskRequest;
 pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct, RunOptions};
-pub use settings::{
-    A2aSettings, AgentSettings, DEFAULT_NATS_URL, MessageIds, PushSettings, ServiceSettings,
-};
+pub use settings::{AgentSettings, DEFAULT_NATS_URL, PushSettings, ServiceSettings};
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -1,8 +1,7 @@
-//! The orchestrator's settings: every field optional in the file
+//! The service's settings: every field optional in the file
 //! (`--config FILE`, JSON), each with the default docs/operations.md
-//! prints, read strictly.
+//! prints, read strictly (with the faces' part, by `server::Settings`).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,14 +11,15 @@ use crate::bus::BusSettings;
 use crate::store::StoreSettings;
 use crate::task::RetryPolicy;
 
-/// The orchestrator's settings (`--config FILE`, JSON; every field optional).
+/// The service's part of the settings file (`--config FILE`, JSON; every
+/// field optional). The file's other members are the faces'
+/// (`http::HttpSettings`): `server::Settings` reads both and refuses a
+/// member neither knows, so this part has no `deny_unknown_fields`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ServiceSettings {
     /// Where the store (and a managed broker's data) live.
     pub data_dir: PathBuf,
-    /// The HTTP API's address.
-    pub http_addr: SocketAddr,
     /// The broker: one NATS URL, or several (a cluster's nodes) as a list
     /// or comma-separated; `None`: `nats://127.0.0.1:4222`.
     pub nats_url: Option<crate::bus::Servers>,
@@ -55,45 +55,6 @@ pub struct ServiceSettings {
     pub max_backlog: usize,
     /// Envelopes published but not yet acknowledged by the broker, at most.
     pub publish_in_flight: usize,
-    /// HTTP requests served at once; more are answered 503 at once.
-    /// Health checks and metrics are outside this limit.
-    pub http_max_in_flight: usize,
-    /// HTTP requests of one principal served at once; more are answered
-    /// 429 at once, so no caller can take every slot.
-    pub http_max_in_flight_per_principal: usize,
-    /// How long one HTTP request may take before it is answered 408.
-    #[serde(with = "humantime_serde")]
-    pub http_request_timeout: Duration,
-    /// How long a request's body may take to arrive (408 after).
-    #[serde(with = "humantime_serde")]
-    pub http_body_timeout: Duration,
-    /// How long a request's headers may take to arrive; an idle
-    /// keep-alive connection is closed after it too.
-    #[serde(with = "humantime_serde")]
-    pub http_header_timeout: Duration,
-    /// HTTP connections open at once for the API. Past it, up to
-    /// `http_probe_connections` more are served the probes only
-    /// (`/healthz`, `/readyz`, `/metrics`; anything else 503), and any
-    /// more are answered 503 and closed. Lowered at start to fit the
-    /// open-file limit.
-    pub http_max_connections: usize,
-    /// Connections kept for the probes beyond `http_max_connections`, so
-    /// they answer however full the API is.
-    pub http_probe_connections: usize,
-    /// HTTP connections open at once from one address (IPv4, or IPv6);
-    /// one more is answered 503 and closed, so no single peer (a slowloris
-    /// above all) holds the rest.
-    pub http_max_connections_per_peer: usize,
-    /// The header deadline of a new connection while more than half of
-    /// `http_max_connections` are open (`http_header_timeout` when lower),
-    /// so dribbling connections are cut sooner under pressure.
-    #[serde(with = "humantime_serde")]
-    pub http_header_timeout_under_pressure: Duration,
-    /// Streams (the console's `GET /v1/changes`, A2A subscriptions and
-    /// streamed sends) one principal holds open at once; one more is
-    /// refused (429), so one key cannot take every connection with idle
-    /// streams.
-    pub http_max_streams_per_principal: usize,
     /// Task tokens: keys, issuer, lifetime, checking.
     pub tokens: crate::task_token::TokenSettings,
     /// Param field names whose values are secrets: they are scrubbed from
@@ -108,8 +69,6 @@ pub struct ServiceSettings {
     pub api_auth: crate::access::ApiAuthSettings,
     /// Traces, metrics and the Jaeger link (see docs/observability.md).
     pub telemetry: crate::telemetry::TelemetrySettings,
-    /// The A2A face (docs/a2a.md).
-    pub a2a: A2aSettings,
     /// Push notifications and callbacks (docs/a2a.md, "Push
     /// notifications").
     pub deliveries: PushSettings,
@@ -205,69 +164,10 @@ impl Default for PushSettings {
     }
 }
 
-/// The A2A face's settings (`a2a` in the file; every field optional).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct A2aSettings {
-    /// The URL clients reach the orchestrator at, as the agent card names
-    /// it (`https://agents.example.com`); default: `http://` and the
-    /// request's `Host`.
-    pub public_url: Option<String>,
-    /// The name the agent card gives.
-    pub name: String,
-    /// The skill a message goes to when neither its metadata nor the
-    /// router picks one (`agent/skill`); default: none (such a message
-    /// is refused, naming what was tried).
-    pub default_skill: Option<String>,
-    /// How often an idle stream sends a keep-alive comment.
-    #[serde(with = "humantime_serde")]
-    pub keepalive: Duration,
-    /// Streams open at once, over every caller; more are refused (503).
-    pub max_streams: usize,
-    /// What a message's id is to the orchestrator (default `keys`).
-    pub message_ids: MessageIds,
-    /// Whether the agent card also has 0.3's top-level `url`,
-    /// `protocolVersion`, `preferredTransport` and `additionalInterfaces`,
-    /// so 0.3 clients find the endpoint (default true; a 1.0 reader
-    /// ignores them, but a strict 1.0 schema, such as the TCK's, refuses
-    /// them).
-    pub card_v0_3_fields: bool,
-}
-
-/// What a message's id is to the orchestrator, when no `Idempotency-Key`
-/// header is given (`docs/a2a.md`, "Idempotent sends").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MessageIds {
-    /// An idempotency key of its sender: the same message again is the
-    /// same task; the same id with other content is refused (-32100).
-    #[default]
-    Keys,
-    /// Not a key: every message is a new task (an `Idempotency-Key`
-    /// header still makes a send idempotent). For clients that reuse ids
-    /// for different requests (the A2A TCK does).
-    Ignored,
-}
-
-impl Default for A2aSettings {
-    fn default() -> Self {
-        A2aSettings {
-            public_url: None,
-            name: "orchestrator".into(),
-            default_skill: None,
-            keepalive: Duration::from_secs(15),
-            max_streams: 10_000,
-            message_ids: MessageIds::Keys,
-            card_v0_3_fields: true,
-        }
-    }
-}
-
 impl Default for ServiceSettings {
     fn default() -> Self {
         ServiceSettings {
             data_dir: PathBuf::from("data"),
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             nats_url: None,
             bus: BusSettings::default(),
             max_envelope_bytes: crate::codec::DEFAULT_MAX_BYTES,
@@ -280,22 +180,11 @@ impl Default for ServiceSettings {
             ready_stall_after: Duration::from_secs(300),
             max_backlog: 100_000,
             publish_in_flight: 1024,
-            http_max_in_flight: 512,
-            http_max_in_flight_per_principal: 128,
-            http_request_timeout: Duration::from_secs(30),
-            http_body_timeout: Duration::from_secs(10),
-            http_header_timeout: Duration::from_secs(10),
-            http_max_connections: 1024,
-            http_probe_connections: 16,
-            http_max_connections_per_peer: 512,
-            http_header_timeout_under_pressure: Duration::from_secs(2),
-            http_max_streams_per_principal: 32,
             tokens: crate::task_token::TokenSettings::default(),
             sensitive_fields: crate::redact::SensitiveFields::default(),
             secret_env: Vec::new(),
             api_auth: crate::access::ApiAuthSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
-            a2a: A2aSettings::default(),
             deliveries: PushSettings::default(),
             agents: AgentSettings::default(),
             llm: crate::llm::LlmSettings::default(),
@@ -310,22 +199,6 @@ impl crate::codec::Validate for ServiceSettings {
             ("max_envelope_bytes", self.max_envelope_bytes),
             ("publish_in_flight", self.publish_in_flight),
             ("max_backlog", self.max_backlog),
-            ("http_max_in_flight", self.http_max_in_flight),
-            (
-                "http_max_in_flight_per_principal",
-                self.http_max_in_flight_per_principal,
-            ),
-            ("http_max_connections", self.http_max_connections),
-            ("http_probe_connections", self.http_probe_connections),
-            (
-                "http_max_connections_per_peer",
-                self.http_max_connections_per_peer,
-            ),
-            (
-                "http_max_streams_per_principal",
-                self.http_max_streams_per_principal,
-            ),
-            ("a2a.max_streams", self.a2a.max_streams),
             ("deliveries.max_in_flight", self.deliveries.max_in_flight),
             ("llm.max_turns", self.llm.max_turns as usize),
             (
@@ -342,14 +215,6 @@ impl crate::codec::Validate for ServiceSettings {
         self.bus.check()?;
         crate::codec::Validate::validate(&self.mcp)?;
         let timeouts = [
-            ("http_request_timeout", self.http_request_timeout),
-            ("http_body_timeout", self.http_body_timeout),
-            ("http_header_timeout", self.http_header_timeout),
-            (
-                "http_header_timeout_under_pressure",
-                self.http_header_timeout_under_pressure,
-            ),
-            ("a2a.keepalive", self.a2a.keepalive),
             ("deliveries.timeout", self.deliveries.timeout),
             ("deliveries.backoff_first", self.deliveries.backoff_first),
         ];
@@ -365,27 +230,3 @@ impl crate::codec::Validate for ServiceSettings {
 
 /// The default broker URL.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The defaults printed in docs/operations.md are the defaults, and
-    /// every field there is one the strict reader knows.
-    #[test]
-    fn the_documented_configuration_is_the_default() {
-        let page = include_str!("../../docs/operations.md");
-        let block = page
-            .split("```json\n")
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .expect("a JSON block in docs/operations.md");
-        let documented: ServiceSettings = crate::codec::decode(
-            block.as_bytes(),
-            crate::codec::Strictness::Strict,
-            crate::codec::DEFAULT_MAX_BYTES,
-        )
-        .unwrap();
-        assert_eq!(documented, ServiceSettings::default());
-    }
-}

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use orchestrator::access::{ApiKeyEntry, Authenticator, Grants, Mode, api_keys};
 use orchestrator::agent::AgentCard;
 use orchestrator::bus::{Bus, BusSettings};
+use orchestrator::http::HttpSettings;
 use orchestrator::service::{Orchestrator, ServiceSettings};
 use orchestrator::task::RetryPolicy;
 use orchestrator::task_token::settings::key_dir;
@@ -34,6 +35,8 @@ pub struct System {
     pub client: reqwest::Client,
     /// Settings the orchestrator starts with (paths and broker filled in).
     pub service: ServiceSettings,
+    /// Settings its HTTP API and A2A face start with.
+    pub http_settings: HttpSettings,
     /// The administrator's API key (every scope), which `client` sends;
     /// `None` when the test turned authentication off.
     pub admin_key: Option<String>,
@@ -100,12 +103,23 @@ impl System {
     }
 
     /// Starts an orchestrator on `nats`, with `tweak` applied to its
-    /// settings.
+    /// service's settings.
     pub async fn start_with(
         nats: NatsServer,
         cards: Vec<AgentCard>,
         bus_config: BusSettings,
         tweak: impl FnOnce(&mut ServiceSettings),
+    ) -> System {
+        System::start_with_settings(nats, cards, bus_config, |service, _| tweak(service)).await
+    }
+
+    /// [`System::start_with`], with `tweak` given the HTTP face's settings
+    /// too.
+    pub async fn start_with_settings(
+        nats: NatsServer,
+        cards: Vec<AgentCard>,
+        bus_config: BusSettings,
+        tweak: impl FnOnce(&mut ServiceSettings, &mut HttpSettings),
     ) -> System {
         super::traced();
         let data = tempfile::tempdir().unwrap();
@@ -119,7 +133,8 @@ impl System {
             stall_after: Duration::from_secs(3),
             ..ServiceSettings::default()
         };
-        tweak(&mut service);
+        let mut http_settings = HttpSettings::default();
+        tweak(&mut service, &mut http_settings);
         // Authentication as deployed: the test's client is an administrator.
         let admin_key = (service.api_auth.mode == Mode::Required).then(|| {
             let key = api_keys::generate();
@@ -140,6 +155,7 @@ impl System {
             agent_paths: Vec::new(),
             client: client_with(admin_key.as_deref()),
             service,
+            http_settings,
             admin_key,
             stop: CancellationToken::new(),
             server: None,
@@ -200,8 +216,9 @@ impl System {
         self.http = format!("http://{}", listener.local_addr().unwrap());
         self.stop = CancellationToken::new();
         let stop = self.stop.clone();
+        let http = self.http_settings.clone();
         self.server = Some(tokio::spawn(async move {
-            orchestrator::server::serve(orchestrator, Arc::new(access), listener, stop)
+            orchestrator::server::serve(orchestrator, http, Arc::new(access), listener, stop)
                 .await
                 .unwrap();
         }));

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::Digest;
 
+use super::Face;
 use crate::service::{Caller, Orchestrator};
 
 /// Where the JSON-RPC binding is, and the HTTP+JSON one, under the base.
@@ -27,8 +28,8 @@ const SCHEME: &str = "bearer";
 
 /// The base URL clients reach us at: the configured one, else `http://`
 /// and the request's `Host`.
-pub(super) fn base_url(o: &Orchestrator, headers: &HeaderMap) -> String {
-    if let Some(url) = &o.settings().a2a.public_url {
+pub(super) fn base_url(face: &Face, headers: &HeaderMap) -> String {
+    if let Some(url) = &face.http.a2a.public_url {
         return url.trim_end_matches('/').to_string();
     }
     let host = headers
@@ -41,7 +42,8 @@ pub(super) fn base_url(o: &Orchestrator, headers: &HeaderMap) -> String {
 
 /// The card as 1.0 types: every trigger (as `trigger:<id>`) and every
 /// skill of every agent, or (for `caller`) those whose scopes it holds.
-fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> AgentCard {
+fn card(o: &Orchestrator, face: &Face, base: &str, caller: Option<&Caller>) -> AgentCard {
+    let auth = face.auth;
     let lacks = |scopes: &[crate::envelope::Scope]| {
         caller.is_some_and(|c| {
             !c.grants
@@ -87,7 +89,7 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
     let mut old = AgentInterface::new(rpc.clone(), a2a::TRANSPORT_PROTOCOL_JSONRPC);
     old.protocol_version = "0.3".into();
     AgentCard {
-        name: o.settings().a2a.name.clone(),
+        name: face.http.a2a.name.clone(),
         description: "An orchestrator of AI agents: each message becomes a durable task for one of its agents' skills, or a run of one of its workflows (skills `trigger:<id>`), with its state, history and audit kept.".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         supported_interfaces: vec![
@@ -127,14 +129,9 @@ fn card(o: &Orchestrator, base: &str, auth: bool, caller: Option<&Caller>) -> Ag
 
 /// The card as served: 1.0's fields, and (unless `a2a.card_v0_3_fields`
 /// is off) 0.3's top-level ones so 0.3 clients find the endpoint.
-pub(super) fn card_json(
-    o: &Orchestrator,
-    base: &str,
-    auth: bool,
-    caller: Option<&Caller>,
-) -> Value {
-    let mut v = serde_json::to_value(card(o, base, auth, caller)).unwrap_or_default();
-    if !o.settings().a2a.card_v0_3_fields {
+fn card_json(o: &Orchestrator, face: &Face, base: &str, caller: Option<&Caller>) -> Value {
+    let mut v = serde_json::to_value(card(o, face, base, caller)).unwrap_or_default();
+    if !face.http.a2a.card_v0_3_fields {
         return v;
     }
     v["url"] = json!(format!("{base}{RPC_PATH}"));
@@ -151,27 +148,23 @@ pub(super) fn card_json(
 /// there is none (-32007).
 pub(super) fn extended(
     o: &Orchestrator,
-    auth: bool,
+    face: &Face,
     caller: &Caller,
     headers: &HeaderMap,
 ) -> Result<Value, super::error::A2aError> {
-    if !auth {
+    if !face.auth {
         return Err(super::error::A2aError::new(
             -32007,
             "no extended card: authentication is off, so every caller sees the public one",
         ));
     }
-    Ok(card_json(o, &base_url(o, headers), true, Some(caller)))
+    Ok(card_json(o, face, &base_url(face, headers), Some(caller)))
 }
 
 /// `GET /.well-known/agent-card.json`: cacheable, with a validator.
-pub(super) fn serve(
-    o: &Orchestrator,
-    headers: &HeaderMap,
-    auth: bool,
-    started: std::time::SystemTime,
-) -> Response {
-    let body = card_json(o, &base_url(o, headers), auth, None).to_string();
+pub(super) fn serve(o: &Orchestrator, face: &Face, headers: &HeaderMap) -> Response {
+    let started = face.started;
+    let body = card_json(o, face, &base_url(face, headers), None).to_string();
     let etag = format!(
         "\"{}\"",
         hex::encode(&sha2::Sha256::digest(body.as_bytes())[..12])

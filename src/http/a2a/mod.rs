@@ -69,15 +69,22 @@ pub(crate) struct Face {
     /// When the face started: the card's `Last-Modified`, unless the
     /// triggers were read since.
     started: std::time::SystemTime,
+    /// The face's settings (`a2a`, and the longest wait of a request).
+    http: Arc<crate::http::HttpSettings>,
 }
 
 impl Face {
     /// The face's state: streams bounded as configured, ended when
     /// `closing` fires.
-    pub(crate) fn new(auth: bool, streams: Arc<Streams>) -> Arc<Face> {
+    pub(crate) fn new(
+        auth: bool,
+        streams: Arc<Streams>,
+        http: Arc<crate::http::HttpSettings>,
+    ) -> Arc<Face> {
         Arc::new(Face {
             streams,
             auth,
+            http,
             started: std::time::SystemTime::now(),
         })
     }
@@ -98,7 +105,7 @@ fn to_json(v: impl serde::Serialize) -> serde_json::Value {
 }
 
 /// The routes that need a caller: JSON-RPC and HTTP+JSON.
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     // With and without the trailing slash: a client that joins "/" to the
     // card's URL (the TCK does) reaches the same endpoint.
     Router::new()
@@ -108,15 +115,13 @@ pub(super) fn router() -> Router<Orchestrator> {
 }
 
 /// The public route: the agent card.
-pub(super) fn card_router() -> Router<Orchestrator> {
+pub(super) fn card_router() -> Router<crate::http::Api> {
     Router::new().route(
         "/.well-known/agent-card.json",
         get(
             |axum::extract::State(o): axum::extract::State<Orchestrator>,
              axum::Extension(face): axum::Extension<Arc<Face>>,
-             headers: HeaderMap| async move {
-                card::serve(&o, &headers, face.auth, face.started)
-            },
+             headers: HeaderMap| async move { card::serve(&o, &face, &headers) },
         ),
     )
 }

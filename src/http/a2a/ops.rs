@@ -1,8 +1,6 @@
 //! The operations, whatever the binding: each takes 1.0 request types
 //! and answers 1.0 results, calling the service as the caller.
 
-use std::time::Duration;
-
 use a2a::{
     CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
@@ -12,7 +10,7 @@ use a2a::{
 
 use super::error::A2aError;
 use super::subject::{self, Subject};
-use super::{runs, send, wire};
+use super::{Face, runs, send, wire};
 use crate::run::{RunRecord, RunRefused};
 use crate::service::{
     Caller, DeliveryTarget, Orchestrator, PushAuth, PushDelivery, PushTarget, ServiceError,
@@ -35,6 +33,7 @@ pub(super) fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize
 /// `None`: the message names no task.
 async fn continued(
     o: &Orchestrator,
+    face: &Face,
     send: &SendMessageRequest,
     header_key: Option<&str>,
     caller: &Caller,
@@ -61,7 +60,7 @@ async fn continued(
         };
         A2aError::unsupported(why).with("taskId", id)
     };
-    let key = send::message_key(o, send, header_key);
+    let key = send::message_key(face, send, header_key);
     let record = match found {
         Subject::Task(record) => {
             // (One that no longer waits may have taken this very answer
@@ -118,6 +117,7 @@ fn conflict_names_message(send: &SendMessageRequest) -> impl Fn(ServiceError) ->
 /// one the same message made before); as stored.
 pub(super) async fn submit(
     o: &Orchestrator,
+    face: &Face,
     send: &SendMessageRequest,
     header_key: Option<&str>,
     v03: bool,
@@ -133,14 +133,14 @@ pub(super) async fn submit(
         (Some(id), true) => subject::find(o, id, caller).await?.generation(),
         _ => 0,
     };
-    let subject = match send::message_key(o, send, header_key) {
+    let subject = match send::message_key(face, send, header_key) {
         Some(key) => {
-            let act = async || made(o, send, header_key, caller).await;
+            let act = async || made(o, face, send, header_key, caller).await;
             o.once_per_message(&key, &send.message, caller, act)
                 .await
                 .map_err(|e: A2aError| e.naming_message(&send.message.message_id))?
         }
-        None => made(o, send, header_key, caller).await?,
+        None => made(o, face, send, header_key, caller).await?,
     };
     if pushes {
         push_on_send(o, send, &subject, before, v03, caller).await?;
@@ -151,17 +151,18 @@ pub(super) async fn submit(
 /// The task or run a message made, continued or found again.
 async fn made(
     o: &Orchestrator,
+    face: &Face,
     send: &SendMessageRequest,
     header_key: Option<&str>,
     caller: &Caller,
 ) -> Result<Subject, A2aError> {
-    if let Some(found) = continued(o, send, header_key, caller).await? {
+    if let Some(found) = continued(o, face, send, header_key, caller).await? {
         return Ok(found);
     }
     send::check(&send.message)?;
     if let Some(trigger) = send::trigger(o, send)? {
         let (input, context) = send::run_input(send, &trigger)?;
-        let key = send::message_key(o, send, header_key);
+        let key = send::message_key(face, send, header_key);
         let started = o
             .start_run(
                 &trigger.id,
@@ -177,7 +178,7 @@ async fn made(
             .map_err(conflict_names_message(send))?;
         return Ok(Subject::Run(Box::new(started.record().clone())));
     }
-    let request = send::request(o, send, header_key)?;
+    let request = send::request(o, face, send, header_key)?;
     let submitted = o
         .submit(request, caller)
         .await
@@ -187,31 +188,28 @@ async fn made(
     })
 }
 
-/// The longest a blocking call waits: the request timeout less a second.
-fn longest(o: &Orchestrator) -> Duration {
-    o.settings()
-        .http_request_timeout
-        .saturating_sub(Duration::from_secs(1))
-}
-
 /// `subject` once it has ended or waits for the client, or as it is when
 /// the wait is up.
-async fn settled(o: &Orchestrator, subject: Subject, caller: &Caller) -> Result<Subject, A2aError> {
+async fn settled(
+    o: &Orchestrator,
+    face: &Face,
+    subject: Subject,
+    caller: &Caller,
+) -> Result<Subject, A2aError> {
+    let longest = face.http.longest_wait();
     if wire::closes(subject.state()) {
         return Ok(subject);
     }
     Ok(match subject {
         Subject::Task(t) => {
             let done = o
-                .task_when(t.task_id(), longest(o), caller, wire::closes)
+                .task_when(t.task_id(), longest, caller, wire::closes)
                 .await?;
             Subject::Task(done.map(Box::new).unwrap_or(t))
         }
         Subject::Run(r) => {
             let done = o
-                .run_record_when(r.run_id, longest(o), caller, |s| {
-                    wire::closes(runs::state(s))
-                })
+                .run_record_when(r.run_id, longest, caller, |s| wire::closes(runs::state(s)))
                 .await?;
             Subject::Run(done.map(Box::new).unwrap_or(r))
         }
@@ -222,6 +220,7 @@ async fn settled(o: &Orchestrator, subject: Subject, caller: &Caller) -> Result<
 /// client (unless `returnImmediately`), or as it is when the wait is up.
 pub(super) async fn send_message(
     o: &Orchestrator,
+    face: &Face,
     send: SendMessageRequest,
     header_key: Option<&str>,
     v03: bool,
@@ -233,11 +232,11 @@ pub(super) async fn send_message(
         "configuration.historyLength",
     )?;
     let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
-    let subject = submit(o, &send, header_key, v03, caller).await?;
+    let subject = submit(o, face, &send, header_key, v03, caller).await?;
     let subject = if immediately {
         subject
     } else {
-        settled(o, subject, caller).await?
+        settled(o, face, subject, caller).await?
     };
     if let Subject::Task(record) = &subject
         && let Some(reply) = wire::reply(record)

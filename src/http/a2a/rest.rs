@@ -23,7 +23,7 @@ use super::{Face, Version, card, ops, stream, to_json, v03, version};
 use crate::http::Requester;
 use crate::service::Orchestrator;
 
-pub(super) fn router() -> Router<Orchestrator> {
+pub(super) fn router() -> Router<crate::http::Api> {
     Router::new()
         .route(&format!("{REST_PATH}/message:send"), post(send))
         .route(&format!("{REST_PATH}/message:stream"), post(send))
@@ -52,13 +52,18 @@ fn frame(version: Version) -> stream::Frame {
 }
 
 /// The body as JSON (an empty one is `{}`).
-async fn body_json(o: &Orchestrator, headers: &HeaderMap, body: Body) -> Result<Value, A2aError> {
+async fn body_json(
+    o: &Orchestrator,
+    face: &Face,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, A2aError> {
     if let Some(other) = super::rpc::not_json(headers) {
         return Err(A2aError::content_type(format!(
             "the request's Content-Type is `{other}`; the HTTP+JSON binding takes application/json"
         )));
     }
-    let bytes = crate::http::body(o, headers, body).await?;
+    let bytes = crate::http::body(o, &face.http, headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -78,7 +83,7 @@ async fn send(
     let streaming = uri.path().ends_with(":stream");
     let run = async {
         let version = version(&headers, query.as_deref())?;
-        let mut params = body_json(&o, &headers, body).await?;
+        let mut params = body_json(&o, &face, &headers, body).await?;
         if version == Version::V03 {
             params = v03::send_params_v1(params);
         }
@@ -87,7 +92,7 @@ async fn send(
         if streaming {
             return stream::send(
                 &o,
-                &face.streams,
+                &face,
                 &caller,
                 &send,
                 key,
@@ -98,7 +103,7 @@ async fn send(
             .await;
         }
         let old = version == Version::V03;
-        let r = to_json(ops::send_message(&o, send, key, old, &caller).await?);
+        let r = to_json(ops::send_message(&o, &face, send, key, old, &caller).await?);
         let r = if version == Version::V03 {
             v03::send_result03(r)
         } else {
@@ -176,7 +181,10 @@ async fn task(
             None => (rest.as_str(), None),
         };
         if let Some((task, config)) = id.split_once("/pushNotificationConfigs") {
-            return push(&o, &caller, version, &method, task, config, &headers, body).await;
+            return push(
+                &o, &face, &caller, version, &method, task, config, &headers, body,
+            )
+            .await;
         }
         if id.contains('/') {
             return Err(A2aError::method_not_found(&format!("{method} {rest}")));
@@ -196,7 +204,7 @@ async fn task(
                 Ok(Json(task(ops::get_task(&o, decode(params)?, &caller).await?)).into_response())
             }
             (&Method::POST, Some("cancel")) => {
-                let mut params = body_json(&o, &headers, body).await?;
+                let mut params = body_json(&o, &face, &headers, body).await?;
                 if !params.is_object() {
                     return Err(A2aError::invalid_params("body", "must be an object"));
                 }
@@ -222,6 +230,7 @@ async fn task(
 #[allow(clippy::too_many_arguments)]
 async fn push(
     o: &Orchestrator,
+    face: &Face,
     caller: &crate::service::Caller,
     version: Version,
     method: &Method,
@@ -239,7 +248,7 @@ async fn push(
     };
     match (method, config.is_empty()) {
         (&Method::POST, true) => {
-            let mut params = body_json(o, headers, body).await?;
+            let mut params = body_json(o, face, headers, body).await?;
             if old {
                 params = v03::push_set_v1(params);
             }
@@ -278,5 +287,5 @@ async fn extended(
     Requester(caller): Requester,
     headers: HeaderMap,
 ) -> Response {
-    reply(card::extended(&o, face.auth, &caller, &headers))
+    reply(card::extended(&o, &face, &caller, &headers))
 }

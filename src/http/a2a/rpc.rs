@@ -181,7 +181,7 @@ pub(super) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match crate::http::body(&o, &headers, body).await {
+    let body = match crate::http::body(&o, &face.http, &headers, body).await {
         Ok(b) => b,
         Err(e) => return answer(&Value::Null, Err(e.into())),
     };
@@ -272,7 +272,8 @@ impl Call<'_> {
         };
         let reply = match name {
             "SendMessage" => {
-                let r = ops::send_message(o, decode(params)?, self.key, old, caller).await?;
+                let r =
+                    ops::send_message(o, self.face, decode(params)?, self.key, old, caller).await?;
                 let v = to_json(r);
                 Reply::Json(if old { v03::send_result03(v) } else { v })
             }
@@ -290,11 +291,11 @@ impl Call<'_> {
             }
             "SendStreamingMessage" => {
                 let send: a2a::SendMessageRequest = decode(params)?;
-                let (streams, frame) = (&self.face.streams, self.frame());
+                let frame = self.frame();
                 Reply::Stream(
                     stream::send(
                         o,
-                        streams,
+                        self.face,
                         caller,
                         &send,
                         self.key,
@@ -313,7 +314,7 @@ impl Call<'_> {
                 )
             }
             "GetExtendedAgentCard" => {
-                Reply::Json(card::extended(o, self.face.auth, caller, self.headers)?)
+                Reply::Json(card::extended(o, self.face, caller, self.headers)?)
             }
             "CreateTaskPushNotificationConfig" => {
                 let c = to_json(ops::create_push(o, decode(params)?, old, caller).await?);

@@ -8,11 +8,11 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 use super::error::A2aError;
-use super::runs;
 use super::wire::{MESSAGE_KEY_PREFIX, UNKEYED_PREFIX};
+use super::{Face, runs};
 use crate::agent::Skill;
 use crate::envelope::{AgentName, CorrelationId, IdempotencyKey};
-use crate::service::MessageIds;
+use crate::http::MessageIds;
 use crate::service::{Orchestrator, TaskRequest};
 use crate::trigger::Trigger;
 
@@ -92,7 +92,11 @@ fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> 
 /// The skill the message asks for: `metadata.skillId`, else the router
 /// on its text, else `a2a.default_skill`, else the catalog's entry agent (a pack's); none of them → an error saying
 /// what was tried.
-pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<Target, A2aError> {
+pub(super) fn target(
+    o: &Orchestrator,
+    face: &Face,
+    request: &SendMessageRequest,
+) -> Result<Target, A2aError> {
     if let Some(id) = metadata_str(request, SKILL_KEY) {
         return resolve(o, id, "message.metadata.skillId");
     }
@@ -105,7 +109,7 @@ pub(super) fn target(o: &Orchestrator, request: &SendMessageRequest) -> Result<T
             skill: choice.skill,
         });
     }
-    if let Some(id) = &o.settings().a2a.default_skill {
+    if let Some(id) = &face.http.a2a.default_skill {
         return resolve(o, id, "a2a.default_skill");
     }
     // A pack's entry agent (or the card that says it is the default).
@@ -334,11 +338,11 @@ pub(super) fn params(message: &Message, takes: Takes<'_>) -> Result<Map<String, 
 /// else its id when message ids are keys (`a2a.message_ids`); none when
 /// they are not. Keys a new task, and an answer to a task that waits.
 pub(super) fn message_key(
-    o: &Orchestrator,
+    face: &Face,
     send: &SendMessageRequest,
     header_key: Option<&str>,
 ) -> Option<String> {
-    match (header_key, o.settings().a2a.message_ids) {
+    match (header_key, face.http.a2a.message_ids) {
         (Some(k), _) => Some(k.to_string()),
         (None, MessageIds::Keys) => {
             Some(format!("{MESSAGE_KEY_PREFIX}{}", send.message.message_id))
@@ -352,11 +356,12 @@ pub(super) fn message_key(
 /// task; in the message's context when it names one.
 pub(super) fn request(
     o: &Orchestrator,
+    face: &Face,
     send: &SendMessageRequest,
     header_key: Option<&str>,
 ) -> Result<TaskRequest, A2aError> {
     let message = &send.message;
-    let target = target(o, send)?;
+    let target = target(o, face, send)?;
     let declared = o.catalog();
     let skill = declared
         .agents
@@ -382,7 +387,7 @@ pub(super) fn request(
         correlation_id,
     };
     // Unkeyed, a task still gets a key of its own that names the message.
-    let key = message_key(o, send, header_key).unwrap_or_else(|| {
+    let key = message_key(face, send, header_key).unwrap_or_else(|| {
         let nonce = fastrand::u64(..);
         format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
     });

@@ -90,7 +90,7 @@ impl State {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn send(
     o: &Orchestrator,
-    streams: &Streams,
+    face: &super::Face,
     caller: &Caller,
     send: &a2a::SendMessageRequest,
     key: Option<&str>,
@@ -98,9 +98,10 @@ pub(super) async fn send(
     headers: &HeaderMap,
     frame: Frame,
 ) -> Result<Response, A2aError> {
+    let streams = &face.streams;
     let permit = enter(streams, caller)?;
     let resume = last_event_id(headers)?;
-    let sent = super::ops::submit(o, send, key, v03, caller).await?;
+    let sent = super::ops::submit(o, face, send, key, v03, caller).await?;
     let (first, follow) = subject::follow(o, &sent.id().to_string(), caller).await?;
     let ends = wire::closes;
     Ok(respond(

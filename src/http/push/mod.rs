@@ -50,13 +50,20 @@ struct Shared {
     /// Who the loops read tasks and runs as: every delivery was allowed
     /// when its config was set.
     reader: Caller,
+    /// Where a receiver finds the key the signatures check with
+    /// (`<a2a.public_url>/.well-known/jwks.json`), when the public URL is
+    /// configured.
+    jku: Option<String>,
 }
 
 /// The sender, to run with the orchestrator's background work: a loop for
 /// every delivery that may still owe something, and for each one set up
-/// from now on, until `stop`; it ends once every loop has.
+/// from now on, until `stop`; it ends once every loop has. `public_url`:
+/// where clients reach the orchestrator (`a2a.public_url`), named in each
+/// signature as where its key is.
 pub(crate) fn sender(
     o: Orchestrator,
+    public_url: Option<&str>,
     stop: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let settings = o.settings().deliveries.clone();
@@ -67,6 +74,7 @@ pub(crate) fn sender(
         running: Mutex::default(),
         loops: TaskTracker::new(),
         reader: Caller::new("outbox", Grants::all()),
+        jku: public_url.map(|base| format!("{}{JWKS_PATH}", base.trim_end_matches('/'))),
         o,
     });
     async move {
@@ -256,9 +264,8 @@ async fn send(
     claims.insert("iat".into(), Timestamp::now().unix_seconds().into());
     claims.insert("aud".into(), url.into());
     claims.insert("sub".into(), d.subject.to_string().into());
-    if let Some(base) = &sh.o.settings().a2a.public_url {
-        let jku = format!("{}{JWKS_PATH}", base.trim_end_matches('/'));
-        claims.insert("jku".into(), jku.into());
+    if let Some(jku) = &sh.jku {
+        claims.insert("jku".into(), jku.as_str().into());
     }
     let signature = sh.o.push_key().sign(claims, &body);
     let mut headers = HeaderMap::new();

@@ -48,6 +48,7 @@ pub(super) async fn full_path(
     let stop = CancellationToken::new();
     let server = tokio::spawn(orchestrator::server::serve(
         orchestrator.clone(),
+        Default::default(),
         std::sync::Arc::new(access),
         listener,
         stop.clone(),

@@ -7,6 +7,10 @@
 
 use serde::de::DeserializeOwned;
 
+mod parts;
+
+pub use parts::{Parts, fields_of};
+
 /// The default size limit for one message: 1 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
 
@@ -255,6 +259,21 @@ pub fn decode<T>(bytes: &[u8], strictness: Strictness, max_bytes: usize) -> Resu
 where
     T: DeserializeOwned + Validate,
 {
+    decode_sharing(bytes, strictness, max_bytes, &[])
+}
+
+/// [`decode`] for one part of an object shared by several types (the
+/// settings file: the service's part and the faces'): a top-level member
+/// named in `others` (the other parts' fields) is theirs, not unknown.
+fn decode_sharing<T>(
+    bytes: &[u8],
+    strictness: Strictness,
+    max_bytes: usize,
+    others: &[&str],
+) -> Result<T, DecodeError>
+where
+    T: DeserializeOwned + Validate,
+{
     if bytes.len() > max_bytes {
         return Err(DecodeError::TooLarge {
             size: bytes.len(),
@@ -265,7 +284,8 @@ where
     let mut json = serde_json::Deserializer::from_slice(bytes);
     let value: T = {
         let mut note_unknown = |path: serde_ignored::Path<'_>| {
-            if unknown.is_none() {
+            let theirs = matches!(&path, serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } if others.contains(&key.as_str()));
+            if unknown.is_none() && !theirs {
                 // A member named "" is named so, not left blank.
                 let path = path.to_string();
                 unknown = Some(if path.is_empty() { "\"\"".into() } else { path });

@@ -13,12 +13,17 @@ const RESERVED_FILES: u64 = 256;
 
 use crate::service::{Orchestrator, ServiceError};
 
+mod settings;
+
+pub use settings::Settings;
+
 /// Serves the orchestrator on `listener` until `shutdown` fires: recovery
 /// first, then the background work and the HTTP API (every call but the
 /// health checks authenticated by `access`); on shutdown the API finishes
 /// its requests, the background stops, the store is flushed.
 pub async fn serve(
     orchestrator: Orchestrator,
+    http: crate::http::HttpSettings,
     access: std::sync::Arc<crate::access::Authenticator>,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
@@ -29,23 +34,23 @@ pub async fn serve(
     // waited for with the service's loops.
     background.spawn(crate::http::push::sender(
         orchestrator.clone(),
+        http.a2a.public_url.as_deref(),
         stop.clone(),
     ));
-    let config = orchestrator.settings();
     let bounds = crate::http::listen::Bounds {
-        header_timeout: config.http_header_timeout,
-        header_timeout_under_pressure: config.http_header_timeout_under_pressure,
+        header_timeout: http.header_timeout,
+        header_timeout_under_pressure: http.header_timeout_under_pressure,
         max_connections: crate::http::listen::fit_connections(
-            config.http_max_connections,
-            RESERVED_FILES + config.http_probe_connections as u64,
+            http.max_connections,
+            RESERVED_FILES + http.probe_connections as u64,
         ),
-        probe_connections: config.http_probe_connections,
-        max_connections_per_peer: config.http_max_connections_per_peer,
+        probe_connections: http.probe_connections,
+        max_connections_per_peer: http.max_connections_per_peer,
         // A long poll answers within the request timeout.
-        shutdown_grace: config.http_request_timeout + Duration::from_secs(1),
+        shutdown_grace: http.request_timeout + Duration::from_secs(1),
     };
-    let probes = crate::http::probes_router(orchestrator.clone());
-    let app = crate::http::router(orchestrator, access, shutdown.clone());
+    let probes = crate::http::probes_router(orchestrator.clone(), http.clone());
+    let app = crate::http::router(orchestrator, http, access, shutdown.clone());
     info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
     crate::http::listen::serve(listener, app, probes, bounds, shutdown.cancelled_owned()).await;
     stop.cancel();
