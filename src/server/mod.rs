@@ -29,14 +29,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ServiceError> {
     let stop = CancellationToken::new();
-    let background = orchestrator.start(stop.clone()).await?;
-    // The push outbox's sender is the faces' background work: stopped and
-    // waited for with the service's loops.
-    background.spawn(crate::http::push::sender(
-        orchestrator.clone(),
-        http.a2a.public_url.as_deref(),
-        stop.clone(),
-    ));
+    // What the push outbox sends is in the words of the face that took
+    // the push config.
+    let bodies = crate::http::push_bodies(&http);
+    let background = orchestrator.start(stop.clone(), bodies).await?;
     let bounds = crate::http::listen::Bounds {
         header_timeout: http.header_timeout,
         header_timeout_under_pressure: http.header_timeout_under_pressure,

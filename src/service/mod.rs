@@ -51,6 +51,7 @@ mod run_view;
 mod runs;
 mod settings;
 mod stop;
+mod subject;
 mod submit;
 
 pub use agents::{AgentFilter, AgentInstances, Agents};
@@ -61,7 +62,7 @@ pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
 pub use held_view::HeldStep;
 pub use live::{Live, LiveBatch};
-pub use loops::Background;
+pub use loops::{Background, PushBodies};
 pub use overview::{AgentLine, Overview};
 pub use push::{
     CALLBACK, DeliveryName, GaveUp, PushAuth, PushDelivery, PushTarget, Target as DeliveryTarget,
@@ -72,6 +73,7 @@ pub use run_follow::RunFollow;
 pub use run_view::{RunView, StepView, Waiting};
 pub use runs::{Answer, RunAct, RunOptions};
 pub use settings::{AgentSettings, DEFAULT_NATS_URL, PushSettings, ServiceSettings};
+pub use subject::{Following, Subject};
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

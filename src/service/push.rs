@@ -1,6 +1,6 @@
 //! Push notifications and callbacks, as the service keeps them: the push
 //! configs a caller sets on a task or run it may see, and, for the outbox
-//! that sends them (`crate::http::push`), what each delivery still owes,
+//! that sends them (`loops::push`), what each delivery still owes,
 //! its progress, its give-ups (audited), and the key deliveries are signed
 //! with. The store owns the records (`store::deliveries`); the events
 //! themselves are the subject's own, derived from its history.

@@ -18,7 +18,7 @@ mod v03;
 mod wire;
 
 use crate::http::streams::Streams;
-pub(in crate::http) use subject::{Subject, following, pushed_after};
+pub(in crate::http) use subject::pushed_after;
 
 use std::sync::Arc;
 

@@ -9,9 +9,10 @@ use a2a::{
 };
 
 use super::error::A2aError;
-use super::subject::{self, Subject};
+use super::subject;
 use super::{Face, runs, send, wire};
 use crate::run::{RunRecord, RunRefused};
+use crate::service::Subject;
 use crate::service::{
     Caller, DeliveryTarget, Orchestrator, PushAuth, PushDelivery, PushTarget, ServiceError,
 };

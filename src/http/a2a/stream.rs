@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 use axum::http::HeaderMap;
 
 use super::error::A2aError;
-use super::subject::{self, Following, Subject};
+use super::subject;
 use super::wire;
 use crate::http::streams::{StreamPermit, StreamRefused, Streams};
 use crate::service::{Caller, Orchestrator};
+use crate::service::{Following, Subject};
 use crate::task::TaskState;
 
 /// Room for one more stream of `caller`: -32102 (503) when every one is

@@ -10,18 +10,11 @@ use super::error::A2aError;
 use super::wire::Event;
 use super::{runs, wire};
 use crate::envelope::TaskId;
-use crate::run::{RunId, RunRecord};
-use crate::service::{Caller, Follow, Orchestrator, RunFollow, ServiceError};
-use crate::task::{TaskRecord, TaskState};
+use crate::run::RunId;
+use crate::service::{Caller, Following, Orchestrator, Subject};
+use crate::task::TaskState;
 
-/// One A2A task: ours, or a run.
-pub(in crate::http) enum Subject {
-    /// A task of a skill.
-    Task(Box<TaskRecord>),
-    /// A run of a trigger.
-    Run(Box<RunRecord>),
-}
-
+/// A subject (`crate::service::Subject`) as an A2A task.
 impl Subject {
     /// Its id, as a task id (a run's is from the same space).
     pub(super) fn id(&self) -> TaskId {
@@ -82,23 +75,6 @@ impl Subject {
 }
 
 /// A task or a run followed by one caller.
-pub(in crate::http) enum Following {
-    Task(Follow),
-    Run(RunFollow),
-}
-
-impl Following {
-    /// It after its next change; `None` once it is gone for the caller.
-    pub(in crate::http) async fn changed(&mut self) -> Result<Option<Subject>, ServiceError> {
-        Ok(match self {
-            Following::Task(f) => f.changed().await?.map(|t| Subject::Task(Box::new(t))),
-            Following::Run(f) => f.changed().await?.map(|r| Subject::Run(Box::new(r))),
-        })
-    }
-}
-
-/// A task id from a request: one that does not parse is a task that is
-/// not there.
 pub(super) fn task_id(id: &str) -> Result<TaskId, A2aError> {
     id.parse().map_err(|_| A2aError::task_not_found(id))
 }
@@ -123,27 +99,13 @@ pub(super) async fn follow(
     id: &str,
     caller: &Caller,
 ) -> Result<(Subject, Following), A2aError> {
-    following(o, task_id(id)?, caller)
+    o.following(task_id(id)?, caller)
         .await?
         .ok_or_else(|| A2aError::task_not_found(id))
 }
 
 /// The task or run `id` as it is now, if the caller may see it, and a
 /// way to wait for its changes.
-pub(in crate::http) async fn following(
-    o: &Orchestrator,
-    id: TaskId,
-    caller: &Caller,
-) -> Result<Option<(Subject, Following)>, ServiceError> {
-    if let Some((t, f)) = o.follow(id, caller).await? {
-        return Ok(Some((Subject::Task(Box::new(t)), Following::Task(f))));
-    }
-    let run = RunId::from_bytes(*id.as_bytes());
-    Ok(o.follow_run(run, caller)
-        .await?
-        .map(|(r, f)| (Subject::Run(Box::new(r)), Following::Run(f))))
-}
-
 /// For the outbox: the first of `subject`'s events after `after`, as a
 /// push sends it (a `StreamResponse`, in 0.3's words when `v03`).
 pub(in crate::http) fn pushed_after(

@@ -1,14 +1,15 @@
 //! The orchestrator's background work, one room: recovery at start, then
 //! every loop (the publisher, the applier of workers' events, the
 //! dead-letter handler, the orphan sweep, the reaper, the workflow engine's
-//! driver, schedules, event triggers, readiness, and the watches of trigger
-//! and agent files), until told to stop.
+//! driver, schedules, event triggers, readiness, the push outbox's sender,
+//! and the watches of trigger and agent files), until told to stop.
 
 pub(in crate::service) mod applier;
 pub(in crate::service) mod dead_letters;
 mod event_triggers;
 mod orphans;
 pub(in crate::service) mod publisher;
+mod push;
 mod readiness;
 pub(in crate::service) mod reaper;
 mod reload;
@@ -25,6 +26,8 @@ use crate::task::TaskState;
 use applier::Applier;
 use publisher::{PublishQueue, PublishSettings};
 use reaper::{DeadlineQueue, ReapSettings, Reaper};
+
+pub use push::PushBodies;
 
 /// The receiving ends of the loops' queues, made at open so submissions
 /// can be taken before the loops run.
@@ -59,9 +62,8 @@ impl Background {
     }
 
     /// Runs `work` as one of the loops: stopped with them, waited for by
-    /// [`Background::join`] (the faces' background work, such as the push
-    /// outbox, composed by `crate::server`).
-    pub fn spawn<F>(&self, work: F)
+    /// [`Background::join`].
+    fn spawn<F>(&self, work: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -90,10 +92,14 @@ impl Background {
 
 impl Orchestrator {
     /// Recovers, then starts the background work, which runs until `stop`
-    /// fires. Returns once recovery is done, so requests served after it
-    /// cannot race it. Starts once per orchestrator: a second call starts
-    /// nothing.
-    pub async fn start(&self, stop: CancellationToken) -> Result<Background, ServiceError> {
+    /// fires; the push outbox's bodies are `bodies`'s words. Returns once
+    /// recovery is done, so requests served after it cannot race it.
+    /// Starts once per orchestrator: a second call starts nothing.
+    pub async fn start(
+        &self,
+        stop: CancellationToken,
+        bodies: std::sync::Arc<dyn PushBodies>,
+    ) -> Result<Background, ServiceError> {
         let inner = &self.inner;
         let background = Background::new(inner.store.clone());
         let Some(queues) = lock(&inner.pending).take() else {
@@ -164,6 +170,7 @@ impl Orchestrator {
             inner.ready.clone(),
             stop.clone(),
         ));
+        background.spawn(push::sender(self.clone(), bodies, stop.clone()));
         if let Some(dir) = self.triggers().dir.clone() {
             background.spawn(reload::watch(
                 self.clone(),

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::http::a2a::{self, Subject};
-use crate::service::{Caller, DeliveryTarget, Orchestrator, PushDelivery};
+use super::PushBodies;
+use crate::service::{Caller, DeliveryTarget, Orchestrator, PushDelivery, Subject};
 use crate::task::TaskState;
 
 /// What to do next.
@@ -26,13 +26,14 @@ pub(super) enum Owed {
 /// What `d` is owed next by `subject` as it stands.
 pub(super) async fn next(
     o: &Orchestrator,
+    bodies: &dyn PushBodies,
     d: &PushDelivery,
     subject: &Subject,
     reader: &Caller,
 ) -> Result<Owed, String> {
-    let ended = subject.state().is_terminal();
+    let ended = subject.ended();
     match &d.target {
-        DeliveryTarget::A2a(t) => Ok(match a2a::pushed_after(subject, d.cursor, t.v03) {
+        DeliveryTarget::A2a(t) => Ok(match bodies.event_after(subject, d.cursor, t.v03) {
             Some((event, body)) => Owed::Send {
                 event,
                 url: t.url.clone(),
@@ -52,7 +53,7 @@ pub(super) async fn next(
             let Some(url) = callback_url(subject) else {
                 return Ok(Owed::Nothing { ended: true });
             };
-            let body = view(o, subject, reader).await?;
+            let body = view(o, bodies, subject, reader).await?;
             Ok(Owed::Send {
                 event,
                 url,
@@ -96,11 +97,14 @@ fn callback_url(subject: &Subject) -> Option<String> {
 }
 
 /// The subject as `GET /v1/tasks/{id}` or `GET /v1/runs/{id}` shows it.
-async fn view(o: &Orchestrator, subject: &Subject, reader: &Caller) -> Result<Value, String> {
+async fn view(
+    o: &Orchestrator,
+    bodies: &dyn PushBodies,
+    subject: &Subject,
+    reader: &Caller,
+) -> Result<Value, String> {
     match subject {
-        Subject::Task(t) => {
-            Ok(serde_json::to_value(crate::http::tasks::TaskView::new(t, o)).unwrap_or_default())
-        }
+        Subject::Task(t) => Ok(bodies.task_view(o, t)),
         Subject::Run(r) => {
             let view = o
                 .run(r.run_id, reader)

@@ -1,6 +1,8 @@
 //! The outbox's sender: delivers what each push-notification config and
-//! callback is owed (`service::deliveries` keeps the records), one
-//! delivery at a time per target and task, in event order, at least once.
+//! callback is owed (`service::push` keeps the records), one delivery at a
+//! time per target and task, in event order, at least once. What a body
+//! holds is the face's to say ([`PushBodies`]: an A2A event, a task as the
+//! REST API shows it).
 //!
 //! Each delivery has a loop: it follows its task or run, POSTs the next
 //! event after its cursor, and records the outcome before it moves on (a
@@ -31,11 +33,26 @@ use tokio_util::task::TaskTracker;
 use crate::access::Grants;
 use crate::backoff::Backoff;
 use crate::envelope::Timestamp;
-use crate::service::{Caller, DeliveryName, DeliveryTarget, Orchestrator, PushDelivery};
+use crate::service::{Caller, DeliveryName, DeliveryTarget, Orchestrator, PushDelivery, Subject};
+use crate::task::TaskRecord;
 use owed::Owed;
 
-/// The path the delivery key's JWKS is served at.
-pub(crate) const JWKS_PATH: &str = "/.well-known/jwks.json";
+/// What a face puts in the bodies it is owed: the service keeps the
+/// outbox and sends, the face that took the push config knows its words.
+pub trait PushBodies: Send + Sync + 'static {
+    /// For a push config: the first of `subject`'s events after event
+    /// `after`, numbered, as a push sends it (in A2A 0.3's words when
+    /// `v03`).
+    fn event_after(&self, subject: &Subject, after: u64, v03: bool) -> Option<(u64, Value)>;
+
+    /// For a callback: `task` as its caller reads it.
+    fn task_view(&self, o: &Orchestrator, task: &TaskRecord) -> Value;
+
+    /// Where a receiver finds the key that checks a delivery's signature
+    /// (its JWKS), named in each signature (`jku`); `None` when the face
+    /// does not know the URL it is reached at.
+    fn jwks_url(&self) -> Option<String>;
+}
 
 /// What the loops share.
 struct Shared {
@@ -50,20 +67,18 @@ struct Shared {
     /// Who the loops read tasks and runs as: every delivery was allowed
     /// when its config was set.
     reader: Caller,
-    /// Where a receiver finds the key the signatures check with
-    /// (`<a2a.public_url>/.well-known/jwks.json`), when the public URL is
-    /// configured.
+    /// What the bodies hold.
+    bodies: Arc<dyn PushBodies>,
+    /// Where a receiver finds the key the signatures check with.
     jku: Option<String>,
 }
 
-/// The sender, to run with the orchestrator's background work: a loop for
+/// The sender, run with the orchestrator's background work: a loop for
 /// every delivery that may still owe something, and for each one set up
-/// from now on, until `stop`; it ends once every loop has. `public_url`:
-/// where clients reach the orchestrator (`a2a.public_url`), named in each
-/// signature as where its key is.
-pub(crate) fn sender(
+/// from now on, until `stop`; it ends once every loop has.
+pub(in crate::service) fn sender(
     o: Orchestrator,
-    public_url: Option<&str>,
+    bodies: Arc<dyn PushBodies>,
     stop: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let settings = o.settings().deliveries.clone();
@@ -74,7 +89,8 @@ pub(crate) fn sender(
         running: Mutex::default(),
         loops: TaskTracker::new(),
         reader: Caller::new("outbox", Grants::all()),
-        jku: public_url.map(|base| format!("{}{JWKS_PATH}", base.trim_end_matches('/'))),
+        jku: bodies.jwks_url(),
+        bodies,
         o,
     });
     async move {
@@ -144,7 +160,7 @@ fn spawn(shared: &Arc<Shared>, name: DeliveryName) {
 async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
     let o = &sh.o;
     let err = |e: crate::service::ServiceError| e.to_string();
-    let followed = crate::http::a2a::following(o, name.0, &sh.reader).await;
+    let followed = o.following(name.0, &sh.reader).await;
     let Some((mut subject, mut following)) = followed.map_err(err)? else {
         // Its task or run is gone (set aside as unreadable): nothing is
         // owed any more.
@@ -162,7 +178,7 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
         if d.done {
             return Ok(());
         }
-        match owed::next(o, &d, &subject, &sh.reader).await? {
+        match owed::next(o, sh.bodies.as_ref(), &d, &subject, &sh.reader).await? {
             Owed::Nothing { ended: true } => {
                 d.done = true;
                 o.delivery_moved(d).await.map_err(err)?;
