@@ -111,13 +111,17 @@ pub enum Context {
 }
 
 impl std::str::FromStr for Context {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Context, String> {
+    type Err = crate::envelope::ParseError;
+    fn from_str(s: &str) -> Result<Context, Self::Err> {
         match s {
             "personal" => Ok(Context::Personal),
             "work" => Ok(Context::Work),
             "shared" => Ok(Context::Shared),
-            _ => Err(format!("`{s}` is not a context (personal, work or shared)")),
+            _ => Err(crate::envelope::ParseError::NotOneOf {
+                value: s.into(),
+                what: "a context",
+                names: "personal, work or shared".into(),
+            }),
         }
     }
 }

@@ -148,7 +148,7 @@ impl Kind {
                 .and_then(Value::as_str)
                 .ok_or_else(|| (key.to_string(), "missing: the agent's name".to_string()))?
                 .parse()
-                .map_err(|e: String| (key.to_string(), e))
+                .map_err(|e: crate::envelope::ParseError| (key.to_string(), e.to_string()))
         };
         match pattern {
             None => Ok(Kind::Conversation(Conversation::default())),

@@ -65,9 +65,9 @@ impl Bus {
 fn parse(servers: &str) -> Result<Servers, BusError> {
     servers
         .parse()
-        .map_err(|message: String| BusError::Connect {
+        .map_err(|e: crate::envelope::ParseError| BusError::Connect {
             url: servers.to_string(),
-            source: message.into(),
+            source: e.into(),
         })
 }
 

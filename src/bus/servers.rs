@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::envelope::ParseError;
+
 /// One or more NATS server URLs, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Servers(Vec<String>);
@@ -25,7 +27,7 @@ impl Servers {
 }
 
 impl FromStr for Servers {
-    type Err = String;
+    type Err = ParseError;
 
     /// `nats://a:4222,nats://b:4222` (spaces around commas are fine); a
     /// URL without a scheme is `nats://`.
@@ -35,18 +37,21 @@ impl FromStr for Servers {
 }
 
 impl Servers {
-    fn from_list<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<Servers, String> {
+    fn from_list<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<Servers, ParseError> {
         let mut out = Vec::new();
         for url in urls.into_iter().map(str::trim) {
             if url.is_empty() {
                 continue;
             }
             url.parse::<async_nats::ServerAddr>()
-                .map_err(|e| format!("`{url}` is not a NATS server URL: {e}"))?;
+                .map_err(|e| ParseError::NotServerUrl {
+                    url: url.into(),
+                    why: e.to_string(),
+                })?;
             out.push(url.to_string());
         }
         if out.is_empty() {
-            return Err("no NATS server URL given".into());
+            return Err(ParseError::NoServers);
         }
         Ok(Servers(out))
     }
@@ -110,8 +115,11 @@ mod tests {
         let bad = "nats://a:4222,nats://b:notaport"
             .parse::<Servers>()
             .unwrap_err();
-        assert!(bad.contains("`nats://b:notaport`"), "{bad}");
-        assert!(" , ".parse::<Servers>().is_err());
+        assert!(
+            matches!(&bad, ParseError::NotServerUrl { url, .. } if url == "nats://b:notaport"),
+            "{bad}"
+        );
+        assert_eq!(" , ".parse::<Servers>().unwrap_err(), ParseError::NoServers);
         assert!(serde_json::from_str::<Servers>("[]").is_err());
     }
 }

@@ -119,10 +119,10 @@ impl DecodeError {
     }
 
     /// An error about one field, for checks made after deserialization.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
         DecodeError::InvalidField {
             field: field.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 }

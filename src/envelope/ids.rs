@@ -12,6 +12,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
+use super::ParseError;
+
 /// A task id: a UUIDv7 (time-ordered, so ids sort by creation time), written
 /// in its canonical lowercase hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -56,21 +58,21 @@ impl fmt::Display for TaskId {
 }
 
 impl FromStr for TaskId {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let uuid = Uuid::try_parse(s).map_err(|_| format!("`{s}` is not a UUID"))?;
+        let uuid = Uuid::try_parse(s).map_err(|_| ParseError::NotUuid(s.into()))?;
         if uuid.hyphenated().to_string() != s {
-            return Err(format!("`{s}` is not a lowercase hyphenated UUID"));
+            return Err(ParseError::NotCanonical(s.into()));
         }
         if uuid.get_version_num() != 7 || uuid.get_variant() != uuid::Variant::RFC4122 {
-            return Err(format!("`{s}` is not a UUIDv7"));
+            return Err(ParseError::NotV7(s.into()));
         }
         Ok(TaskId(uuid))
     }
 }
 
 impl TryFrom<String> for TaskId {
-    type Error = String;
+    type Error = ParseError;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         s.parse()
     }
@@ -104,18 +106,18 @@ macro_rules! checked_string {
         }
 
         impl FromStr for $name {
-            type Err = String;
+            type Err = ParseError;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                let check: fn(&str) -> Result<(), String> = $check;
+                let check: fn(&str) -> Result<(), ParseError> = $check;
                 check(s)?;
                 Ok($name(s.to_string()))
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = String;
+            type Error = ParseError;
             fn try_from(s: String) -> Result<Self, Self::Error> {
-                let check: fn(&str) -> Result<(), String> = $check;
+                let check: fn(&str) -> Result<(), ParseError> = $check;
                 check(&s)?;
                 Ok($name(s))
             }
@@ -137,16 +139,16 @@ macro_rules! checked_string {
 
 /// Checks free text used as a key or label: 1 to `max` characters, none of
 /// them a control character (so it can be a store key with a NUL separator).
-pub(crate) fn check_label(s: &str, max: usize) -> Result<(), String> {
+pub(crate) fn check_label(s: &str, max: usize) -> Result<(), ParseError> {
     let len = s.chars().count();
     if len == 0 {
-        return Err("must not be empty".into());
+        return Err(ParseError::Empty);
     }
     if len > max {
-        return Err(format!("is {len} characters, over the limit of {max}"));
+        return Err(ParseError::TooLong { len, max });
     }
     if s.chars().any(|c| c.is_control()) {
-        return Err("must not contain control characters".into());
+        return Err(ParseError::ControlCharacter);
     }
     Ok(())
 }
@@ -185,13 +187,16 @@ checked_string!(
     AgentName,
     |s| {
         if s.is_empty() || s.len() > 64 {
-            return Err("must be 1 to 64 characters".into());
+            return Err(ParseError::Length { max: 64 });
         }
         if !s
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
         {
-            return Err(format!("`{s}` may only hold a-z, 0-9, `_` and `-`"));
+            return Err(ParseError::Characters {
+                value: s.into(),
+                allowed: "a-z, 0-9, `_` and `-`",
+            });
         }
         Ok(())
     }
@@ -203,10 +208,13 @@ checked_string!(
     Scope,
     |s| {
         if s.is_empty() || s.len() > 128 {
-            return Err("must be 1 to 128 characters".into());
+            return Err(ParseError::Length { max: 128 });
         }
         if !s.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!("`{s}` may only hold printable ASCII without spaces"));
+            return Err(ParseError::Characters {
+                value: s.into(),
+                allowed: "printable ASCII without spaces",
+            });
         }
         Ok(())
     }
@@ -294,16 +302,19 @@ impl fmt::Display for Timestamp {
 }
 
 impl FromStr for Timestamp {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         OffsetDateTime::parse(s, &Rfc3339)
             .map(Timestamp)
-            .map_err(|e| format!("`{s}` is not an RFC 3339 timestamp: {e}"))
+            .map_err(|e| ParseError::NotTimestamp {
+                value: s.into(),
+                why: e.to_string(),
+            })
     }
 }
 
 impl TryFrom<String> for Timestamp {
-    type Error = String;
+    type Error = ParseError;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         s.parse()
     }
@@ -336,10 +347,19 @@ mod tests {
         assert_eq!(a.to_string().parse::<TaskId>().unwrap(), a);
         assert_eq!(TaskId::from_bytes(*a.as_bytes()), a);
         let upper = a.to_string().to_uppercase();
-        assert!(upper.parse::<TaskId>().is_err());
+        assert_eq!(
+            upper.parse::<TaskId>().unwrap_err(),
+            ParseError::NotCanonical(upper.clone())
+        );
         let v4 = "9b2d3f0e-1c2a-4b3c-8d4e-5f6a7b8c9d0e";
-        assert!(v4.parse::<TaskId>().unwrap_err().contains("UUIDv7"));
-        assert!("not-a-uuid".parse::<TaskId>().is_err());
+        assert_eq!(
+            v4.parse::<TaskId>().unwrap_err(),
+            ParseError::NotV7(v4.into())
+        );
+        assert_eq!(
+            "not-a-uuid".parse::<TaskId>().unwrap_err(),
+            ParseError::NotUuid("not-a-uuid".into())
+        );
     }
 
     #[test]

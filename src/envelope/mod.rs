@@ -6,9 +6,11 @@
 //! (unknown fields from newer peers ignored).
 
 mod ids;
+mod parse_error;
 
 pub(crate) use ids::check_label;
 pub use ids::{Action, AgentName, CorrelationId, IdempotencyKey, Scope, Sender, TaskId, Timestamp};
+pub use parse_error::ParseError;
 
 use std::fmt;
 use std::num::NonZeroU32;

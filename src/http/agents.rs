@@ -52,7 +52,7 @@ async fn one(
 ) -> Result<Json<AgentInstances>, ApiError> {
     let name = name
         .parse()
-        .map_err(|e: String| ApiError::bad_param("name", e))?;
+        .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("name", e))?;
     o.agent(&name)
         .await
         .map(Json)

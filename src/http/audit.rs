@@ -54,7 +54,7 @@ async fn list(
             .as_deref()
             .map(|t| {
                 t.parse()
-                    .map_err(|e: String| ApiError::bad_param("task_id", e))
+                    .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("task_id", e))
             })
             .transpose()?,
         correlation_id: q
@@ -62,7 +62,7 @@ async fn list(
             .as_deref()
             .map(|c| {
                 c.parse()
-                    .map_err(|e: String| ApiError::bad_param("correlation_id", e))
+                    .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("correlation_id", e))
             })
             .transpose()?,
     };

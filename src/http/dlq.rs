@@ -45,7 +45,7 @@ async fn replay(
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     let id = task_id
         .parse()
-        .map_err(|e: String| ApiError::bad_param("task_id", e))?;
+        .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("task_id", e))?;
     let submitted = o.replay(id, &caller).await?;
     Ok((
         StatusCode::CREATED,

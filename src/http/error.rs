@@ -50,10 +50,10 @@ impl ApiError {
     }
 
     /// 400 about one query parameter.
-    pub fn bad_param(field: &str, message: impl Into<String>) -> Self {
+    pub fn bad_param(field: &str, message: impl std::fmt::Display) -> Self {
         ApiError {
             field: Some(field.to_string()),
-            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", message)
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", message.to_string())
         }
     }
 

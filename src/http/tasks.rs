@@ -163,7 +163,7 @@ async fn submit(
 }
 
 fn parse_id(id: &str) -> Result<TaskId, ApiError> {
-    id.parse().map_err(|e: String| ApiError::bad_param("id", e))
+    id.parse().map_err(|e: crate::envelope::ParseError| ApiError::bad_param("id", e))
 }
 
 /// `GET /v1/tasks/{id}?wait=10s`: with `wait`, answers when the task has
@@ -248,7 +248,7 @@ async fn list(
         .as_deref()
         .map(|c| {
             c.parse()
-                .map_err(|e: String| ApiError::bad_param("cursor", e))
+                .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("cursor", e))
         })
         .transpose()?;
     let state = q
@@ -299,7 +299,7 @@ async fn list(
                 .as_deref()
                 .map(|r| {
                     r.parse()
-                        .map_err(|e: String| ApiError::bad_param("run_id", e))
+                        .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("run_id", e))
                 })
                 .transpose()?,
             owner: None,

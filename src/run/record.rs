@@ -62,7 +62,7 @@ impl fmt::Display for RunId {
 }
 
 impl FromStr for RunId {
-    type Err = String;
+    type Err = crate::envelope::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.parse().map(RunId)
     }
@@ -125,16 +125,15 @@ impl fmt::Display for RunState {
 }
 
 impl FromStr for RunState {
-    type Err = String;
+    type Err = crate::envelope::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         RunState::ALL
             .into_iter()
             .find(|state| state.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "`{s}` is not a run state ({})",
-                    RunState::ALL.map(RunState::as_str).join(", ")
-                )
+            .ok_or_else(|| crate::envelope::ParseError::NotOneOf {
+                value: s.into(),
+                what: "a run state",
+                names: RunState::ALL.map(RunState::as_str).join(", "),
             })
     }
 }

@@ -31,12 +31,12 @@ pub struct FieldProblem {
 
 impl FieldProblem {
     /// A problem of `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldProblem {
+    pub fn new(field: impl Into<String>, message: impl std::fmt::Display) -> FieldProblem {
         let field = field.into();
         FieldProblem {
             field: (!field.is_empty()).then_some(field),
             line: None,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 

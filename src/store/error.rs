@@ -76,7 +76,7 @@ pub enum StoreError {
     },
     /// The idempotency scope is not a valid label.
     #[error("idempotency scope: {0}")]
-    InvalidScope(String),
+    InvalidScope(crate::envelope::ParseError),
     /// No run has this id.
     #[error("run {0} not found")]
     RunNotFound(crate::run::RunId),

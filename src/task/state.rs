@@ -85,14 +85,18 @@ impl fmt::Display for TaskState {
 }
 
 impl FromStr for TaskState {
-    type Err = String;
+    type Err = crate::envelope::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         TaskState::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = TaskState::ALL.iter().map(|s| s.as_str()).collect();
-                format!("`{s}` is not a task state (one of: {})", names.join(", "))
+                crate::envelope::ParseError::NotOneOf {
+                    value: s.into(),
+                    what: "a task state",
+                    names: format!("one of: {}", names.join(", ")),
+                }
             })
     }
 }
@@ -110,11 +114,11 @@ mod tests {
         let mut codes: Vec<u8> = TaskState::ALL.iter().map(|s| s.code()).collect();
         codes.dedup();
         assert_eq!(codes.len(), TaskState::ALL.len());
+        let err = "done".parse::<TaskState>().unwrap_err();
         assert!(
-            "done"
-                .parse::<TaskState>()
-                .unwrap_err()
-                .contains("completed")
+            matches!(&err, crate::envelope::ParseError::NotOneOf { value, what: "a task state", names }
+                if value == "done" && names.contains("completed")),
+            "{err:?}"
         );
     }
 }

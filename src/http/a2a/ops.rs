@@ -333,7 +333,7 @@ pub(super) async fn list_tasks(
         .as_deref()
         .map(|c| {
             c.parse()
-                .map_err(|e: String| A2aError::invalid_params("contextId", e))
+                .map_err(|e: crate::envelope::ParseError| A2aError::invalid_params("contextId", e))
         })
         .transpose()?;
     let state = list.status.as_ref().and_then(wire::our_state);

@@ -49,7 +49,7 @@ fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> 
     if let Some((agent, skill)) = id.split_once('/') {
         let agent: AgentName = agent
             .parse()
-            .map_err(|e: String| A2aError::invalid_params(field, format!("`{id}`: {e}")))?;
+            .map_err(|e: crate::envelope::ParseError| A2aError::invalid_params(field, format!("`{id}`: {e}")))?;
         let declared = o.catalog();
         let known = declared.agents.is_empty()
             || declared
@@ -165,7 +165,7 @@ fn context(message: &Message) -> Result<Option<CorrelationId>, A2aError> {
         .context_id
         .as_deref()
         .map(|c| {
-            c.parse::<CorrelationId>().map_err(|e: String| {
+            c.parse::<CorrelationId>().map_err(|e: crate::envelope::ParseError| {
                 A2aError::invalid_params("message.contextId", format!("not a context id: {e}"))
             })
         })
@@ -372,7 +372,7 @@ pub(super) fn request(
     let action = target
         .skill
         .parse()
-        .map_err(|e: String| A2aError::invalid_params("message.metadata.skillId", e))?;
+        .map_err(|e: crate::envelope::ParseError| A2aError::invalid_params("message.metadata.skillId", e))?;
     let request = TaskRequest {
         to: target.agent,
         action,
@@ -391,7 +391,7 @@ pub(super) fn request(
         let nonce = fastrand::u64(..);
         format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
     });
-    let idempotency_key: IdempotencyKey = key.parse().map_err(|e: String| {
+    let idempotency_key: IdempotencyKey = key.parse().map_err(|e: crate::envelope::ParseError| {
         let field = if header_key.is_some() {
             "Idempotency-Key"
         } else {

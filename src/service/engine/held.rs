@@ -61,7 +61,7 @@ pub(super) async fn submit_step(
     let task = status.task_id;
     let request = TaskRequest {
         to,
-        action: action.parse().map_err(|e: String| {
+        action: action.parse().map_err(|e: crate::envelope::ParseError| {
             ServiceError::BadInput(crate::codec::DecodeError::invalid("action", e))
         })?,
         params,
