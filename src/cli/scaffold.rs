@@ -133,7 +133,9 @@ fn scaffold(args: &NewAgentArgs) -> Result<Vec<PathBuf>, String> {
     let name: AgentName = args
         .name
         .parse()
-        .map_err(|e: orchestrator::envelope::ParseError| format!("the name `{}`: {e}", args.name))?;
+        .map_err(|e: orchestrator::envelope::ParseError| {
+            format!("the name `{}`: {e}", args.name)
+        })?;
     let root = args.dir.join(name.as_str());
     if root.exists() {
         return Err(format!(

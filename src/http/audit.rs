@@ -61,8 +61,9 @@ async fn list(
             .correlation_id
             .as_deref()
             .map(|c| {
-                c.parse()
-                    .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("correlation_id", e))
+                c.parse().map_err(|e: crate::envelope::ParseError| {
+                    ApiError::bad_param("correlation_id", e)
+                })
             })
             .transpose()?,
     };

@@ -53,7 +53,11 @@ impl ApiError {
     pub fn bad_param(field: &str, message: impl std::fmt::Display) -> Self {
         ApiError {
             field: Some(field.to_string()),
-            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", message.to_string())
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                message.to_string(),
+            )
         }
     }
 

@@ -24,7 +24,8 @@ pub(super) fn router() -> Router<crate::http::Api> {
 }
 
 fn parse_id(id: &str) -> Result<RunId, ApiError> {
-    id.parse().map_err(|e: crate::envelope::ParseError| ApiError::bad_param("id", e))
+    id.parse()
+        .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("id", e))
 }
 
 /// `GET /v1/runs/{id}?wait=30s`: with `wait`, answers once the run has

@@ -163,7 +163,8 @@ async fn submit(
 }
 
 fn parse_id(id: &str) -> Result<TaskId, ApiError> {
-    id.parse().map_err(|e: crate::envelope::ParseError| ApiError::bad_param("id", e))
+    id.parse()
+        .map_err(|e: crate::envelope::ParseError| ApiError::bad_param("id", e))
 }
 
 /// `GET /v1/tasks/{id}?wait=10s`: with `wait`, answers when the task has

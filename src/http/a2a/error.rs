@@ -109,7 +109,10 @@ impl A2aError {
     }
 
     /// -32602 about `field`.
-    pub(super) fn invalid_params(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
+    pub(super) fn invalid_params(
+        field: impl Into<String>,
+        message: impl std::fmt::Display,
+    ) -> Self {
         let mut e = A2aError::new(-32602, message.to_string());
         e.field = Some(field.into());
         e

@@ -47,9 +47,9 @@ pub(super) fn text_of(message: &Message) -> String {
 /// Resolves `id` (`agent/skill`, or a skill id only one agent has).
 fn resolve(o: &Orchestrator, id: &str, field: &str) -> Result<Target, A2aError> {
     if let Some((agent, skill)) = id.split_once('/') {
-        let agent: AgentName = agent
-            .parse()
-            .map_err(|e: crate::envelope::ParseError| A2aError::invalid_params(field, format!("`{id}`: {e}")))?;
+        let agent: AgentName = agent.parse().map_err(|e: crate::envelope::ParseError| {
+            A2aError::invalid_params(field, format!("`{id}`: {e}"))
+        })?;
         let declared = o.catalog();
         let known = declared.agents.is_empty()
             || declared
@@ -165,9 +165,10 @@ fn context(message: &Message) -> Result<Option<CorrelationId>, A2aError> {
         .context_id
         .as_deref()
         .map(|c| {
-            c.parse::<CorrelationId>().map_err(|e: crate::envelope::ParseError| {
-                A2aError::invalid_params("message.contextId", format!("not a context id: {e}"))
-            })
+            c.parse::<CorrelationId>()
+                .map_err(|e: crate::envelope::ParseError| {
+                    A2aError::invalid_params("message.contextId", format!("not a context id: {e}"))
+                })
         })
         .transpose()
 }
@@ -372,7 +373,9 @@ pub(super) fn request(
     let action = target
         .skill
         .parse()
-        .map_err(|e: crate::envelope::ParseError| A2aError::invalid_params("message.metadata.skillId", e))?;
+        .map_err(|e: crate::envelope::ParseError| {
+            A2aError::invalid_params("message.metadata.skillId", e)
+        })?;
     let request = TaskRequest {
         to: target.agent,
         action,
@@ -391,14 +394,15 @@ pub(super) fn request(
         let nonce = fastrand::u64(..);
         format!("{UNKEYED_PREFIX}{nonce:016x}:{}", message.message_id)
     });
-    let idempotency_key: IdempotencyKey = key.parse().map_err(|e: crate::envelope::ParseError| {
-        let field = if header_key.is_some() {
-            "Idempotency-Key"
-        } else {
-            "message.messageId"
-        };
-        A2aError::invalid_params(field, e)
-    })?;
+    let idempotency_key: IdempotencyKey =
+        key.parse().map_err(|e: crate::envelope::ParseError| {
+            let field = if header_key.is_some() {
+                "Idempotency-Key"
+            } else {
+                "message.messageId"
+            };
+            A2aError::invalid_params(field, e)
+        })?;
     Ok(TaskRequest {
         idempotency_key: Some(idempotency_key),
         ..request

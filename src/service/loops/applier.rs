@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::telemetry::quiet::warn_quietly;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
+use futures::future::BoxFuture;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -264,36 +265,20 @@ impl Applier {
         let outcomes = match self.store.apply_all_deferred(task_id, changes).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                for (arrived, _) in group {
-                    self.failed(arrived, &e.to_string()).await;
-                }
-                return;
+                let arrived = group.into_iter().map(|(a, _)| a).collect();
+                return self.all_failed(arrived, e.to_string()).await;
             }
         };
         let mut applied = Vec::with_capacity(group.len());
+        let mut refused = Vec::new();
         for ((arrived, event), outcome) in group.into_iter().zip(outcomes) {
             match outcome {
                 Ok(outcome) => applied.push((arrived, event, outcome)),
-                Err(StoreError::NotFound(_)) => {
-                    let reporter = self.subject_agent(&arrived.msg.subject);
-                    self.unknown_task(arrived, &event, reporter).await;
-                }
-                Err(e) if crate::service::quarantine::unreadable(&e) => {
-                    // Set aside: the event comes back for a task that is
-                    // no longer there, and is audited as such.
-                    crate::service::quarantine::set_aside(&self.store, task_id, &e.to_string())
-                        .await;
-                    self.failed(arrived, &e.to_string()).await;
-                }
-                Err(e @ StoreError::Transition { .. }) => {
-                    spans::failed(&arrived.span, "not applied: the state machine refused it");
-                    arrived.span.in_scope(
-                        || warn!(task_id = %event.task_id, error = %e, "event not applied"),
-                    );
-                    settle(&arrived.msg, Settlement::Ack).await;
-                }
-                Err(e) => self.failed(arrived, &e.to_string()).await,
+                Err(e) => refused.push((arrived, event, e)),
             }
+        }
+        if !refused.is_empty() {
+            self.refused(task_id, refused).await;
         }
         // Flushed with the turn's own changes, before their acks.
         if let Some((conversation, changes)) = forwarded
@@ -305,6 +290,50 @@ impl Applier {
             let this = self.clone();
             tokio::spawn(async move { this.after_applied(applied).await });
         }
+    }
+
+    /// [`Applier::failed`] for each of `arrived`, for one reason. Boxed:
+    /// see `failed`.
+    fn all_failed(&self, arrived: Vec<Arrived>, why: String) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for a in arrived {
+                self.failed(a, &why).await;
+            }
+        })
+    }
+
+    /// The events of `task_id` the store would not apply, each settled as
+    /// its reason says. Boxed: see `failed`.
+    fn refused(
+        &self,
+        task_id: crate::envelope::TaskId,
+        refused: Vec<(Arrived, WorkerEvent, StoreError)>,
+    ) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for (arrived, event, e) in refused {
+                match e {
+                    StoreError::NotFound(_) => {
+                        let reporter = self.subject_agent(&arrived.msg.subject);
+                        self.unknown_task(arrived, &event, reporter).await;
+                    }
+                    e if crate::service::quarantine::unreadable(&e) => {
+                        // Set aside: the event comes back for a task that is
+                        // no longer there, and is audited as such.
+                        crate::service::quarantine::set_aside(&self.store, task_id, &e.to_string())
+                            .await;
+                        self.failed(arrived, &e.to_string()).await;
+                    }
+                    e @ StoreError::Transition { .. } => {
+                        spans::failed(&arrived.span, "not applied: the state machine refused it");
+                        arrived.span.in_scope(
+                            || warn!(task_id = %event.task_id, error = %e, "event not applied"),
+                        );
+                        settle(&arrived.msg, Settlement::Ack).await;
+                    }
+                    e => self.failed(arrived, &e.to_string()).await,
+                }
+            }
+        })
     }
 
     /// The progress reports of a model call, for its conversation's task
@@ -409,24 +438,29 @@ impl Applier {
     /// Once the changes are flushed: ack each event, schedule a retry.
     async fn after_applied(&self, applied: Vec<(Arrived, WorkerEvent, Applied)>) {
         if let Err(e) = self.store.flush().await {
-            for (arrived, _, _) in applied {
-                self.failed(arrived, &e.to_string()).await;
-            }
-            return;
+            let arrived = applied.into_iter().map(|(a, _, _)| a).collect();
+            return self.all_failed(arrived, e.to_string()).await;
         }
-        for (arrived, event, applied) in applied {
+        // By reference: the loop's state stays a few pointers, not copies
+        // of each event (this future is moved whole when spawned).
+        for (arrived, event, applied) in &applied {
             settle(&arrived.msg, Settlement::Ack).await;
             match applied {
                 Applied::Moved(record) => {
                     if event.resumed && event.state != ReportedState::Working {
                         let reporter = self.subject_agent(&arrived.msg.subject);
-                        self.resumed(&event, reporter).await;
+                        self.resumed(event, reporter).await;
                     }
                     if record.state == TaskState::Submitted && record.attempt > event.attempt.get()
                     {
-                        self.publisher
-                            .at(record.task_id, record.attempt, record.retry_at, false)
-                            .await;
+                        // A retry: boxed, as the cold paths are (`failed`).
+                        let at = self.publisher.at(
+                            record.task_id,
+                            record.attempt,
+                            record.retry_at,
+                            false,
+                        );
+                        Box::pin(at).await;
                     }
                 }
                 Applied::Ignored { reason, .. } => arrived
@@ -439,36 +473,40 @@ impl Applier {
 
     /// Audits a run a worker gave up when its claim was lost
     /// (`task.run_abandoned`); the task itself is not changed.
-    async fn abandoned(&self, msg: Message) {
-        let note = match RunAbandoned::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES) {
-            Ok(note) => note,
-            Err(e) => {
-                let why = format!("not a run-abandoned note: {e}");
-                return self.poison(msg, "undecodable_event", &why).await;
+    fn abandoned<'a>(&'a self, msg: Message) -> BoxFuture<'a, ()> {
+        // Boxed: see `failed`.
+        Box::pin(async move {
+            let note = match RunAbandoned::from_wire(&msg.payload, crate::codec::DEFAULT_MAX_BYTES)
+            {
+                Ok(note) => note,
+                Err(e) => {
+                    let why = format!("not a run-abandoned note: {e}");
+                    return self.poison(msg, "undecodable_event", &why).await;
+                }
+            };
+            let reporter = self.subject_agent(&msg.subject);
+            let entry = AuditEntry {
+                actor: actor(reporter.as_ref()),
+                kind: "task.run_abandoned".into(),
+                task_id: Some(note.task_id),
+                correlation_id: Some(note.correlation_id.clone()),
+                trace_id: None,
+                detail: json!({
+                    "attempt": note.attempt,
+                    "instance": note.instance,
+                    "finished": note.finished,
+                    "reason": note.reason,
+                    "at": note.at,
+                }),
+            };
+            match self.store.audit(entry).await {
+                Ok(_) => settle(&msg, Settlement::Ack).await,
+                Err(e) => {
+                    warn_quietly!("orchestrator.audit_failed", task_id = %note.task_id, error = %e, "run-abandoned note not audited; it will be redelivered");
+                    settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
+                }
             }
-        };
-        let reporter = self.subject_agent(&msg.subject);
-        let entry = AuditEntry {
-            actor: actor(reporter.as_ref()),
-            kind: "task.run_abandoned".into(),
-            task_id: Some(note.task_id),
-            correlation_id: Some(note.correlation_id.clone()),
-            trace_id: None,
-            detail: json!({
-                "attempt": note.attempt,
-                "instance": note.instance,
-                "finished": note.finished,
-                "reason": note.reason,
-                "at": note.at,
-            }),
-        };
-        match self.store.audit(entry).await {
-            Ok(_) => settle(&msg, Settlement::Ack).await,
-            Err(e) => {
-                warn_quietly!("orchestrator.audit_failed", task_id = %note.task_id, error = %e, "run-abandoned note not audited; it will be redelivered");
-                settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
-            }
-        }
+        })
     }
 
     /// Audits an attempt that ended on a run told it resumed
@@ -519,71 +557,83 @@ impl Applier {
 
     /// An event for a task this orchestrator never stored (published
     /// straight onto the bus, or from another deployment): audited.
-    async fn unknown_task(
-        &self,
+    fn unknown_task<'a>(
+        &'a self,
         arrived: Arrived,
-        event: &WorkerEvent,
+        event: &'a WorkerEvent,
         reporter: Option<AgentName>,
-    ) {
-        warn!(task_id = %event.task_id, "event for an unknown task");
-        let trace_id = context::StoredTrace::of(&arrived.span).trace_id();
-        let entry = AuditEntry {
-            actor: actor(reporter.as_ref()),
-            kind: "task.unknown_event".into(),
-            task_id: Some(event.task_id),
-            correlation_id: Some(event.correlation_id.clone()),
-            trace_id,
-            detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
-        };
-        match self.store.audit(entry).await {
-            Ok(_) => settle(&arrived.msg, Settlement::Ack).await,
-            Err(e) => self.failed(arrived, &e.to_string()).await,
-        }
+    ) -> BoxFuture<'a, ()> {
+        // Boxed: see `failed`.
+        Box::pin(async move {
+            warn!(task_id = %event.task_id, "event for an unknown task");
+            let trace_id = context::StoredTrace::of(&arrived.span).trace_id();
+            let entry = AuditEntry {
+                actor: actor(reporter.as_ref()),
+                kind: "task.unknown_event".into(),
+                task_id: Some(event.task_id),
+                correlation_id: Some(event.correlation_id.clone()),
+                trace_id,
+                detail: json!({"state": event.state, "attempt": event.attempt, "error": event.error}),
+            };
+            match self.store.audit(entry).await {
+                Ok(_) => settle(&arrived.msg, Settlement::Ack).await,
+                Err(e) => self.failed(arrived, &e.to_string()).await,
+            }
+        })
     }
 
     /// Applying failed: try again later, or give up on a poison event.
-    async fn failed(&self, arrived: Arrived, why: &str) {
-        spans::failed(&arrived.span, "not applied");
-        let msg = arrived.msg;
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-        if delivered >= self.bus.settings().events_max_deliver {
-            let why = format!("not applied after {delivered} deliveries: {why}");
-            return self.poison(msg, "poison_event", &why).await;
-        }
-        warn_quietly!("orchestrator.event_not_applied", subject = %msg.subject, error = why, "event not applied; it will be redelivered");
-        settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
+    fn failed<'a>(&'a self, arrived: Arrived, why: &'a str) -> BoxFuture<'a, ()> {
+        // Boxed: a cold path, kept out of the size of the hot futures that
+        // await it (`apply_group`, `after_applied`), which are moved whole
+        // (memcpy) when awaited and spawned; so are `poison`,
+        // `unknown_task` and `abandoned`.
+        Box::pin(async move {
+            spans::failed(&arrived.span, "not applied");
+            let msg = arrived.msg;
+            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+            if delivered >= self.bus.settings().events_max_deliver {
+                let why = format!("not applied after {delivered} deliveries: {why}");
+                return self.poison(msg, "poison_event", &why).await;
+            }
+            warn_quietly!("orchestrator.event_not_applied", subject = %msg.subject, error = why, "event not applied; it will be redelivered");
+            settle(&msg, Settlement::Nak(self.bus.settings().retry_delay)).await;
+        })
     }
 
     /// Copies an event to the DLQ and skips it.
-    async fn poison(&self, msg: Message, code: &str, why: &str) {
-        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
-        let agent = self
-            .subject_agent(&msg.subject)
-            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
-        let task_id = msg
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(crate::bus::TASK_ID_HEADER))
-            .and_then(|v| v.as_str().parse().ok());
-        warn!(subject = %msg.subject, code, "poison event to the DLQ: {why}");
-        let events_stream = self.bus.names().events_stream();
-        let letter = DeadLetterCopy {
-            agent: &agent,
-            payload: &msg.payload,
-            code,
-            reason: why,
-            original_subject: msg.subject.as_str(),
-            stream: &events_stream,
-            stream_seq: seq,
-            task_id,
-        };
-        let moved = self
-            .bus
-            .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Term))
-            .await;
-        if let Err(e) = moved {
-            warn_quietly!("orchestrator.event_dlq_failed", error = %e, "poison event not copied; it will be redelivered");
-        }
+    fn poison<'a>(&'a self, msg: Message, code: &'a str, why: &'a str) -> BoxFuture<'a, ()> {
+        // Boxed: see `failed`.
+        Box::pin(async move {
+            let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
+            let agent = self
+                .subject_agent(&msg.subject)
+                .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+            let task_id = msg
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(crate::bus::TASK_ID_HEADER))
+                .and_then(|v| v.as_str().parse().ok());
+            warn!(subject = %msg.subject, code, "poison event to the DLQ: {why}");
+            let events_stream = self.bus.names().events_stream();
+            let letter = DeadLetterCopy {
+                agent: &agent,
+                payload: &msg.payload,
+                code,
+                reason: why,
+                original_subject: msg.subject.as_str(),
+                stream: &events_stream,
+                stream_seq: seq,
+                task_id,
+            };
+            let moved = self
+                .bus
+                .move_to_dlq(letter, Original::Delivered(&msg, Settlement::Term))
+                .await;
+            if let Err(e) = moved {
+                warn_quietly!("orchestrator.event_dlq_failed", error = %e, "poison event not copied; it will be redelivered");
+            }
+        })
     }
 }
 

@@ -25,7 +25,9 @@ pub(super) async fn bare_round_trip(
     replicas: usize,
     args: &BenchArgs,
 ) -> Result<((Figures, Figures), CpuPerTask), String> {
-    let servers: orchestrator::bus::Servers = url.parse().map_err(|e: orchestrator::envelope::ParseError| e.to_string())?;
+    let servers: orchestrator::bus::Servers = url
+        .parse()
+        .map_err(|e: orchestrator::envelope::ParseError| e.to_string())?;
     let client = async_nats::connect(servers.addrs())
         .await
         .map_err(|e| e.to_string())?;

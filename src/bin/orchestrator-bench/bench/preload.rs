@@ -61,8 +61,12 @@ async fn one(store: &Store, i: usize) -> Result<(), String> {
     };
     let envelope = Envelope::new(
         Sender::orchestrator(),
-        "echo".parse().map_err(|e: orchestrator::envelope::ParseError| e.to_string())?,
-        "echo".parse().map_err(|e: orchestrator::envelope::ParseError| e.to_string())?,
+        "echo"
+            .parse()
+            .map_err(|e: orchestrator::envelope::ParseError| e.to_string())?,
+        "echo"
+            .parse()
+            .map_err(|e: orchestrator::envelope::ParseError| e.to_string())?,
         params.clone(),
     );
     let submitted = store
