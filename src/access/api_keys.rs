@@ -14,7 +14,7 @@ use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::Principal;
+use super::{AccessError, Principal};
 use super::grants::Grants;
 
 /// What every API key starts with (a JWT never does).
@@ -62,10 +62,13 @@ pub struct ApiKeys(HashMap<String, Principal>);
 impl ApiKeys {
     /// The keys of `entries`; a malformed hash or principal is an error
     /// naming the entry.
-    pub fn new(entries: &[ApiKeyEntry]) -> Result<ApiKeys, String> {
+    pub fn new(entries: &[ApiKeyEntry]) -> Result<ApiKeys, AccessError> {
         let mut keys = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
-            let at = |m: String| format!("api_auth.api_keys[{i}]: {m}");
+            let at = |why: String| AccessError::Setting {
+                field: format!("api_auth.api_keys[{i}]"),
+                why,
+            };
             let hash = e.sha256.to_ascii_lowercase();
             if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(at(
@@ -97,25 +100,22 @@ impl ApiKeys {
 /// uses: read from `<key_dir>/admin.api-key`, or generated there (mode
 /// 0600) on the first start. Returns its entry, and the file when it was
 /// just written.
-pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), String> {
+pub fn admin_key(key_dir: &Path) -> Result<(ApiKeyEntry, Option<PathBuf>), AccessError> {
     let path = key_dir.join(ADMIN_FILE);
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
     let (key, generated) = match std::fs::read_to_string(&path) {
         Ok(text) => (text.trim().to_string(), None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            crate::files::private_dir(key_dir).map_err(io)?;
+            crate::files::private_dir(key_dir).map_err(AccessError::io(&path))?;
             let key = generate();
             crate::task_token::keys::write_private(&path, format!("{key}\n").as_bytes())
-                .map_err(io)?;
+                .map_err(AccessError::io(&path))?;
             (key, Some(path.clone()))
         }
-        Err(e) => return Err(io(e)),
+        Err(e) => return Err(AccessError::io(&path)(e)),
     };
     if !key.starts_with(PREFIX) {
-        return Err(format!(
-            "{}: not an API key (it should start with `{PREFIX}`)",
-            path.display()
-        ));
+        let why = format!("not an API key (it should start with `{PREFIX}`)");
+        return Err(AccessError::key(&path, why));
     }
     let entry = ApiKeyEntry {
         principal: ADMIN_PRINCIPAL.to_string(),
@@ -151,13 +151,19 @@ mod tests {
             scopes: Grants::default(),
             sha256: sha256.into(),
         };
-        let e = ApiKeys::new(&[entry("alice", "abc")]).unwrap_err();
-        assert!(e.contains("api_keys[0]") && e.contains("64 hex"), "{e}");
+        let named = |e: AccessError, i: usize, says: &str| match e {
+            AccessError::Setting { field, why } => {
+                assert_eq!(field, format!("api_auth.api_keys[{i}]"));
+                assert!(why.contains(says), "{why}");
+            }
+            other => panic!("{other:?}"),
+        };
+        named(ApiKeys::new(&[entry("alice", "abc")]).unwrap_err(), 0, "64 hex");
         let h = hash("x");
         let e = ApiKeys::new(&[entry("alice", &h), entry("", &h)]).unwrap_err();
-        assert!(e.contains("api_keys[1]") && e.contains("principal"), "{e}");
+        named(e, 1, "principal");
         let e = ApiKeys::new(&[entry("alice", &h), entry("bob", &h)]).unwrap_err();
-        assert!(e.contains("twice"), "{e}");
+        named(e, 1, "twice");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use jsonwebtoken::{AlgorithmFamily, jwk::AlgorithmParameters};
 use serde::{Deserialize, Serialize};
 
 use super::grants::Grants;
-use super::{Denied, Principal};
+use super::{AccessError, Denied, Principal};
 
 /// The `api_auth.jwt` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,15 +75,15 @@ fn algorithms(family: AlgorithmFamily) -> Vec<Algorithm> {
     }
 }
 
-fn pem_key(path: &Path) -> Result<IssuerKey, String> {
-    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn pem_key(path: &Path) -> Result<IssuerKey, AccessError> {
+    let text = std::fs::read(path).map_err(AccessError::io(path))?;
     let key = DecodingKey::from_ed_pem(&text)
         .or_else(|_| DecodingKey::from_ec_pem(&text))
         .or_else(|_| DecodingKey::from_rsa_pem(&text))
         .map_err(|_| {
-            format!(
-                "{}: not a PEM public key (Ed25519, EC or RSA, BEGIN PUBLIC KEY)",
-                path.display()
+            AccessError::key(
+                path,
+                "not a PEM public key (Ed25519, EC or RSA, BEGIN PUBLIC KEY)",
             )
         })?;
     Ok(IssuerKey {
@@ -93,13 +93,17 @@ fn pem_key(path: &Path) -> Result<IssuerKey, String> {
     })
 }
 
-fn jwks_keys(path: &Path) -> Result<Vec<IssuerKey>, String> {
-    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn jwks_keys(path: &Path) -> Result<Vec<IssuerKey>, AccessError> {
+    let text = std::fs::read(path).map_err(AccessError::io(path))?;
     let set: JwkSet = serde_json::from_slice(&text)
-        .map_err(|e| format!("{}: not a JWKS document ({e})", path.display()))?;
+        .map_err(|e| AccessError::key(path, format!("not a JWKS document ({e})")))?;
     let mut keys = Vec::new();
     for (i, jwk) in set.keys.iter().enumerate() {
-        let at = |m: String| format!("{}: keys[{i}]: {m}", path.display());
+        let at = |why: String| AccessError::Key {
+            path: path.to_path_buf(),
+            at: format!("keys[{i}]: "),
+            why,
+        };
         if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
             return Err(at(
                 "a shared-secret (oct) key; only public keys are accepted".into(),
@@ -130,7 +134,7 @@ fn jwks_keys(path: &Path) -> Result<Vec<IssuerKey>, String> {
         });
     }
     if keys.is_empty() {
-        return Err(format!("{}: the key set has no keys", path.display()));
+        return Err(AccessError::key(path, "the key set has no keys"));
     }
     Ok(keys)
 }
@@ -155,14 +159,15 @@ enum Scp {
 
 impl Issuer {
     /// Loads the provider's keys named by `settings`.
-    pub fn open(settings: &IssuerSettings) -> Result<Issuer, String> {
+    pub fn open(settings: &IssuerSettings) -> Result<Issuer, AccessError> {
         let keys = match (&settings.public_key, &settings.jwks_file) {
             (Some(path), None) => vec![pem_key(path)?],
             (None, Some(path)) => jwks_keys(path)?,
             _ => {
-                return Err(
-                    "api_auth.jwt: give exactly one of `public_key` and `jwks_file`".into(),
-                );
+                return Err(AccessError::Setting {
+                    field: "api_auth.jwt".into(),
+                    why: "give exactly one of `public_key` and `jwks_file`".into(),
+                });
             }
         };
         Ok(Issuer {
@@ -386,13 +391,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("oct.json");
         std::fs::write(&secret, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#).unwrap();
-        let e = Issuer::open(&settings(None, Some(secret))).unwrap_err();
-        assert!(e.contains("keys[0]") && e.contains("shared-secret"), "{e}");
+        let e = Issuer::open(&settings(None, Some(secret.clone()))).unwrap_err();
+        assert!(
+            matches!(&e, AccessError::Key { path, at, why }
+                if *path == secret && at == "keys[0]: " && why.contains("shared-secret")),
+            "{e:?}"
+        );
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a key").unwrap();
-        let e = Issuer::open(&settings(Some(junk), None)).unwrap_err();
-        assert!(e.contains("not a PEM public key"), "{e}");
+        let e = Issuer::open(&settings(Some(junk.clone()), None)).unwrap_err();
+        assert!(
+            matches!(&e, AccessError::Key { path, at, .. } if *path == junk && at.is_empty()),
+            "{e:?}"
+        );
         let e = Issuer::open(&settings(None, None)).unwrap_err();
-        assert!(e.contains("exactly one"), "{e}");
+        assert!(
+            matches!(&e, AccessError::Setting { field, .. } if field == "api_auth.jwt"),
+            "{e:?}"
+        );
+        let missing = dir.path().join("missing.pem");
+        let e = Issuer::open(&settings(Some(missing), None)).unwrap_err();
+        assert!(matches!(&e, AccessError::Io { .. }), "{e:?}");
     }
 }

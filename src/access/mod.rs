@@ -8,6 +8,7 @@
 //! - `issuer`: bearer JWTs checked against an issuer's public key or JWKS.
 
 pub mod api_keys;
+mod error;
 pub mod grants;
 pub mod issuer;
 
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use api_keys::{ApiKeyEntry, ApiKeys};
+pub use error::AccessError;
 pub use grants::Grants;
 pub use issuer::{Issuer, IssuerSettings};
 
@@ -157,12 +159,13 @@ impl Authenticator {
     /// The authenticator `settings` describe. With authentication required
     /// and no keys and no issuer configured, an administrator key (every
     /// scope) is read from, or generated into, `key_dir`.
-    pub fn open(settings: &ApiAuthSettings, key_dir: &Path) -> Result<Authenticator, String> {
+    pub fn open(settings: &ApiAuthSettings, key_dir: &Path) -> Result<Authenticator, AccessError> {
         if settings.mode == Mode::None {
             if !settings.api_keys.is_empty() || settings.jwt.is_some() {
-                return Err("api_auth.mode is `none` but credentials are configured: \
-                            remove `api_keys` and `jwt`, or drop `mode: none`"
-                    .into());
+                return Err(AccessError::Conflict(
+                    "api_auth.mode is `none` but credentials are configured: \
+                     remove `api_keys` and `jwt`, or drop `mode: none`",
+                ));
             }
             return Ok(Authenticator {
                 mode: Mode::None,

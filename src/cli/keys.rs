@@ -90,11 +90,12 @@ pub fn api_key(args: &ApiKeyArgs) -> ExitCode {
     };
     // The entry must be one the orchestrator accepts.
     if let Err(e) = ApiKeys::new(std::slice::from_ref(&entry)) {
-        return fail(
-            args.json,
-            "invalid_field",
-            &e.replace("api_auth.api_keys[0]: ", ""),
-        );
+        // Said of the entry being made, not of a settings file's.
+        let why = match e {
+            orchestrator::access::AccessError::Setting { why, .. } => why,
+            other => other.to_string(),
+        };
+        return fail(args.json, "invalid_field", &why);
     }
     if args.json {
         outln!("{}", json!({"ok": true, "api_key": key, "entry": entry}));

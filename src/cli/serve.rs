@@ -277,7 +277,8 @@ fn open_access(config: &ServiceSettings, addr: SocketAddr) -> Result<Authenticat
     let access = Authenticator::open(
         &config.api_auth,
         &orchestrator::task_token::settings::key_dir(&config.data_dir),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     if let Some(path) = access.generated_admin_key() {
         let message = format!(
             "no API credentials configured: generated an administrator API key (every scope) at {}; \

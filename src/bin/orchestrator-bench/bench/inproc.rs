@@ -30,7 +30,8 @@ pub(super) async fn full_path(
     let access = orchestrator::access::Authenticator::open(
         &config.api_auth,
         &orchestrator::task_token::settings::key_dir(&data_dir),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let bus = Bus::connect_now(url, bus_config.clone())
         .await
         .map_err(|e| e.to_string())?;
