@@ -14,8 +14,8 @@ use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{AccessError, Principal};
 use super::grants::Grants;
+use super::{AccessError, Principal};
 
 /// What every API key starts with (a JWT never does).
 pub const PREFIX: &str = "orch_";
@@ -158,7 +158,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         };
-        named(ApiKeys::new(&[entry("alice", "abc")]).unwrap_err(), 0, "64 hex");
+        named(
+            ApiKeys::new(&[entry("alice", "abc")]).unwrap_err(),
+            0,
+            "64 hex",
+        );
         let h = hash("x");
         let e = ApiKeys::new(&[entry("alice", &h), entry("", &h)]).unwrap_err();
         named(e, 1, "principal");

@@ -136,7 +136,8 @@ fn start_telemetry(
     format: LogFormat,
     config: &ServiceSettings,
 ) -> Result<Telemetry, String> {
-    let telemetry = telemetry::init(service, format, "info", Some(&config.telemetry))?;
+    let telemetry = telemetry::init(service, format, "info", Some(&config.telemetry))
+        .map_err(|e| e.to_string())?;
     match telemetry.exporting_to() {
         Some(to) => info!(service, "exporting traces to {to}"),
         None => info!(

@@ -10,6 +10,7 @@
 //! do.
 
 pub mod context;
+mod error;
 pub mod metrics;
 pub mod quiet;
 pub mod readiness;
@@ -25,6 +26,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+pub use error::TelemetryError;
 pub use settings::TelemetrySettings;
 use settings::{Protocol, Resolved, Sampling};
 
@@ -72,7 +74,7 @@ pub fn init(
     format: LogFormat,
     default_level: &str,
     settings: Option<&TelemetrySettings>,
-) -> Result<Telemetry, String> {
+) -> Result<Telemetry, TelemetryError> {
     let resolved = match settings {
         Some(settings) => settings.resolve(|k| std::env::var(k).ok())?,
         None => TelemetrySettings::default().resolve(|_| None)?,
@@ -80,8 +82,11 @@ pub fn init(
     let (provider, exporting) = provider(service, &resolved)?;
     let log_filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let trace_filter = EnvFilter::try_new(&resolved.trace_filter)
-        .map_err(|e| format!("trace filter `{}`: {e}", resolved.trace_filter))?;
+    let trace_filter =
+        EnvFilter::try_new(&resolved.trace_filter).map_err(|e| TelemetryError::Filter {
+            filter: resolved.trace_filter.clone(),
+            why: e.to_string(),
+        })?;
     let logs = match format {
         // Colours only for a terminal: a log file gets plain text.
         LogFormat::Human => tracing_subscriber::fmt::layer()
@@ -124,7 +129,7 @@ fn sampler(sampling: Sampling) -> Sampler {
 fn provider(
     service: &str,
     resolved: &Resolved,
-) -> Result<(SdkTracerProvider, Option<String>), String> {
+) -> Result<(SdkTracerProvider, Option<String>), TelemetryError> {
     let builder = SdkTracerProvider::builder()
         .with_sampler(sampler(resolved.sampling))
         .with_resource(
@@ -146,7 +151,10 @@ fn provider(
             .with_endpoint(export.endpoint.clone())
             .build(),
     }
-    .map_err(|e| format!("OTLP exporter for {}: {e}", export.endpoint))?;
+    .map_err(|e| TelemetryError::Exporter {
+        endpoint: export.endpoint.clone(),
+        source: e.into(),
+    })?;
     let described = format!(
         "{} ({})",
         export.endpoint,

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use super::TelemetryError;
+
 /// The Jaeger UI a task's trace link points at when none is configured.
 pub const DEFAULT_JAEGER_UI: &str = "http://localhost:16686";
 
@@ -89,7 +91,10 @@ pub struct Resolved {
 impl TelemetrySettings {
     /// The settings with `env`'s standard variables over them; a value
     /// that cannot be used is an error naming the variable or field.
-    pub fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Result<Resolved, String> {
+    pub fn resolve(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Resolved, TelemetryError> {
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let protocol = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v))
@@ -106,9 +111,11 @@ impl TelemetrySettings {
                 "http/protobuf" => Protocol::HttpProtobuf,
                 "grpc" => Protocol::Grpc,
                 other => {
-                    return Err(format!(
-                        "{source}: `{other}` is not a supported OTLP protocol (expected `http/protobuf` or `grpc`)"
-                    ));
+                    return Err(TelemetryError::Value {
+                        name: source.into(),
+                        value: other.into(),
+                        expected: "is not a supported OTLP protocol (expected `http/protobuf` or `grpc`)",
+                    });
                 }
             },
         };
@@ -132,9 +139,7 @@ impl TelemetrySettings {
         if let Some(url) = &endpoint
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            return Err(format!(
-                "OTLP endpoint `{url}`: expected an http:// or https:// URL"
-            ));
+            return Err(TelemetryError::Endpoint(url.clone()));
         }
         Ok(Resolved {
             export: endpoint
@@ -147,12 +152,16 @@ impl TelemetrySettings {
         })
     }
 
-    fn sampling(&self, env: &impl Fn(&str) -> Option<String>) -> Result<Sampling, String> {
-        let ratio = |source: &str, value: Option<String>| -> Result<f64, String> {
+    fn sampling(&self, env: &impl Fn(&str) -> Option<String>) -> Result<Sampling, TelemetryError> {
+        let ratio = |source: &str, value: Option<String>| -> Result<f64, TelemetryError> {
             let Some(value) = value else { return Ok(1.0) };
             match value.trim().parse::<f64>() {
                 Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-                _ => Err(format!("{source}: `{value}` is not a ratio from 0 to 1")),
+                _ => Err(TelemetryError::Value {
+                    name: source.into(),
+                    value,
+                    expected: "is not a ratio from 0 to 1",
+                }),
             }
         };
         let Some(sampler) = env("OTEL_TRACES_SAMPLER") else {
@@ -176,10 +185,13 @@ impl TelemetrySettings {
             "always_on" => Sampling::AlwaysOn,
             "always_off" => Sampling::AlwaysOff,
             other => {
-                return Err(format!(
-                    "OTEL_TRACES_SAMPLER: `{other}` is not supported (expected parentbased_traceidratio, \
-                     parentbased_always_on, parentbased_always_off, traceidratio, always_on or always_off)"
-                ));
+                return Err(TelemetryError::Value {
+                    name: "OTEL_TRACES_SAMPLER".into(),
+                    value: other.into(),
+                    expected: "is not supported (expected parentbased_traceidratio, \
+                               parentbased_always_on, parentbased_always_off, traceidratio, \
+                               always_on or always_off)",
+                });
             }
         })
     }
@@ -199,7 +211,10 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn resolve(settings: &TelemetrySettings, vars: &[(&str, &str)]) -> Result<Resolved, String> {
+    fn resolve(
+        settings: &TelemetrySettings,
+        vars: &[(&str, &str)],
+    ) -> Result<Resolved, TelemetryError> {
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -262,16 +277,21 @@ mod tests {
         ];
         for (var, value) in bad {
             let e = resolve(&TelemetrySettings::default(), &[(var, value)]).unwrap_err();
-            assert!(e.contains(var) || e.contains(value), "{e}");
+            match e {
+                TelemetryError::Value { name, value: v, .. } => {
+                    assert_eq!((name.as_str(), v.as_str()), (var, value));
+                }
+                TelemetryError::Endpoint(url) => assert!(url.starts_with(value), "{url}"),
+                other => panic!("{var}: {other:?}"),
+            }
         }
         let file = TelemetrySettings {
             sample_ratio: Some(-1.0),
             ..Default::default()
         };
-        assert!(
-            resolve(&file, &[])
-                .unwrap_err()
-                .contains("telemetry.sample_ratio")
-        );
+        assert!(matches!(
+            resolve(&file, &[]).unwrap_err(),
+            TelemetryError::Value { name, .. } if name == "telemetry.sample_ratio"
+        ));
     }
 }
