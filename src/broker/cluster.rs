@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Child;
 
+use super::BrokerError;
 use super::{server_bin, spawn_server};
 
 /// One node of a [`LocalCluster`].
@@ -37,13 +38,13 @@ pub struct LocalCluster {
 
 /// A port nothing listens on right now, on `host`, held (so the next one
 /// differs) until `held` is dropped.
-fn free_port(host: &str, held: &mut Vec<std::net::TcpListener>) -> Result<u16, String> {
-    let listener = std::net::TcpListener::bind((host, 0))
-        .map_err(|e| format!("no free port on {host}: {e}"))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| format!("no free port on {host}: {e}"))?
-        .port();
+fn free_port(host: &str, held: &mut Vec<std::net::TcpListener>) -> Result<u16, BrokerError> {
+    let none = |source| BrokerError::NoPort {
+        host: host.into(),
+        source,
+    };
+    let listener = std::net::TcpListener::bind((host, 0)).map_err(none)?;
+    let port = listener.local_addr().map_err(none)?.port();
     held.push(listener);
     Ok(port)
 }
@@ -57,7 +58,7 @@ impl LocalCluster {
         nodes: usize,
         host: &str,
         extra: &str,
-    ) -> Result<LocalCluster, String> {
+    ) -> Result<LocalCluster, BrokerError> {
         let mut ports = Vec::new();
         let mut held = Vec::new();
         for _ in 0..nodes {
@@ -78,7 +79,7 @@ impl LocalCluster {
         for (i, (port, route)) in ports.iter().enumerate() {
             let name = format!("n{i}");
             let home = dir.join(&name);
-            crate::files::private_dir(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            crate::files::private_dir(&home).map_err(BrokerError::io(&home))?;
             let store =
                 serde_json::to_string(&home.join("js").to_string_lossy()).unwrap_or_default();
             let text = format!(
@@ -89,7 +90,7 @@ impl LocalCluster {
             );
             let conf = home.join("nats-server.conf");
             crate::files::write_file(&conf, text.as_bytes(), crate::files::PRIVATE)
-                .map_err(|e| format!("{}: {e}", conf.display()))?;
+                .map_err(BrokerError::io(&conf))?;
             cluster.nodes.push(Node {
                 name,
                 port: *port,
@@ -108,20 +109,20 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), String> {
+    fn spawn(&mut self, i: usize) -> Result<(), BrokerError> {
         let node = &mut self.nodes[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&node.log)
-            .map_err(|e| format!("{}: {e}", node.log.display()))?;
+            .map_err(BrokerError::io(&node.log))?;
         let bin = server_bin();
         let child = spawn_server(&bin, &node.conf, log)?;
         node.child = Some(child);
         Ok(())
     }
 
-    async fn wait_listening(&self, i: usize) -> Result<(), String> {
+    async fn wait_listening(&self, i: usize) -> Result<(), BrokerError> {
         let node = &self.nodes[i];
         let deadline = Instant::now() + Duration::from_secs(20);
         while tokio::net::TcpStream::connect((self.host.as_str(), node.port))
@@ -129,12 +130,11 @@ impl LocalCluster {
             .is_err()
         {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "{} did not start on port {}; see {}",
-                    node.name,
-                    node.port,
-                    node.log.display()
-                ));
+                return Err(BrokerError::NotListening {
+                    server: node.name.clone(),
+                    port: node.port,
+                    log: node.log.clone(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -143,8 +143,9 @@ impl LocalCluster {
 
     /// Waits until JetStream answers account info through some node: the
     /// cluster has elected its meta leader.
-    pub async fn wait_meta_leader(&self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    pub async fn wait_meta_leader(&self) -> Result<(), BrokerError> {
+        let within = Duration::from_secs(60);
+        let deadline = Instant::now() + within;
         loop {
             if let Some(client) = self.client().await {
                 let ask = client.request("$JS.API.INFO", bytes::Bytes::new());
@@ -158,7 +159,7 @@ impl LocalCluster {
                 }
             }
             if Instant::now() > deadline {
-                return Err("the cluster elected no JetStream meta leader within 60 s".into());
+                return Err(BrokerError::NoMetaLeader { within });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -238,7 +239,7 @@ impl LocalCluster {
 
     /// Starts node `i` again, on its ports and store, and waits until it
     /// accepts connections.
-    pub async fn restart(&mut self, i: usize) -> Result<(), String> {
+    pub async fn restart(&mut self, i: usize) -> Result<(), BrokerError> {
         self.kill(i).await;
         self.spawn(i)?;
         self.wait_listening(i).await
@@ -263,17 +264,21 @@ impl LocalCluster {
 
     /// The node leading stream `stream` once one does, asked every 50 ms
     /// for up to `within`.
-    pub async fn wait_leader_of(&self, stream: &str, within: Duration) -> Result<usize, String> {
+    pub async fn wait_leader_of(
+        &self,
+        stream: &str,
+        within: Duration,
+    ) -> Result<usize, BrokerError> {
         let deadline = Instant::now() + within;
         loop {
             if let Some(i) = self.leader_of(stream).await {
                 return Ok(i);
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "{stream} had no leader within {}s",
-                    within.as_secs()
-                ));
+                return Err(BrokerError::NoLeader {
+                    stream: stream.into(),
+                    within,
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -6,8 +6,10 @@
 //! the workers on this machine).
 
 mod cluster;
+mod error;
 
 pub use cluster::LocalCluster;
+pub use error::BrokerError;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -47,9 +49,9 @@ impl ManagedBroker {
         data_dir: &Path,
         port: u16,
         users: Option<(&crate::bus::Names, &[crate::envelope::AgentName])>,
-    ) -> Result<ManagedBroker, String> {
+    ) -> Result<ManagedBroker, BrokerError> {
         let store = data_dir.join("nats");
-        crate::files::private_dir(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        crate::files::private_dir(&store).map_err(BrokerError::io(&store))?;
         let users = users
             .map(|(names, agents)| {
                 crate::bus::permissions::write(&users_dir(data_dir), names, agents)
@@ -68,10 +70,10 @@ impl ManagedBroker {
             },
         );
         crate::files::write_file(&conf, text.as_bytes(), crate::files::PRIVATE)
-            .map_err(|e| format!("{}: {e}", conf.display()))?;
+            .map_err(BrokerError::io(&conf))?;
         let bin = server_bin();
-        let log = std::fs::File::create(data_dir.join("nats-server.log"))
-            .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+        let log_path = data_dir.join("nats-server.log");
+        let log = std::fs::File::create(&log_path).map_err(BrokerError::io(&log_path))?;
         let child = spawn_server(&bin, &conf, log)?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -79,10 +81,11 @@ impl ManagedBroker {
             .is_err()
         {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "nats-server did not start on port {port}; see {}",
-                    data_dir.join("nats-server.log").display()
-                ));
+                return Err(BrokerError::NotListening {
+                    server: "nats-server".into(),
+                    port,
+                    log: log_path,
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -116,7 +119,7 @@ impl ManagedBroker {
 }
 
 /// Starts `bin -c conf`, its log to `log`, killed when dropped.
-fn spawn_server(bin: &Path, conf: &Path, log: std::fs::File) -> Result<Child, String> {
+fn spawn_server(bin: &Path, conf: &Path, log: std::fs::File) -> Result<Child, BrokerError> {
     Command::new(bin)
         .arg("-c")
         .arg(conf)
@@ -124,10 +127,27 @@ fn spawn_server(bin: &Path, conf: &Path, log: std::fs::File) -> Result<Child, St
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| {
-            format!(
-                "cannot start {} ({e}): install nats-server (scripts/ensure-nats-server) or set NATS_SERVER_BIN",
-                bin.display()
-            )
+        .map_err(|source| BrokerError::Spawn {
+            bin: bin.to_path_buf(),
+            source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_cannot_start_is_named_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let bin = dir.path().join("no-such-nats-server");
+        let conf = dir.path().join("conf");
+        match spawn_server(&bin, &conf, log) {
+            Err(e @ BrokerError::Spawn { .. }) => {
+                assert!(e.to_string().contains("NATS_SERVER_BIN"), "{e}");
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
 }

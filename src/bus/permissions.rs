@@ -111,20 +111,53 @@ pub fn agent_seed(dir: &Path, agent: &AgentName) -> PathBuf {
     dir.join(format!("agent-{agent}.nk"))
 }
 
+/// Why the bus's users could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PermissionsError {
+    /// A file or directory could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A seed file holds no user seed (or one could not be made).
+    #[error("{}: {source}", path.display())]
+    Seed {
+        /// The seed file.
+        path: PathBuf,
+        /// What nkeys said.
+        #[source]
+        source: nkeys::error::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PermissionsError + '_ {
+    move |source| PermissionsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// The public key of the user whose seed is at `path`, made (mode 0600)
 /// when the file does not exist.
-fn user_key(path: &Path) -> Result<String, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+fn user_key(path: &Path) -> Result<String, PermissionsError> {
+    let seed_error = |source| PermissionsError::Seed {
+        path: path.to_path_buf(),
+        source,
+    };
     let pair = match std::fs::read_to_string(path) {
-        Ok(seed) => nkeys::KeyPair::from_seed(seed.trim()).map_err(|e| at(&e))?,
+        Ok(seed) => nkeys::KeyPair::from_seed(seed.trim()).map_err(seed_error)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let pair = nkeys::KeyPair::new_user();
-            let seed = pair.seed().map_err(|e| at(&e))?;
+            let seed = pair.seed().map_err(seed_error)?;
             crate::task_token::keys::write_private(path, format!("{seed}\n").as_bytes())
-                .map_err(|e| at(&e))?;
+                .map_err(io(path))?;
             pair
         }
-        Err(e) => return Err(at(&e)),
+        Err(e) => return Err(io(path)(e)),
     };
     Ok(pair.public_key())
 }
@@ -132,8 +165,12 @@ fn user_key(path: &Path) -> Result<String, String> {
 /// Writes the bus configuration for the orchestrator and `agents` into
 /// `dir`: `auth.conf` (rewritten) and a seed file per user (kept when it
 /// exists, so re-running for a new agent does not log the others out).
-pub fn write(dir: &Path, names: &Names, agents: &[AgentName]) -> Result<BusFiles, String> {
-    crate::files::private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub fn write(
+    dir: &Path,
+    names: &Names,
+    agents: &[AgentName],
+) -> Result<BusFiles, PermissionsError> {
+    crate::files::private_dir(dir).map_err(io(dir))?;
     let mut users = Vec::new();
     let seed = orchestrator_seed(dir);
     users.push(BusUser {
@@ -157,7 +194,7 @@ pub fn write(dir: &Path, names: &Names, agents: &[AgentName]) -> Result<BusFiles
         auth_conf_text(&users).as_bytes(),
         crate::files::PRIVATE,
     )
-    .map_err(|e| format!("{}: {e}", auth_conf.display()))?;
+    .map_err(io(&auth_conf))?;
     Ok(BusFiles { auth_conf, users })
 }
 
@@ -243,6 +280,17 @@ mod tests {
                 .permissions()
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn a_seed_file_that_holds_no_seed_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = orchestrator_seed(dir.path());
+        std::fs::write(&seed, "not a seed\n").unwrap();
+        match write(dir.path(), &Names::new("orch"), &[]) {
+            Err(PermissionsError::Seed { path, .. }) => assert_eq!(path, seed),
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -50,6 +50,6 @@ pub fn config(args: &ConfigArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => fail(args.json, "write_failed", &e),
+        Err(e) => fail(args.json, "write_failed", &e.to_string()),
     }
 }

@@ -334,7 +334,9 @@ async fn connect_or_start_broker(
     }
     let names = orchestrator::bus::Names::new(&config.bus.prefix);
     let agents: Vec<_> = cards.iter().map(|c| c.name.clone()).collect();
-    let broker = ManagedBroker::start(&config.data_dir, 4222, Some((&names, &agents))).await?;
+    let broker = ManagedBroker::start(&config.data_dir, 4222, Some((&names, &agents)))
+        .await
+        .map_err(|e| e.to_string())?;
     let message = format!(
         "no NATS at {DEFAULT_NATS_URL}: started a managed nats-server with a user per process \
          (data in {}); workers on this machine find their seed in {} with --data-dir",

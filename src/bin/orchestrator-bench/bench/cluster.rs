@@ -137,12 +137,16 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .port();
     let single_dir = dir.join("single");
-    let single = ManagedBroker::start(&single_dir, port, None).await?;
+    let single = ManagedBroker::start(&single_dir, port, None)
+        .await
+        .map_err(|e| e.to_string())?;
     let pids: Vec<u32> = single.pid().into_iter().collect();
     let r1 = layout(single.url(), &pids, 1, &single_dir, args).await?;
     single.stop().await;
 
-    let cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "").await?;
+    let cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "")
+        .await
+        .map_err(|e| e.to_string())?;
     let r3 = layout(
         &cluster.urls(),
         &cluster.pids(),
@@ -237,7 +241,9 @@ const WARM_UP: Duration = Duration::from_secs(5);
 /// stream's leader, then a lease and ten seconds more, so that deliveries
 /// lost with the node come back within the run.
 async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String> {
-    let mut cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "").await?;
+    let mut cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "")
+        .await
+        .map_err(|e| e.to_string())?;
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let prefix = format!("benchk{tag}");
     let stream = Names::new(&prefix).tasks_stream();
@@ -289,9 +295,10 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
         let killed_at = Instant::now();
         let next = cluster
             .wait_leader_of(&stream, Duration::from_secs(60))
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         let new_leader = killed_at.elapsed();
-        cluster.restart(leader).await?;
+        cluster.restart(leader).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((leader, killed_at, next, new_leader))
     };
     let (driven, killed) = tokio::join!(driven, killer);

@@ -214,7 +214,11 @@ async fn run(args: &BenchArgs) -> Result<(), String> {
                 .and_then(|l| l.local_addr())
                 .map_err(|e| e.to_string())?
                 .port();
-            Some(ManagedBroker::start(dir.path(), port, None).await?)
+            Some(
+                ManagedBroker::start(dir.path(), port, None)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
         }
     };
     let url = args
