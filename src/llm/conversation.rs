@@ -239,9 +239,9 @@ fn last_turn(steps: &BTreeMap<String, StepTask>) -> Option<u32> {
 }
 
 /// A turn's result.
-pub fn read_turn(turn: &StepTask) -> Result<TurnResult, String> {
-    let value = turn.result.clone().ok_or("no result")?;
-    serde_json::from_value(value).map_err(|e| format!("its result is not a model's answer: {e}"))
+pub fn read_turn(turn: &StepTask) -> Result<TurnResult, super::LlmError> {
+    let value = turn.result.clone().ok_or(super::LlmError::NoResult)?;
+    serde_json::from_value(value).map_err(|e| super::LlmError::NotAnAnswer(e.to_string()))
 }
 
 /// The tokens turns 1 to `n` spent.

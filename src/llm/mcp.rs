@@ -61,17 +61,19 @@ pub enum Transport {
 
 impl McpServer {
     /// How it is reached, or why it cannot be.
-    pub fn transport(&self) -> Result<Transport, String> {
+    pub fn transport(&self) -> Result<Transport, super::LlmError> {
         let transport = self.transport.unwrap_or(if self.url.is_some() {
             Transport::Http
         } else {
             Transport::Stdio
         });
         match transport {
-            Transport::Stdio if self.command.is_none() => {
-                Err("a stdio server needs a `command`".into())
+            Transport::Stdio if self.command.is_none() => Err(super::LlmError::Unreachable(
+                "a stdio server needs a `command`",
+            )),
+            Transport::Http if self.url.is_none() => {
+                Err(super::LlmError::Unreachable("an http server needs a `url`"))
             }
-            Transport::Http if self.url.is_none() => Err("an http server needs a `url`".into()),
             t => Ok(t),
         }
     }
@@ -144,6 +146,9 @@ mod tests {
             serde_json::from_value(serde_json::json!({"type": "stdio", "command": "uvx"})).unwrap();
         assert_eq!(stdio.transport(), Ok(Transport::Stdio));
         let neither = McpServer::default();
-        assert!(neither.transport().is_err());
+        assert!(matches!(
+            neither.transport(),
+            Err(super::super::LlmError::Unreachable(_))
+        ));
     }
 }

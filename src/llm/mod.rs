@@ -16,11 +16,13 @@
 //! - [`settings`]: the `llm` settings.
 
 pub mod conversation;
+mod error;
 pub mod mcp;
 pub mod model_request;
 pub mod patterns;
 pub mod settings;
 
+pub use error::LlmError;
 pub use settings::LlmSettings;
 
 use serde::{Deserialize, Serialize};

@@ -222,7 +222,7 @@ pub fn resolve<'c, 'n>(
     card: &AgentCard,
     catalog: &'c Catalog,
     name: &'n str,
-) -> Result<Tool<'c, 'n>, String> {
+) -> Result<Tool<'c, 'n>, super::LlmError> {
     for called in card.calls() {
         let Some(agent) = catalog.agents.get(called) else {
             continue;
@@ -240,24 +240,25 @@ pub fn resolve<'c, 'n>(
             return Ok(Tool::Mcp { server, tool });
         }
         if card.mcp_servers().iter().any(|(s, _)| *s == server) {
-            return Err(format!(
-                "`{tool}` of the MCP server `{server}` is not a tool of agent `{}`: its `tools` filter leaves it out",
-                card.name
-            ));
+            return Err(super::LlmError::FilteredTool {
+                server: server.into(),
+                tool: tool.into(),
+                agent: card.name.to_string(),
+            });
         }
     }
     let servers = card.mcp_servers();
     let mut may: Vec<String> = card.calls().iter().map(|a| format!("`{a}`")).collect();
     may.extend(servers.iter().map(|(s, _)| format!("the MCP server `{s}`")));
-    Err(format!(
-        "`{name}` is not a tool of agent `{}`: it may call only {}",
-        card.name,
-        if may.is_empty() {
+    Err(super::LlmError::UnknownTool {
+        name: name.into(),
+        agent: card.name.to_string(),
+        may: if may.is_empty() {
             "no agent".to_string()
         } else {
             may.join(", ")
-        }
-    ))
+        },
+    })
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ mod progress;
 
 pub use handler::{Handler, Task};
 pub use handlers::{
-    CommandHandler, EXIT_RETRY, EchoHandler, PROGRESS_FD, RemoteHandler, handler_for,
+    CommandHandler, EXIT_RETRY, EchoHandler, HandlerError, PROGRESS_FD, RemoteHandler, handler_for,
 };
 pub use notes::Notes;
 pub use outcome::{Outcome, event_for, report};

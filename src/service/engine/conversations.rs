@@ -186,7 +186,7 @@ async fn converse(
         let refuse = |call: &ToolCall| -> Option<String> {
             let tool = match model_request::resolve(card, &declared.catalog, &call.function.name) {
                 Ok(found) => found,
-                Err(why) => return Some(why),
+                Err(why) => return Some(why.to_string()),
             };
             let params = match arguments(call) {
                 Ok(p) => p,

@@ -32,6 +32,8 @@ use crate::artifact::{Artifact, Part};
 use crate::event::ErrorInfo;
 use crate::worker::{Handler, Outcome, Task};
 
+use super::HandlerError;
+
 /// How the handler reaches its remote.
 #[derive(Clone)]
 pub struct RemoteHandler {
@@ -85,7 +87,7 @@ impl CallError {
 impl RemoteHandler {
     /// The handler of an `a2a` invocation; fails when the credential's
     /// variable is not set (or is no header value).
-    pub fn new(invocation: &Invocation) -> Result<RemoteHandler, String> {
+    pub fn new(invocation: &Invocation) -> Result<RemoteHandler, HandlerError> {
         let Invocation::A2a {
             card,
             auth,
@@ -94,37 +96,36 @@ impl RemoteHandler {
             timeout,
         } = invocation
         else {
-            return Err("not an `a2a` invocation".into());
+            return Err(HandlerError::WrongKind("a2a"));
         };
         let mut secrets = crate::redact::Secrets::default();
         let auth = match auth {
             None => None,
             Some(a) => {
-                let secret = std::env::var(&a.env).map_err(|_| {
-                    format!(
-                        "invocation.auth.env: `{}` is not set in the worker's environment",
-                        a.env
-                    )
+                let secret = std::env::var(&a.env).map_err(|_| HandlerError::Field {
+                    field: "invocation.auth.env",
+                    why: format!("`{}` is not set in the worker's environment", a.env),
                 })?;
                 secrets = crate::redact::Secrets::credentials([secret.clone()]);
-                let name = HeaderName::try_from(a.header.as_str())
-                    .map_err(|e| format!("invocation.auth.header: {e}"))?;
+                let name =
+                    HeaderName::try_from(a.header.as_str()).map_err(|e| HandlerError::Field {
+                        field: "invocation.auth.header",
+                        why: e.to_string(),
+                    })?;
                 let text = if a.scheme.is_empty() {
                     secret
                 } else {
                     format!("{} {secret}", a.scheme)
                 };
-                let mut value = HeaderValue::try_from(text).map_err(|_| {
-                    format!("invocation.auth.env: `{}` is not a header value", a.env)
+                let mut value = HeaderValue::try_from(text).map_err(|_| HandlerError::Field {
+                    field: "invocation.auth.env",
+                    why: format!("`{}` is not a header value", a.env),
                 })?;
                 value.set_sensitive(true);
                 Some((name, value))
             }
         };
-        let http = reqwest::Client::builder()
-            .timeout(*timeout)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let http = reqwest::Client::builder().timeout(*timeout).build()?;
         Ok(RemoteHandler {
             inner: Arc::new(Inner {
                 card: card.clone(),

@@ -25,7 +25,7 @@ use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::upstream;
+use super::{HandlerError, upstream};
 use crate::agent::Invocation;
 use crate::worker::{Handler, Outcome, Task};
 
@@ -60,17 +60,19 @@ enum Answer {
 
 impl HttpHandler {
     /// The handler of an `http` invocation.
-    pub fn new(invocation: &Invocation) -> Result<HttpHandler, String> {
+    pub fn new(invocation: &Invocation) -> Result<HttpHandler, HandlerError> {
         let Invocation::Http { url, timeout, poll } = invocation else {
-            return Err("not an `http` invocation".into());
+            return Err(HandlerError::WrongKind("http"));
         };
-        let url = reqwest::Url::parse(url).map_err(|e| format!("invocation.url: {e}"))?;
+        let url = reqwest::Url::parse(url).map_err(|e| HandlerError::Field {
+            field: "invocation.url",
+            why: e.to_string(),
+        })?;
         let http = reqwest::Client::builder()
             .timeout(*timeout)
             // A job's location is followed by this handler, not by redirects.
             .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         Ok(HttpHandler {
             inner: Arc::new(Inner {
                 url,

@@ -31,6 +31,8 @@ use crate::artifact::{Artifact, Part};
 use crate::llm::{AssistantMessage, FunctionCall, LlmSettings, ToolCall, TurnResult, Usage};
 use crate::worker::{Handler, Outcome, Task};
 
+use super::HandlerError;
+
 /// How this handler names the endpoint's failures.
 const CODES: upstream::Codes = upstream::Codes {
     busy: "model_busy",
@@ -68,7 +70,7 @@ impl LlmHandler {
         invocation: &Invocation,
         settings: &LlmSettings,
         mcp: Option<super::mcp::McpTools>,
-    ) -> Result<LlmHandler, String> {
+    ) -> Result<LlmHandler, HandlerError> {
         let Invocation::Llm {
             model,
             base_url,
@@ -77,11 +79,14 @@ impl LlmHandler {
             ..
         } = invocation
         else {
-            return Err("not an `llm` invocation".into());
+            return Err(HandlerError::WrongKind("llm"));
         };
         let base = base_url.as_deref().unwrap_or(&settings.base_url);
         let url = reqwest::Url::parse(&format!("{}/chat/completions", base.trim_end_matches('/')))
-            .map_err(|e| format!("the model endpoint `{base}`: {e}"))?;
+            .map_err(|e| HandlerError::Endpoint {
+                base: base.to_string(),
+                why: e.to_string(),
+            })?;
         let variable = api_key_env.as_deref().unwrap_or(&settings.api_key_env);
         let api_key = std::env::var(variable).ok().filter(|k| !k.is_empty());
         let secrets = crate::redact::Secrets::credentials(api_key.clone()).and(
@@ -91,8 +96,11 @@ impl LlmHandler {
         );
         let key = match api_key {
             Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
-                    .map_err(|_| format!("${variable} cannot be sent as a header"))?;
+                let mut v = HeaderValue::from_str(&format!("Bearer {k}")).map_err(|_| {
+                    HandlerError::KeyNotHeader {
+                        variable: variable.to_string(),
+                    }
+                })?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -106,8 +114,7 @@ impl LlmHandler {
         };
         let http = reqwest::Client::builder()
             .timeout(timeout.unwrap_or(settings.timeout))
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         Ok(LlmHandler {
             inner: Arc::new(Inner {
                 mcp,

@@ -61,14 +61,15 @@ impl McpTools {
     /// The servers `card` names, as `settings` define them; none: `None`.
     /// A needed server the settings do not define is an error now, when
     /// the worker starts; one not needed is left out with a warning.
-    pub fn new(card: &AgentCard, settings: &McpSettings) -> Result<Option<McpTools>, String> {
+    pub fn new(
+        card: &AgentCard,
+        settings: &McpSettings,
+    ) -> Result<Option<McpTools>, super::HandlerError> {
         let mut servers = Vec::new();
         for (name, required) in card.mcp_servers() {
             let Some(config) = settings.servers.get(name) else {
                 if required {
-                    return Err(format!(
-                        "the card names the MCP server `{name}`, which the settings' `mcp.servers` do not define"
-                    ));
+                    return Err(super::HandlerError::UndefinedServer(name.to_string()));
                 }
                 tracing::warn!(
                     server = name,
@@ -239,7 +240,7 @@ impl Server {
     async fn start(&self) -> Result<Conn, String> {
         let name = &self.name;
         let fail = |e: &dyn std::fmt::Display| format!("the MCP server `{name}`: {e}");
-        let client = match self.config.transport()? {
+        let client = match self.config.transport().map_err(|e| e.to_string())? {
             Transport::Stdio => {
                 let program = self.config.command.as_deref().unwrap_or_default();
                 let mut command = tokio::process::Command::new(program);

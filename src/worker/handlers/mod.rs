@@ -11,6 +11,7 @@ mod a2a;
 mod command;
 mod command_progress;
 mod echo;
+mod error;
 mod http;
 mod llm;
 mod mcp;
@@ -20,6 +21,7 @@ pub use a2a::RemoteHandler;
 pub use command::{CommandHandler, EXIT_RETRY};
 pub use command_progress::PROGRESS_FD;
 pub use echo::EchoHandler;
+pub use error::HandlerError;
 
 use std::sync::Arc;
 
@@ -33,8 +35,8 @@ pub fn handler_for(
     card: &AgentCard,
     llm: &crate::llm::LlmSettings,
     mcp: &crate::llm::mcp::McpSettings,
-) -> Result<Arc<dyn Handler>, String> {
-    match card.runnable().map_err(|e| e.to_string())? {
+) -> Result<Arc<dyn Handler>, HandlerError> {
+    match card.runnable()? {
         Invocation::Command {
             command,
             timeout,
@@ -53,6 +55,6 @@ pub fn handler_for(
             Ok(Arc::new(llm::LlmHandler::new(llm_call, llm, tools)?))
         }
         // `runnable` refuses the others.
-        other => Err(format!("`{}` invocations are not run here", other.kind())),
+        other => Err(HandlerError::NotRunHere(other.kind().to_string())),
     }
 }
