@@ -224,29 +224,33 @@ impl Catalog {
     /// The one agent `path` declares, or the one named `name` among
     /// several (a pack's); every problem of its files as one error.
     /// Agents in git are read as already cloned.
-    pub fn one(path: &Path, name: Option<&str>) -> Result<AgentCard, String> {
+    pub fn one(path: &Path, name: Option<&str>) -> Result<AgentCard, super::AgentError> {
+        use super::AgentError;
         let catalog = Catalog::load(&[path.to_path_buf()], &GitOptions::default());
         if !catalog.errors.is_empty() {
-            let all: Vec<String> = catalog.errors.iter().map(ToString::to_string).collect();
-            return Err(all.join("\n"));
+            return Err(AgentError::Files(catalog.errors));
         }
         if let Some(n) = name {
             return catalog
                 .agents
                 .into_values()
                 .find(|c| c.name.as_str() == n)
-                .ok_or_else(|| format!("{} declares no agent `{n}`", path.display()));
+                .ok_or_else(|| AgentError::NoSuchAgent {
+                    path: path.to_path_buf(),
+                    name: n.to_string(),
+                });
         }
         let names: Vec<String> = catalog.agents.keys().map(ToString::to_string).collect();
         let mut all = catalog.agents.into_values();
         match (all.next(), all.next()) {
             (Some(one), None) => Ok(one),
-            (None, _) => Err(format!("{}: no agent declared", path.display())),
-            (Some(_), Some(_)) => Err(format!(
-                "{} declares several agents ({}): say which with --name",
-                path.display(),
-                names.join(", ")
-            )),
+            (None, _) => Err(AgentError::NoAgent {
+                path: path.to_path_buf(),
+            }),
+            (Some(_), Some(_)) => Err(AgentError::Several {
+                path: path.to_path_buf(),
+                names,
+            }),
         }
     }
 

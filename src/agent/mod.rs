@@ -13,6 +13,7 @@
 
 mod card;
 mod catalog;
+mod error;
 mod fast_agent;
 mod git;
 mod invocation;
@@ -27,6 +28,7 @@ mod workflow;
 
 pub use card::{AgentCard, Context, Dependencies, Format, McpDependency, Origin, Provider};
 pub use catalog::{Catalog, is_agent_file};
+pub use error::AgentError;
 pub use git::{GitMode, GitOptions};
 pub use invocation::{BUILTIN_HANDLERS, Delivery, Forward, Invocation, RemoteAuth};
 pub use prompt::{HistoryMessage, Prompt, tool_allowed};

@@ -380,7 +380,7 @@ pub async fn worker(args: WorkerArgs, format: LogFormat) -> ExitCode {
 /// directory its tasks run in (its file's). Agents in git are read as
 /// already cloned.
 fn load_agent(path: &Path, name: Option<&str>) -> Result<(AgentCard, PathBuf), String> {
-    let card = Catalog::one(path, name)?;
+    let card = Catalog::one(path, name).map_err(|e| e.to_string())?;
     let dir = card
         .origin
         .as_ref()

@@ -61,6 +61,12 @@ impl fmt::Display for RunId {
     }
 }
 
+/// A run's stored definition that no longer reads as a trigger (written
+/// by another version).
+#[derive(Debug, thiserror::Error)]
+#[error("the run's stored definition cannot be read: {0}")]
+pub struct UnreadableDefinition(#[source] pub serde_json::Error);
+
 impl FromStr for RunId {
     type Err = crate::envelope::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -405,10 +411,8 @@ impl RunRecord {
 
     /// The definition the run started with. A stored definition a newer
     /// format cannot read fails this run only, not the record.
-    pub fn trigger(&self) -> Result<crate::trigger::Trigger, String> {
-        serde::Deserialize::deserialize(&self.definition).map_err(|e: serde_json::Error| {
-            format!("the run's stored definition cannot be read: {e}")
-        })
+    pub fn trigger(&self) -> Result<crate::trigger::Trigger, UnreadableDefinition> {
+        serde::Deserialize::deserialize(&self.definition).map_err(UnreadableDefinition)
     }
 
     /// Applies `change` (a pure function); returns the audit kind and

@@ -22,19 +22,37 @@ use crate::agent::{AgentCard, CardWorkflow, Catalog, Pattern};
 use crate::envelope::AgentName;
 use crate::source::Diagnostic;
 
+/// Why a card's workflow makes no trigger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CardWorkflowError {
+    /// A member has no skill to run.
+    #[error("agent `{0}` has no skill to run")]
+    NoSkillToRun(AgentName),
+    /// What the card says does not read as a workflow.
+    #[error("{kind} `{name}` does not make a workflow: {why}")]
+    NotAWorkflow {
+        /// The card's type (`chain`, `parallel`, `router`).
+        kind: &'static str,
+        /// The card's name.
+        name: String,
+        /// What the trigger reader said.
+        why: String,
+    },
+}
+
 impl Trigger {
     /// The trigger that runs card workflow `w` over `agents` (every member
     /// is among them: the catalog checked).
     pub fn from_card(
         w: &CardWorkflow,
         agents: &BTreeMap<AgentName, AgentCard>,
-    ) -> Result<Trigger, String> {
-        let skill = |m: &AgentName| -> Result<String, String> {
+    ) -> Result<Trigger, CardWorkflowError> {
+        let skill = |m: &AgentName| -> Result<String, CardWorkflowError> {
             agents
                 .get(m)
                 .and_then(|a| a.skills().first())
                 .map(|s| s.id.clone())
-                .ok_or_else(|| format!("agent `{m}` has no skill to run"))
+                .ok_or_else(|| CardWorkflowError::NoSkillToRun(m.clone()))
         };
         let mut used = BTreeSet::new();
         // A step's id is its agent's, as a template can name it
@@ -52,7 +70,7 @@ impl Trigger {
             }
             id
         };
-        let task = |id: &str, m: &AgentName, params: Value| -> Result<Value, String> {
+        let task = |id: &str, m: &AgentName, params: Value| -> Result<Value, CardWorkflowError> {
             Ok(json!({"id": id, "agent": m, "action": skill(m)?, "params": params}))
         };
         let steps: Vec<Value> = match &w.pattern {
@@ -142,12 +160,10 @@ impl Trigger {
             },
             "steps": steps,
         }))
-        .map_err(|e| {
-            format!(
-                "{} `{}` does not make a workflow: {e}",
-                w.pattern.kind(),
-                w.name
-            )
+        .map_err(|e| CardWorkflowError::NotAWorkflow {
+            kind: w.pattern.kind(),
+            name: w.name.to_string(),
+            why: e.to_string(),
         })
     }
 }
@@ -179,7 +195,7 @@ impl Triggers {
                         }
                     }
                 }
-                Err(e) => self.errors.push(refused(e)),
+                Err(e) => self.errors.push(refused(e.to_string())),
             }
         }
         self

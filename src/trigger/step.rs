@@ -236,7 +236,7 @@ enum RawOnFailure {
 
 /// Checks a step id: 1 to 64 of `a-z`, `0-9`, `-` and `_`, starting with
 /// a letter (it is a template name and part of an idempotency key).
-pub fn check_id(id: &str) -> Result<(), String> {
+pub fn check_id(id: &str) -> Result<(), BadStepId> {
     let ok = !id.is_empty()
         && id.len() <= 64
         && id.as_bytes()[0].is_ascii_lowercase()
@@ -246,17 +246,21 @@ pub fn check_id(id: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "step id `{id}`: must be 1 to 64 of a-z, 0-9, `-` and `_`, starting with a letter"
-        ))
+        Err(BadStepId(id.to_string()))
     }
 }
+
+/// A step id that is not 1 to 64 of a-z, 0-9, `-` and `_`, starting with
+/// a letter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("step id `{0}`: must be 1 to 64 of a-z, 0-9, `-` and `_`, starting with a letter")]
+pub struct BadStepId(pub String);
 
 impl TryFrom<RawStep> for Step {
     type Error = String;
 
     fn try_from(raw: RawStep) -> Result<Step, String> {
-        check_id(&raw.id)?;
+        check_id(&raw.id).map_err(|e| e.to_string())?;
         let id = raw.id;
         let kinds: Vec<&str> = [
             ("agent", raw.agent.is_some()),

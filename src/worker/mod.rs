@@ -37,7 +37,7 @@ pub use handler::{Handler, Task};
 pub use handlers::{
     CommandHandler, EXIT_RETRY, EchoHandler, HandlerError, PROGRESS_FD, RemoteHandler, handler_for,
 };
-pub use notes::Notes;
+pub use notes::{NoteError, Notes};
 pub use outcome::{Outcome, event_for, report};
 pub use progress::{Reporter, Update};
 

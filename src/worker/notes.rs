@@ -52,25 +52,20 @@ impl Notes {
     }
 
     /// The note, if one was left.
-    pub async fn get(&self) -> Result<Option<Value>, String> {
+    pub async fn get(&self) -> Result<Option<Value>, NoteError> {
         let Some((shelf, task)) = &self.at else {
             return Ok(None);
         };
-        match shelf
-            .claims
-            .note(&shelf.agent, *task)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        match shelf.claims.note(&shelf.agent, *task).await? {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| format!("the task's note is not JSON: {e}")),
+                .map_err(NoteError::NotJson),
             None => Ok(None),
         }
     }
 
     /// Leaves `value` as the note; returns once the broker stored it.
-    pub async fn set(&self, value: &Value) -> Result<(), String> {
+    pub async fn set(&self, value: &Value) -> Result<(), NoteError> {
         let Some((shelf, task)) = &self.at else {
             return Ok(());
         };
@@ -79,6 +74,17 @@ impl Notes {
             .claims
             .set_note(&shelf.agent, *task, bytes)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(NoteError::from)
     }
+}
+
+/// Why a task's note could not be read or left.
+#[derive(Debug, thiserror::Error)]
+pub enum NoteError {
+    /// The claims bucket could not be reached.
+    #[error(transparent)]
+    Claims(#[from] crate::claim::ClaimError),
+    /// The note is not JSON (left by something else).
+    #[error("the task's note is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
 }

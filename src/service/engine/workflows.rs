@@ -31,7 +31,7 @@ pub(super) async fn advance(o: &Orchestrator, id: RunId) -> Result<(), ServiceEr
     let trigger = match run.trigger() {
         Ok(t) => t,
         Err(message) => {
-            let error = ErrorInfo::new("definition_unreadable", message, false);
+            let error = ErrorInfo::new("definition_unreadable", message.to_string(), false);
             settle(o, &run, RunState::Failed, None, Some(error), None).await?;
             return Ok(());
         }

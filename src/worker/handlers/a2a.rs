@@ -249,7 +249,7 @@ impl Inner {
     async fn run(&self, task: Task) -> Outcome {
         let note = match task.notes.get().await {
             Ok(n) => n.and_then(|v| serde_json::from_value::<Note>(v).ok()),
-            Err(why) => return Outcome::retryable("notes_unavailable", why),
+            Err(why) => return Outcome::retryable("notes_unavailable", why.to_string()),
         };
         let remote = match self.start(&task, note).await {
             Ok(Started::Following(id)) => id,

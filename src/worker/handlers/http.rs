@@ -109,7 +109,7 @@ impl Inner {
         // not posted again.
         let kept = match task.notes.get().await {
             Ok(n) => n.and_then(|v| serde_json::from_value::<Note>(v).ok()),
-            Err(why) => return Outcome::retryable("notes_unavailable", why),
+            Err(why) => return Outcome::retryable("notes_unavailable", why.to_string()),
         };
         let mut answer = match kept {
             Some(n) if n.attempt == task.attempt => match reqwest::Url::parse(&n.location) {
@@ -130,7 +130,7 @@ impl Inner {
                             attempt: task.attempt,
                         };
                         if let Err(why) = task.notes.set(&json!(note)).await {
-                            return Outcome::retryable("notes_unavailable", why);
+                            return Outcome::retryable("notes_unavailable", why.to_string());
                         }
                         noted = Some(url.clone());
                     }
