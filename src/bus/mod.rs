@@ -206,7 +206,7 @@ impl Bus {
             .js
             .get_stream_no_info(format!("KV_{bucket}"))
             .await
-            .map_err(|e| provision_error(format!("bucket {bucket}"))(e.to_string()))?;
+            .map_err(provision_error(format!("bucket {bucket}")))?;
         Ok(crate::claim::Claims::new(
             self.inner.js.clone(),
             stream,
@@ -231,7 +231,7 @@ impl Bus {
             .js
             .get_stream_no_info(n.tasks_stream())
             .await
-            .map_err(|e| provision_error(format!("stream {}", n.tasks_stream()))(e.to_string()))?;
+            .map_err(provision_error(format!("stream {}", n.tasks_stream())))?;
         let config = consumer::pull::Config {
             durable_name: Some(name.clone()),
             filter_subject: n.task_subject(agent, priority),
@@ -245,7 +245,7 @@ impl Bus {
         stream
             .create_consumer(config)
             .await
-            .map_err(|e| provision_error(format!("consumer {name}"))(e.to_string()))
+            .map_err(provision_error(format!("consumer {name}")))
     }
 
     /// Publishes an envelope on its agent's subject and waits for JetStream

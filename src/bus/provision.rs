@@ -252,7 +252,7 @@ impl Bus {
                 bytes::Bytes::new(),
             )
             .await
-            .map_err(|e| provision_error(format!("stream {tasks}"))(e.to_string()))?;
+            .map_err(provision_error(format!("stream {tasks}")))?;
         match serde_json::from_slice::<Response<consumer::Info>>(&info.payload) {
             Ok(Response::Ok(_)) => {}
             Ok(Response::Err { error }) if error.error_code() == ErrorCode::CONSUMER_NOT_FOUND => {}
@@ -263,7 +263,7 @@ impl Bus {
         let stream = js
             .get_stream_no_info(&events)
             .await
-            .map_err(|e| provision_error(format!("stream {events}"))(e.to_string()))?;
+            .map_err(provision_error(format!("stream {events}")))?;
         match stream.direct_get_last_for_subject(probe).await {
             Ok(_) => {}
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {}
@@ -367,19 +367,80 @@ fn file_stream(
 
 /// Whether a provisioning error is one a cluster gets over by itself: no
 /// answer yet, a leader being elected, too few nodes up for the replicas.
+/// Told by the kinds and JetStream codes of the errors behind it, never by
+/// their text.
 fn passing(e: &BusError) -> bool {
-    let text = e.to_string().to_lowercase();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = next {
+        if passing_here(e) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// JetStream's codes for what a cluster gets over: not available yet, no
+/// leader, too few servers or resources up, a stream or consumer offline.
+const PASSING_CODES: [async_nats::jetstream::ErrorCode; 9] = {
+    use async_nats::jetstream::ErrorCode;
     [
-        "timed out",
-        "timeout",
-        "temporarily unavailable",
-        "no responders",
-        "insufficient resources",
-        "no suitable peers",
-        "offline",
+        ErrorCode::CLUSTER_NOT_AVAILABLE,
+        ErrorCode::CLUSTER_NOT_LEADER,
+        ErrorCode::CLUSTER_NO_PEERS,
+        ErrorCode::CLUSTER_INCOMPLETE,
+        ErrorCode::INSUFFICIENT_RESOURCES,
+        ErrorCode::STREAM_OFFLINE,
+        ErrorCode::CONSUMER_OFFLINE,
+        ErrorCode::STREAM_OFFLINE_REASON,
+        ErrorCode::CONSUMER_OFFLINE_REASON,
     ]
-    .iter()
-    .any(|s| text.contains(s))
+};
+
+/// [`passing`] for one error of the chain.
+fn passing_here(e: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context::{
+        CreateKeyValueError, CreateKeyValueErrorKind, CreateStreamError, CreateStreamErrorKind,
+        GetStreamError, GetStreamErrorKind, RequestError, RequestErrorKind,
+    };
+    use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
+    let code = |j: &async_nats::jetstream::Error| PASSING_CODES.contains(&j.error_code());
+    if let Some(j) = e.downcast_ref::<async_nats::jetstream::Error>() {
+        return code(j);
+    }
+    if let Some(e) = e.downcast_ref::<CreateStreamError>() {
+        return match e.kind() {
+            CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => true,
+            CreateStreamErrorKind::JetStream(j) => code(&j),
+            _ => false,
+        };
+    }
+    if let Some(e) = e.downcast_ref::<GetStreamError>() {
+        return matches!(e.kind(), GetStreamErrorKind::JetStream(j) if code(&j));
+    }
+    if let Some(e) = e.downcast_ref::<ConsumerError>() {
+        return match e.kind() {
+            ConsumerErrorKind::TimedOut => true,
+            ConsumerErrorKind::JetStream(j) => code(&j),
+            _ => false,
+        };
+    }
+    if let Some(e) = e.downcast_ref::<CreateKeyValueError>() {
+        return e.kind() == CreateKeyValueErrorKind::TimedOut;
+    }
+    if let Some(e) = e.downcast_ref::<RequestError>() {
+        return matches!(
+            e.kind(),
+            RequestErrorKind::TimedOut | RequestErrorKind::NoResponders
+        );
+    }
+    if let Some(e) = e.downcast_ref::<async_nats::RequestError>() {
+        return matches!(
+            e.kind(),
+            async_nats::RequestErrorKind::TimedOut | async_nats::RequestErrorKind::NoResponders
+        );
+    }
+    false
 }
 
 /// Whether `e`, or an error behind it, is JetStream refusing to place a
@@ -405,4 +466,47 @@ pub fn refused_placement(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+
+    use super::*;
+
+    fn provision(source: impl Into<Cause>) -> BusError {
+        BusError::Provision {
+            what: "stream x".into(),
+            source: source.into(),
+        }
+    }
+
+    fn jetstream(code: u64, description: &str) -> async_nats::jetstream::Error {
+        serde_json::from_value(serde_json::json!({
+            "code": 503, "err_code": code, "description": description
+        }))
+        .unwrap()
+    }
+
+    /// Told by kinds and codes: the same words in plain text do not count.
+    #[test]
+    fn what_a_cluster_gets_over_is_told_by_kind_and_code_not_text() {
+        let timed_out = CreateStreamError::new(CreateStreamErrorKind::TimedOut);
+        assert!(passing(&provision(timed_out)));
+        let unavailable = jetstream(10008, "JetStream system temporarily unavailable");
+        let refused = CreateStreamError::new(CreateStreamErrorKind::JetStream(unavailable));
+        assert!(passing(&provision(refused)));
+        let in_use = jetstream(
+            10058,
+            "stream name already in use with a different configuration",
+        );
+        let refused = CreateStreamError::new(CreateStreamErrorKind::JetStream(in_use));
+        assert!(!passing(&provision(refused)));
+        assert!(!passing(&provision(
+            "timed out: no responders, temporarily unavailable"
+        )));
+        let no_responders =
+            async_nats::RequestError::new(async_nats::RequestErrorKind::NoResponders);
+        assert!(passing(&provision(no_responders)));
+    }
 }

@@ -16,8 +16,8 @@ impl Bus {
             return Ok(());
         }
         let name = self.inner.names.trigger_events_stream();
-        let failed = |e: &dyn std::fmt::Display| {
-            provision_error(format!("stream {name} on {}", subjects.join(", ")))(e.to_string())
+        let failed = |e: async_nats::jetstream::context::CreateStreamError| {
+            provision_error(format!("stream {name} on {}", subjects.join(", ")))(e)
         };
         let config = stream::Config {
             name: name.clone(),
@@ -33,14 +33,14 @@ impl Bus {
         let stream = js
             .get_or_create_stream(config.clone())
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(failed)?;
         let info = &stream.cached_info().config;
         let mut held = info.subjects.clone();
         let mut wanted = subjects.to_vec();
         held.sort();
         wanted.sort();
         if held != wanted || info.num_replicas != self.inner.config.replicas {
-            js.update_stream(config).await.map_err(|e| failed(&e))?;
+            js.update_stream(config).await.map_err(failed)?;
         }
         Ok(())
     }
