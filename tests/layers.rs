@@ -110,7 +110,9 @@ fn every_module_uses_only_its_layer_and_below() {
 /// `engine` submits and cancels through the acts but knows nothing of the
 /// loops; the acts the faces call (every file directly in `service/`)
 /// name neither, reaching a loop or the engine only through the handles
-/// the orchestrator holds. `mod.rs`, which composes them, is exempt.
+/// the orchestrator holds. `mod.rs` and `orchestrator.rs` (the
+/// orchestrator, which holds those handles), which compose them, are
+/// exempt.
 #[test]
 fn the_service_rooms_use_one_another_one_way() {
     let service = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service");
@@ -121,7 +123,11 @@ fn the_service_rooms_use_one_another_one_way() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let file = path.file_name().unwrap().to_string_lossy().into_owned();
-            if path.is_dir() || file == "mod.rs" || !file.ends_with(".rs") {
+            if path.is_dir()
+                || (room.is_empty() && file == "orchestrator.rs")
+                || file == "mod.rs"
+                || !file.ends_with(".rs")
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
