@@ -273,25 +273,34 @@ impl Verifier {
         envelope: &Envelope,
         needed: &[Scope],
     ) -> Result<TaskClaims, Refusal> {
-        use Verdict::{AuthRequired, Rejected};
         let Some(token) = envelope.header.token.as_ref() else {
             return Err(refuse(
-                AuthRequired,
+                Verdict::AuthRequired,
                 "token_missing",
                 "the envelope carries no task token",
             ));
         };
+        let claims = self.signed_claims(token)?;
+        let hash = bound_to(&claims, envelope, wire)?;
+        covers(&claims, envelope, needed)?;
+        self.first_use(&claims, envelope, &hash)?;
+        Ok(claims)
+    }
+
+    /// The claims of `token`, once its algorithm, signature, lifetime,
+    /// issuer and audience are this worker's.
+    fn signed_claims(&self, token: &BearerToken) -> Result<TaskClaims, Refusal> {
         let algorithm = self.key.kind.algorithm();
         let header = jsonwebtoken::decode_header(token.expose()).map_err(|e| {
             refuse(
-                Rejected,
+                Verdict::Rejected,
                 "token_malformed",
                 format!("the token's header cannot be read ({e}); an unsigned (alg none) token is never accepted"),
             )
         })?;
         if header.alg != algorithm {
             return Err(refuse(
-                Rejected,
+                Verdict::Rejected,
                 "token_algorithm",
                 format!(
                     "the token is signed with {:?}; this worker accepts only {algorithm:?}",
@@ -305,62 +314,35 @@ impl Verifier {
         validation.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
-        let claims = jsonwebtoken::decode::<TaskClaims>(token.expose(), &self.key.key, &validation)
-            .map_err(|e| self.explain(e.kind(), token))?
-            .claims;
-        if claims.jti != envelope.header.task_id.to_string() {
-            return Err(refuse(
-                Rejected,
-                "token_task_mismatch",
-                format!(
-                    "the token is for task {}, the envelope is task {}",
-                    claims.jti, envelope.header.task_id
-                ),
-            ));
-        }
-        let hash =
-            wire_hash(wire).map_err(|e| refuse(Rejected, "envelope_tampered", e.to_string()))?;
-        if claims.env_sha256 != hash {
-            return Err(refuse(
-                Rejected,
-                "envelope_tampered",
-                "the envelope's payload or control differs from what the token was signed for",
-            ));
-        }
-        let granted: Vec<&str> = claims.scopes().collect();
-        let missing: Vec<&str> = needed
-            .iter()
-            .map(Scope::as_str)
-            .filter(|s| !granted.contains(s))
-            .collect();
-        if !missing.is_empty() {
-            return Err(refuse(
-                Rejected,
-                "scope_missing",
-                format!(
-                    "`{}` needs scopes the token does not grant: {}",
-                    envelope.payload.action,
-                    missing.join(", ")
-                ),
-            ));
-        }
+        jsonwebtoken::decode::<TaskClaims>(token.expose(), &self.key.key, &validation)
+            .map(|data| data.claims)
+            .map_err(|e| self.explain(e.kind(), token))
+    }
+
+    /// Refuses a second envelope under the token of one attempt.
+    fn first_use(
+        &self,
+        claims: &TaskClaims,
+        envelope: &Envelope,
+        hash: &str,
+    ) -> Result<(), Refusal> {
         let attempt = envelope.control.attempt.get();
         let first = self
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .first_use(envelope.header.task_id, attempt, &hash, claims.exp);
-        if !first {
-            return Err(refuse(
-                Rejected,
-                "token_replayed",
-                format!(
-                    "a token for task {} attempt {attempt} was already used with another envelope",
-                    envelope.header.task_id
-                ),
-            ));
+            .first_use(envelope.header.task_id, attempt, hash, claims.exp);
+        if first {
+            return Ok(());
         }
-        Ok(claims)
+        Err(refuse(
+            Verdict::Rejected,
+            "token_replayed",
+            format!(
+                "a token for task {} attempt {attempt} was already used with another envelope",
+                envelope.header.task_id
+            ),
+        ))
     }
 
     fn explain(&self, kind: &ErrorKind, token: &BearerToken) -> Refusal {
@@ -472,6 +454,53 @@ impl Seen {
             }
         }
     }
+}
+
+/// Whether the claims are for this envelope: its task, and its payload and
+/// control as sent (`wire`); the envelope's hash.
+fn bound_to(claims: &TaskClaims, envelope: &Envelope, wire: &[u8]) -> Result<String, Refusal> {
+    if claims.jti != envelope.header.task_id.to_string() {
+        return Err(refuse(
+            Verdict::Rejected,
+            "token_task_mismatch",
+            format!(
+                "the token is for task {}, the envelope is task {}",
+                claims.jti, envelope.header.task_id
+            ),
+        ));
+    }
+    let hash = wire_hash(wire)
+        .map_err(|e| refuse(Verdict::Rejected, "envelope_tampered", e.to_string()))?;
+    if claims.env_sha256 != hash {
+        return Err(refuse(
+            Verdict::Rejected,
+            "envelope_tampered",
+            "the envelope's payload or control differs from what the token was signed for",
+        ));
+    }
+    Ok(hash)
+}
+
+/// Whether the claims grant every scope the action needs.
+fn covers(claims: &TaskClaims, envelope: &Envelope, needed: &[Scope]) -> Result<(), Refusal> {
+    let granted: Vec<&str> = claims.scopes().collect();
+    let missing: Vec<&str> = needed
+        .iter()
+        .map(Scope::as_str)
+        .filter(|s| !granted.contains(s))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(refuse(
+        Verdict::Rejected,
+        "scope_missing",
+        format!(
+            "`{}` needs scopes the token does not grant: {}",
+            envelope.payload.action,
+            missing.join(", ")
+        ),
+    ))
 }
 
 #[cfg(test)]
