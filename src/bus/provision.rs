@@ -380,15 +380,14 @@ fn passing(e: &BusError) -> bool {
     false
 }
 
-/// JetStream's codes for what a cluster gets over: not available yet, no
-/// leader, too few servers or resources up, a stream or consumer offline.
-const PASSING_CODES: [async_nats::jetstream::ErrorCode; 9] = {
+/// JetStream's codes for what a cluster gets over: not available yet, too
+/// few servers or resources up, a stream or consumer offline (the ones the
+/// text match this replaced knew, no more).
+const PASSING_CODES: [async_nats::jetstream::ErrorCode; 7] = {
     use async_nats::jetstream::ErrorCode;
     [
         ErrorCode::CLUSTER_NOT_AVAILABLE,
-        ErrorCode::CLUSTER_NOT_LEADER,
         ErrorCode::CLUSTER_NO_PEERS,
-        ErrorCode::CLUSTER_INCOMPLETE,
         ErrorCode::INSUFFICIENT_RESOURCES,
         ErrorCode::STREAM_OFFLINE,
         ErrorCode::CONSUMER_OFFLINE,

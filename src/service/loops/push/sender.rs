@@ -31,10 +31,9 @@ struct Shared {
     /// Who the loops read tasks and runs as: every delivery was allowed
     /// when its config was set.
     reader: Caller,
-    /// What the bodies hold.
+    /// What the bodies hold, and where a receiver finds the key the
+    /// signatures check with.
     bodies: Arc<dyn PushBodies>,
-    /// Where a receiver finds the key the signatures check with.
-    jku: Option<String>,
 }
 
 /// The sender, run with the orchestrator's background work: a loop for
@@ -53,7 +52,6 @@ pub(in crate::service) fn sender(
         running: Mutex::default(),
         loops: TaskTracker::new(),
         reader: Caller::new("outbox", Grants::all()),
-        jku: bodies.jwks_url(),
         bodies,
         o,
     });
@@ -244,8 +242,8 @@ async fn send(
     claims.insert("iat".into(), Timestamp::now().unix_seconds().into());
     claims.insert("aud".into(), url.into());
     claims.insert("sub".into(), d.subject.to_string().into());
-    if let Some(jku) = &sh.jku {
-        claims.insert("jku".into(), jku.as_str().into());
+    if let Some(jku) = sh.bodies.jwks_url() {
+        claims.insert("jku".into(), jku.into());
     }
     let signature = sh.o.push_key().sign(claims, &body);
     let mut headers = HeaderMap::new();
