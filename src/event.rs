@@ -179,8 +179,13 @@ impl ErrorCode {
     }
 }
 
+/// A text that is not an error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a snake_case code of 1 to 64 characters")]
+pub struct BadErrorCode(pub String);
+
 impl TryFrom<String> for ErrorCode {
-    type Error = String;
+    type Error = BadErrorCode;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         let ok = !s.is_empty()
             && s.len() <= 64
@@ -190,9 +195,7 @@ impl TryFrom<String> for ErrorCode {
         if ok {
             Ok(ErrorCode(s))
         } else {
-            Err(format!(
-                "`{s}` is not a snake_case code of 1 to 64 characters"
-            ))
+            Err(BadErrorCode(s))
         }
     }
 }

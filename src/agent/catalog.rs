@@ -59,7 +59,7 @@ impl Loaded {
 /// The agent id a name written in a card or pack stands for: lower case,
 /// anything but `a-z`, `0-9`, `_` and `-` made a `-`
 /// (`NY-Project-Manager` is `ny-project-manager`).
-pub(super) fn agent_id(written: &str) -> Result<AgentName, String> {
+pub(super) fn agent_id(written: &str) -> Result<AgentName, NotAnId> {
     let id: String = written
         .trim()
         .chars()
@@ -72,8 +72,20 @@ pub(super) fn agent_id(written: &str) -> Result<AgentName, String> {
             }
         })
         .collect();
-    id.parse()
-        .map_err(|e| format!("`{written}` cannot be an agent's id: {e}"))
+    id.parse().map_err(|source| NotAnId {
+        written: written.to_string(),
+        source,
+    })
+}
+
+/// A name that cannot be made an agent's id.
+#[derive(Debug, thiserror::Error)]
+#[error("`{written}` cannot be an agent's id: {source}")]
+pub(super) struct NotAnId {
+    /// The name as written.
+    written: String,
+    /// Why its id form is refused.
+    source: crate::envelope::ParseError,
 }
 
 /// The agent files `path` holds: itself when a file; in a directory, its

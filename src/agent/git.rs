@@ -39,6 +39,53 @@ impl Default for GitOptions {
     }
 }
 
+/// Why a git agent cannot be checked out.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// Offline, and no clone is there yet.
+    #[error("not cloned yet into {} (it is cloned when the orchestrator starts)", .0.display())]
+    NotCloned(PathBuf),
+    /// The clone's parent directory cannot be made.
+    #[error("{}: {source}", path.display())]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `git` program cannot be run or waited for.
+    #[error("cannot run git: {0}")]
+    Run(#[source] std::io::Error),
+    /// A git command ran past its time.
+    #[error("`git {command}` took longer than {timeout:?}")]
+    TimedOut {
+        /// The command (`clone`, `fetch`…).
+        command: String,
+        /// `timeout`.
+        timeout: Duration,
+    },
+    /// A git command failed.
+    #[error("`git {command}`: {said}")]
+    Failed {
+        /// The command.
+        command: String,
+        /// The last line it wrote to standard error.
+        said: String,
+    },
+    /// The reference asked for cannot be checked out.
+    #[error("`{reference}` is not a branch, tag or commit of {url}: {source}")]
+    NoSuchReference {
+        /// The branch, tag or commit (`HEAD` without one).
+        reference: String,
+        /// The repository.
+        url: String,
+        /// Why the checkout failed.
+        #[source]
+        source: Box<GitError>,
+    },
+}
+
 /// The URL git is given for `repo` as a registry writes it: a URL, a
 /// `git@` address or a path as it is (a relative path from `base`), a
 /// bare `host/owner/name` as `https://`.
@@ -61,17 +108,17 @@ pub(super) fn checkout(
     reference: Option<&str>,
     dest: &Path,
     options: &GitOptions,
-) -> Result<String, String> {
+) -> Result<String, GitError> {
     let cloned = dest.join(".git").exists();
     if !cloned {
         if options.mode == GitMode::Offline {
-            return Err(format!(
-                "not cloned yet into {} (it is cloned when the orchestrator starts)",
-                dest.display()
-            ));
+            return Err(GitError::NotCloned(dest.to_path_buf()));
         }
         if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(|source| GitError::Directory {
+                path: parent.to_path_buf(),
+                source,
+            })?;
         }
         git(
             None,
@@ -116,11 +163,10 @@ pub(super) fn checkout(
             &["checkout", "--quiet", "--force", "--detach", &target],
             options.timeout,
         )
-        .map_err(|e| {
-            format!(
-                "`{}` is not a branch, tag or commit of {url}: {e}",
-                reference.unwrap_or("HEAD")
-            )
+        .map_err(|e| GitError::NoSuchReference {
+            reference: reference.unwrap_or("HEAD").to_string(),
+            url: url.to_string(),
+            source: Box::new(e),
         })?;
     }
     git(Some(dest), &["rev-parse", "HEAD"], options.timeout).map(|out| out.trim().to_string())
@@ -128,7 +174,7 @@ pub(super) fn checkout(
 
 /// Runs git with `args` (in `dir`), never asking for credentials; its
 /// standard output, or why it failed.
-fn git(dir: Option<&Path>, args: &[&str], timeout: Duration) -> Result<String, String> {
+fn git(dir: Option<&Path>, args: &[&str], timeout: Duration) -> Result<String, GitError> {
     let mut command = Command::new("git");
     if let Some(dir) = dir {
         command.arg("-C").arg(dir);
@@ -140,7 +186,7 @@ fn git(dir: Option<&Path>, args: &[&str], timeout: Duration) -> Result<String, S
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(GitError::Run)?;
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
@@ -148,13 +194,16 @@ fn git(dir: Option<&Path>, args: &[&str], timeout: Duration) -> Result<String, S
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("`git {}` took longer than {timeout:?}", args[0]));
+                return Err(GitError::TimedOut {
+                    command: args[0].to_string(),
+                    timeout,
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(GitError::Run(e)),
         }
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(GitError::Run)?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -163,6 +212,9 @@ fn git(dir: Option<&Path>, args: &[&str], timeout: Duration) -> Result<String, S
             .lines()
             .rfind(|l| !l.trim().is_empty())
             .unwrap_or("failed");
-        Err(format!("`git {}`: {}", args[0], last.trim()))
+        Err(GitError::Failed {
+            command: args[0].to_string(),
+            said: last.trim().to_string(),
+        })
     }
 }

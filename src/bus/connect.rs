@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_nats::{ConnectErrorKind, Event};
 use tracing::{info, warn};
 
-use super::{Bus, BusError, BusSettings, Servers};
+use super::{Bus, BusError, BusSettings, Cause, Servers};
 use crate::backoff::Backoff;
 use crate::telemetry::quiet::warn_quietly;
 
@@ -81,15 +81,15 @@ enum Failed {
 
 /// One try of every server, in random order.
 async fn try_once(servers: &Servers, config: &BusSettings) -> Result<async_nats::Client, Failed> {
-    let failed = |message: String| BusError::Connect {
+    let failed = |source: Cause| BusError::Connect {
         url: servers.to_string(),
-        source: message.into(),
+        source,
     };
     let options = config
         .auth
         .options()
         .await
-        .map_err(|e| Failed::Final(failed(e)))?
+        .map_err(|e| Failed::Final(failed(e.into())))?
         .name("orchestrator")
         .max_reconnects(None)
         .connection_timeout(ATTEMPT_TIMEOUT)
@@ -106,7 +106,7 @@ async fn try_once(servers: &Servers, config: &BusSettings) -> Result<async_nats:
                 | ConnectErrorKind::Authentication
                 | ConnectErrorKind::Tls
         );
-        let error = failed(e.to_string());
+        let error = failed(e.into());
         if refused {
             Failed::Final(error)
         } else {

@@ -12,6 +12,25 @@ use serde::{Deserialize, Serialize};
 use crate::codec::DecodeError;
 use crate::redact::Secret;
 
+/// Why `bus.auth` cannot be turned into a connection's options.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// The settings contradict each other.
+    #[error(transparent)]
+    Settings(#[from] DecodeError),
+    /// A file they name cannot be read.
+    #[error("bus.auth.{field} {}: {source}", path.display())]
+    Unreadable {
+        /// The setting naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// NATS authentication and TLS (`bus.auth`); every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,8 +106,8 @@ impl NatsAuth {
     }
 
     /// Client options carrying these settings.
-    pub(crate) async fn options(&self) -> Result<async_nats::ConnectOptions, String> {
-        self.check().map_err(|e| e.to_string())?;
+    pub(crate) async fn options(&self) -> Result<async_nats::ConnectOptions, CredentialsError> {
+        self.check()?;
         let mut options = async_nats::ConnectOptions::new();
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
             options = options.user_and_password(user.clone(), password.expose().to_string());
@@ -97,15 +116,22 @@ impl NatsAuth {
             options = options.token(token.expose().to_string());
         }
         if let Some(path) = &self.nkey_seed_file {
-            let seed = std::fs::read_to_string(path)
-                .map_err(|e| format!("bus.auth.nkey_seed_file {}: {e}", path.display()))?;
+            let seed =
+                std::fs::read_to_string(path).map_err(|source| CredentialsError::Unreadable {
+                    field: "nkey_seed_file",
+                    path: path.clone(),
+                    source,
+                })?;
             options = options.nkey(seed.trim().to_string());
         }
         if let Some(path) = &self.creds_file {
-            options = options
-                .credentials_file(path)
-                .await
-                .map_err(|e| format!("bus.auth.creds_file {}: {e}", path.display()))?;
+            options = options.credentials_file(path).await.map_err(|source| {
+                CredentialsError::Unreadable {
+                    field: "creds_file",
+                    path: path.clone(),
+                    source,
+                }
+            })?;
         }
         if let Some(ca) = &self.tls_ca_file {
             options = options.add_root_certificates(ca.clone());

@@ -23,7 +23,7 @@ mod servers;
 mod settle;
 mod trigger_events;
 
-pub use credentials::NatsAuth;
+pub use credentials::{CredentialsError, NatsAuth};
 pub use depth::QueueDepth;
 pub use dlq::{
     DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_SEQ_HEADER, DLQ_SUBJECT_HEADER, DeadLetterCopy,

@@ -166,13 +166,18 @@ fn default_max_attempts() -> NonZeroU32 {
 #[serde(try_from = "u32", into = "u32")]
 pub struct Version;
 
+/// A wire format version this build does not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("version {0} is not supported (expected {VERSION})")]
+pub struct UnsupportedVersion(pub u32);
+
 impl TryFrom<u32> for Version {
-    type Error = String;
+    type Error = UnsupportedVersion;
     fn try_from(v: u32) -> Result<Self, Self::Error> {
         if v == VERSION {
             Ok(Version)
         } else {
-            Err(format!("version {v} is not supported (expected {VERSION})"))
+            Err(UnsupportedVersion(v))
         }
     }
 }

@@ -30,6 +30,20 @@ impl std::ops::Deref for Declared {
     }
 }
 
+/// A skill's schema that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("agent `{agent}`, skill `{skill}`: {which} is not a valid JSON Schema: {message}")]
+pub struct SchemaError {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its skill.
+    pub skill: String,
+    /// `inputSchema` or `outputSchema`.
+    pub which: &'static str,
+    /// What the schema compiler said.
+    pub message: String,
+}
+
 /// One skill's compiled schemas.
 #[derive(Clone, Default)]
 struct Compiled {
@@ -45,20 +59,22 @@ impl Declared {
     /// Compiles every skill's schemas; one that does not compile is an
     /// error naming the agent, the skill and what is wrong (the catalog's
     /// reading refuses such a card, so this is for cards made in code).
-    pub(crate) fn new(catalog: Catalog) -> Result<Declared, String> {
+    pub(crate) fn new(catalog: Catalog) -> Result<Declared, SchemaError> {
         let mut compiled = BTreeMap::new();
         for card in catalog.agents.values() {
             for skill in card.skills() {
-                let compile = |schema: &Option<Value>, which: &str| {
+                let compile = |schema: &Option<Value>, which: &'static str| {
                     schema
                         .as_ref()
                         .map(|s| {
-                            jsonschema::validator_for(s).map(Arc::new).map_err(|e| {
-                                format!(
-                                    "agent `{}`, skill `{}`: {which} is not a valid JSON Schema: {e}",
-                                    card.name, skill.id
-                                )
-                            })
+                            jsonschema::validator_for(s)
+                                .map(Arc::new)
+                                .map_err(|e| SchemaError {
+                                    agent: card.name.clone(),
+                                    skill: skill.id.clone(),
+                                    which,
+                                    message: e.to_string(),
+                                })
                         })
                         .transpose()
                 };

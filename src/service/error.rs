@@ -101,10 +101,10 @@ pub enum ServiceError {
     Bus(#[from] BusError),
     /// The token keys cannot be loaded or made (at open only).
     #[error("task token keys: {0}")]
-    Keys(String),
-    /// An agent card cannot be used (at open only).
-    #[error("{0}")]
-    InvalidCard(String),
+    Keys(#[from] crate::task_token::KeyError),
+    /// An agent card's schema does not compile.
+    #[error(transparent)]
+    InvalidCard(#[from] super::SchemaError),
 }
 
 /// What kind of trouble a [`ServiceError`] is, for a face to answer with

@@ -59,7 +59,7 @@ mod submit;
 pub use agents::{AgentFilter, AgentInstances, Agents};
 pub use caller::Caller;
 pub use dead_letters::DeadLetter;
-pub use declared::Declared;
+pub use declared::{Declared, SchemaError};
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
 pub use held_view::HeldStep;

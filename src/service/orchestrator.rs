@@ -78,12 +78,9 @@ impl Orchestrator {
         store_config.idempotency_retention = config.idempotency_retention;
         store_config.cache_bytes = config.store_cache_bytes;
         store_config.retry = config.retry;
-        let declared = Declared::new(catalog).map_err(ServiceError::InvalidCard)?;
+        let declared = Declared::new(catalog)?;
         let store = Store::open(&store_config)?;
-        let (minter, generated_keys) = config
-            .tokens
-            .minter(&config.data_dir)
-            .map_err(|e| ServiceError::Keys(e.to_string()))?;
+        let (minter, generated_keys) = config.tokens.minter(&config.data_dir)?;
         if let Some(files) = &generated_keys {
             tracing::info!(
                 signing = %files.signing.display(),
@@ -158,7 +155,7 @@ impl Orchestrator {
     /// Replaces the agents (their files changed): new tasks are checked
     /// against the new cards; the triggers are read again against them.
     pub fn replace_agents(&self, catalog: Catalog) -> Result<(), ServiceError> {
-        let declared = Declared::new(catalog).map_err(ServiceError::InvalidCard)?;
+        let declared = Declared::new(catalog)?;
         self.inner.agents.send_replace(Arc::new(declared));
         Ok(())
     }

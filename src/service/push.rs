@@ -35,8 +35,7 @@ pub(super) struct Outbox {
 impl Outbox {
     /// The outbox of the key at `path` (made when missing).
     pub(super) fn open(path: &std::path::Path) -> Result<Outbox, ServiceError> {
-        let (key, made) =
-            PushKey::open_or_create(path).map_err(|e| ServiceError::Keys(e.to_string()))?;
+        let (key, made) = PushKey::open_or_create(path)?;
         if made {
             tracing::info!(key = %path.display(), kid = key.kid(), "made the key push notifications and callbacks are signed with");
         }

@@ -18,7 +18,8 @@ mod validate;
 
 pub use check::{Placed, Problem};
 pub use step::{
-    Approval, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepKind, TaskStep,
+    Approval, BadStepId, FailurePolicy, Merge, OnFailure, Parallel, Route, Step, StepError,
+    StepKind, StepProblem, TaskStep,
 };
 pub use template::{TemplateError, condition, paths, render, render_text};
 pub use validate::{Validation, validate};

@@ -256,11 +256,74 @@ pub fn check_id(id: &str) -> Result<(), BadStepId> {
 #[error("step id `{0}`: must be 1 to 64 of a-z, 0-9, `-` and `_`, starting with a letter")]
 pub struct BadStepId(pub String);
 
-impl TryFrom<RawStep> for Step {
-    type Error = String;
+/// Why a step as written is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// Its id is not one.
+    #[error(transparent)]
+    Id(#[from] BadStepId),
+    /// Its fields do not make a step.
+    #[error("step `{id}`: {problem}")]
+    Step {
+        /// The step's id.
+        id: String,
+        /// What is wrong.
+        problem: StepProblem,
+    },
+}
 
-    fn try_from(raw: RawStep) -> Result<Step, String> {
-        check_id(&raw.id).map_err(|e| e.to_string())?;
+/// What is wrong with a step's fields.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepProblem {
+    /// Not exactly one kind (the kinds' fields found).
+    #[error(
+        "needs exactly one of `agent` (with `action`), `parallel`, `approval` or `route`; found {}",
+        if .0.is_empty() { "none".to_string() } else { .0.join(", ") }
+    )]
+    Kinds(Vec<&'static str>),
+    /// A field another kind of step has.
+    #[error("`{field}` does not apply to a {kind} step")]
+    NotApplicable {
+        /// The field.
+        field: &'static str,
+        /// The step's kind.
+        kind: &'static str,
+    },
+    /// A task step without its skill.
+    #[error("a step with `agent` needs `action`, the skill to run")]
+    NoAction,
+    /// A parallel step without branches.
+    #[error("`parallel` needs at least one branch")]
+    NoBranches,
+    /// A branch that is not a task or a route.
+    #[error("branch `{branch}` is a {kind} step; a branch is a task or a route")]
+    BranchKind {
+        /// The branch's id.
+        branch: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// A branch with a compensation.
+    #[error(
+        "branch `{0}`: `compensate` is for steps of the run, not branches (use it on the parallel step)"
+    )]
+    BranchCompensates(String),
+    /// A compensation that is not a task step.
+    #[error("a compensating step is a task step (`agent` and `action`)")]
+    CompensationNotTask,
+    /// `on_failure: compensate` without the step.
+    #[error("`on_failure: compensate` needs the step in `compensate:`")]
+    NoCompensation,
+    /// A compensation without `on_failure: compensate`.
+    #[error("`compensate:` needs `on_failure: compensate`")]
+    CompensationUnasked,
+}
+
+impl TryFrom<RawStep> for Step {
+    type Error = StepError;
+
+    fn try_from(raw: RawStep) -> Result<Step, StepError> {
+        check_id(&raw.id)?;
         let id = raw.id;
         let kinds: Vec<&str> = [
             ("agent", raw.agent.is_some()),
@@ -272,22 +335,19 @@ impl TryFrom<RawStep> for Step {
         .filter(|(_, present)| *present)
         .map(|(name, _)| *name)
         .collect();
-        let step = |what: &str| format!("step `{id}`: {what}");
+        let step = |problem: StepProblem| StepError::Step {
+            id: id.clone(),
+            problem,
+        };
         if kinds.len() != 1 {
-            return Err(step(&format!(
-                "needs exactly one of `agent` (with `action`), `parallel`, `approval` or `route`; found {}",
-                if kinds.is_empty() {
-                    "none".to_string()
-                } else {
-                    kinds.join(", ")
-                }
-            )));
+            return Err(step(StepProblem::Kinds(kinds)));
         }
-        let refuse = |fields: &[(&str, bool)], kind: &str| -> Result<(), String> {
-            match fields.iter().find(|(_, present)| *present) {
-                Some((name, _)) => Err(step(&format!("`{name}` does not apply to a {kind} step"))),
-                None => Ok(()),
-            }
+        let refuse = |fields: &[(&'static str, bool)], kind: &'static str| match fields
+            .iter()
+            .find(|(_, present)| *present)
+        {
+            Some((field, _)) => Err(step(StepProblem::NotApplicable { field, kind })),
+            None => Ok(()),
         };
         let kind = if let Some(agent) = raw.agent {
             refuse(
@@ -297,9 +357,7 @@ impl TryFrom<RawStep> for Step {
                 ],
                 "task",
             )?;
-            let action = raw
-                .action
-                .ok_or_else(|| step("a step with `agent` needs `action`, the skill to run"))?;
+            let action = raw.action.ok_or_else(|| step(StepProblem::NoAction))?;
             StepKind::Task(TaskStep {
                 agent,
                 action,
@@ -316,26 +374,22 @@ impl TryFrom<RawStep> for Step {
                 "parallel",
             )?;
             if branches.is_empty() {
-                return Err(step("`parallel` needs at least one branch"));
+                return Err(step(StepProblem::NoBranches));
             }
             if let Some(b) = branches
                 .iter()
                 .find(|b| !matches!(b.kind, StepKind::Task(_) | StepKind::Route(_)))
             {
-                return Err(step(&format!(
-                    "branch `{}` is a {} step; a branch is a task or a route",
-                    b.id,
-                    b.kind_name()
-                )));
+                return Err(step(StepProblem::BranchKind {
+                    branch: b.id.clone(),
+                    kind: b.kind_name(),
+                }));
             }
             if let Some(b) = branches
                 .iter()
                 .find(|b| matches!(b.on_failure, OnFailure::Compensate(_)))
             {
-                return Err(step(&format!(
-                    "branch `{}`: `compensate` is for steps of the run, not branches (use it on the parallel step)",
-                    b.id
-                )));
+                return Err(step(StepProblem::BranchCompensates(b.id.clone())));
             }
             StepKind::Parallel(Parallel {
                 branches,
@@ -382,19 +436,15 @@ impl TryFrom<RawStep> for Step {
             (Some(RawOnFailure::Continue), None) => OnFailure::Continue,
             (Some(RawOnFailure::Compensate), Some(c)) => {
                 if !matches!(c.kind, StepKind::Task(_)) {
-                    return Err(step(
-                        "a compensating step is a task step (`agent` and `action`)",
-                    ));
+                    return Err(step(StepProblem::CompensationNotTask));
                 }
                 OnFailure::Compensate(c)
             }
             (Some(RawOnFailure::Compensate), None) => {
-                return Err(step(
-                    "`on_failure: compensate` needs the step in `compensate:`",
-                ));
+                return Err(step(StepProblem::NoCompensation));
             }
             (_, Some(_)) => {
-                return Err(step("`compensate:` needs `on_failure: compensate`"));
+                return Err(step(StepProblem::CompensationUnasked));
             }
         };
         Ok(Step {

@@ -16,6 +16,31 @@ use reqwest::header::HeaderMap;
 
 use crate::target::{self, Reach};
 
+/// Why one attempt at a delivery failed (recorded as the delivery's
+/// last error, in words).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AttemptError {
+    /// The target may not be sent to (the settings' allowed addresses).
+    #[error(transparent)]
+    Refused(#[from] target::Refused),
+    /// A header's value cannot be sent (a token or credentials with
+    /// characters a header cannot carry).
+    #[error("`{0}` is no header value")]
+    Header(String),
+    /// The sender is stopping.
+    #[error("the sender is stopping")]
+    Stopping,
+    /// The target redirected: not followed.
+    #[error("the target answered {0} (a redirect: not followed)")]
+    Redirect(reqwest::StatusCode),
+    /// The target answered, but not with a 2xx.
+    #[error("the target answered {0}")]
+    Status(reqwest::StatusCode),
+    /// No answer: timed out, not connected, or failed on the way.
+    #[error("{}", describe(.0))]
+    Transport(reqwest::Error),
+}
+
 /// Resolves names with the system's resolver, keeping only allowed
 /// addresses.
 struct Checked {
@@ -65,19 +90,16 @@ impl Client {
         allowed: &[Reach],
         headers: HeaderMap,
         body: Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AttemptError> {
         // A literal address is not resolved: checked here (again: the
         // settings may have changed since the target was set).
-        target::check(url, allowed).map_err(|e| e.0)?;
+        target::check(url, allowed)?;
         let sent = self.http.post(url).headers(headers).body(body).send().await;
         match sent {
             Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) if r.status().is_redirection() => Err(format!(
-                "the target answered {} (a redirect: not followed)",
-                r.status()
-            )),
-            Ok(r) => Err(format!("the target answered {}", r.status())),
-            Err(e) => Err(describe(&e)),
+            Ok(r) if r.status().is_redirection() => Err(AttemptError::Redirect(r.status())),
+            Ok(r) => Err(AttemptError::Status(r.status())),
+            Err(e) => Err(AttemptError::Transport(e)),
         }
     }
 }

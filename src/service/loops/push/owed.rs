@@ -6,8 +6,19 @@
 use serde_json::Value;
 
 use super::PushBodies;
-use crate::service::{Caller, DeliveryTarget, Orchestrator, PushDelivery, Subject};
+use crate::service::{Caller, DeliveryTarget, Orchestrator, PushDelivery, ServiceError, Subject};
 use crate::task::TaskState;
+
+/// Why what a delivery is owed cannot be known now.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OwedError {
+    /// The store or the broker failed.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// The run followed is gone (set aside as unreadable).
+    #[error("the run is gone")]
+    RunGone,
+}
 
 /// What to do next.
 pub(super) enum Owed {
@@ -30,7 +41,7 @@ pub(super) async fn next(
     d: &PushDelivery,
     subject: &Subject,
     reader: &Caller,
-) -> Result<Owed, String> {
+) -> Result<Owed, OwedError> {
     let ended = subject.ended();
     match &d.target {
         DeliveryTarget::A2a(t) => Ok(match bodies.event_after(subject, d.cursor, t.v03) {
@@ -102,15 +113,11 @@ async fn view(
     bodies: &dyn PushBodies,
     subject: &Subject,
     reader: &Caller,
-) -> Result<Value, String> {
+) -> Result<Value, OwedError> {
     match subject {
         Subject::Task(t) => Ok(bodies.task_view(o, t)),
         Subject::Run(r) => {
-            let view = o
-                .run(r.run_id, reader)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("the run is gone")?;
+            let view = o.run(r.run_id, reader).await?.ok_or(OwedError::RunGone)?;
             Ok(serde_json::to_value(view).unwrap_or_default())
         }
     }

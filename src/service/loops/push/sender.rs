@@ -11,8 +11,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::owed::{self, Owed};
-use super::{PushBodies, outbound};
+use super::PushBodies;
+use super::outbound::{self, AttemptError};
+use super::owed::{self, Owed, OwedError};
 use crate::access::Grants;
 use crate::backoff::Backoff;
 use crate::envelope::Timestamp;
@@ -119,22 +120,21 @@ fn spawn(shared: &Arc<Shared>, name: DeliveryName) {
 
 /// Delivery `name`'s loop: until nothing more is owed, it is removed, or
 /// the sender stops.
-async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
+async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), OwedError> {
     let o = &sh.o;
-    let err = |e: crate::service::ServiceError| e.to_string();
     let followed = o.following(name.0, &sh.reader).await;
-    let Some((mut subject, mut following)) = followed.map_err(err)? else {
+    let Some((mut subject, mut following)) = followed? else {
         // Its task or run is gone (set aside as unreadable): nothing is
         // owed any more.
-        if let Some(mut d) = o.delivery(name.0, &name.1).map_err(err)? {
+        if let Some(mut d) = o.delivery(name.0, &name.1)? {
             d.done = true;
             d.last_error = Some("its task or run can no longer be read".into());
-            o.delivery_moved(d).await.map_err(err)?;
+            o.delivery_moved(d).await?;
         }
         return Ok(());
     };
     loop {
-        let Some(mut d) = o.delivery(name.0, &name.1).map_err(err)? else {
+        let Some(mut d) = o.delivery(name.0, &name.1)? else {
             return Ok(());
         };
         if d.done {
@@ -143,12 +143,12 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
         match owed::next(o, sh.bodies.as_ref(), &d, &subject, &sh.reader).await? {
             Owed::Nothing { ended: true } => {
                 d.done = true;
-                o.delivery_moved(d).await.map_err(err)?;
+                o.delivery_moved(d).await?;
                 return Ok(());
             }
             Owed::Nothing { ended: false } => {
                 tokio::select! {
-                    changed = following.changed() => match changed.map_err(err)? {
+                    changed = following.changed() => match changed? {
                         Some(s) => subject = s,
                         None => return Ok(()),
                     },
@@ -157,7 +157,7 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
             }
             Owed::Skip(event) => {
                 d.cursor = event;
-                o.delivery_moved(d).await.map_err(err)?;
+                o.delivery_moved(d).await?;
             }
             Owed::Send { event, url, body } => {
                 if let Some(at) = d.retry_at {
@@ -179,13 +179,13 @@ async fn deliver(sh: &Shared, name: &DeliveryName) -> Result<(), String> {
                     () = sh.stop.cancelled() => return Ok(()),
                 };
                 // As it is now: removed, or its target replaced, meanwhile.
-                let Some(now) = o.delivery(name.0, &name.1).map_err(err)? else {
+                let Some(now) = o.delivery(name.0, &name.1)? else {
                     return Ok(());
                 };
                 if now.target != d.target {
                     continue;
                 }
-                record(sh, now, event, outcome).await.map_err(err)?;
+                record(sh, now, event, outcome).await?;
             }
         }
     }
@@ -196,7 +196,7 @@ async fn record(
     sh: &Shared,
     mut d: PushDelivery,
     event: u64,
-    outcome: Result<(), String>,
+    outcome: Result<(), AttemptError>,
 ) -> Result<(), crate::service::ServiceError> {
     let settings = &sh.o.settings().deliveries;
     match outcome {
@@ -214,13 +214,15 @@ async fn record(
             d.attempts += 1;
             if d.attempts >= settings.max_attempts {
                 tracing::warn!(subject = %d.subject, delivery = %d.id, event, attempts = d.attempts, error = %why, "outbox: gave up on an event");
-                sh.o.delivery_gave_up(d, event, why).await.map(drop)
+                sh.o.delivery_gave_up(d, event, why.to_string())
+                    .await
+                    .map(drop)
             } else {
                 let backoff = Backoff::new(settings.backoff_first, settings.backoff_max);
                 let delay = backoff.delay_after(d.attempts - 1);
                 tracing::debug!(subject = %d.subject, delivery = %d.id, event, attempts = d.attempts, error = %why, ?delay, "outbox: an attempt failed");
                 d.retry_at = Some(Timestamp::now().after(delay));
-                d.last_error = Some(why);
+                d.last_error = Some(why.to_string());
                 sh.o.delivery_moved(d).await.map(drop)
             }
         }
@@ -235,7 +237,7 @@ async fn send(
     event: u64,
     url: &str,
     body: Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), AttemptError> {
     let id = format!("{}:{}:{event}", d.subject, d.id);
     let mut claims = Map::new();
     claims.insert("jti".into(), Value::from(id.clone()));
@@ -247,7 +249,7 @@ async fn send(
     }
     let signature = sh.o.push_key().sign(claims, &body);
     let mut headers = HeaderMap::new();
-    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| format!("`{s}` is no header value"));
+    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| AttemptError::Header(s.to_string()));
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     headers.insert("orchestrator-delivery", value(&id)?);
     headers.insert("orchestrator-signature", value(&signature)?);
@@ -264,7 +266,11 @@ async fn send(
             headers.insert("x-a2a-notification-token", v);
         }
     }
-    let _slot = sh.slots.acquire().await.map_err(|e| e.to_string())?;
+    let _slot = sh
+        .slots
+        .acquire()
+        .await
+        .map_err(|_| AttemptError::Stopping)?;
     let allowed = &sh.o.settings().deliveries.allow_addresses;
     sh.client.post(url, allowed, headers, body).await
 }
