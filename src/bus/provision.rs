@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_nats::jetstream::{kv, stream};
 use tracing::info;
 
-use super::{Bus, BusError, BusSettings, Cause, provision_error};
+use super::error::provision_error;
+use super::{Bus, BusError, BusSettings, Cause};
 use crate::envelope::AgentName;
 
 impl Bus {

@@ -5,7 +5,8 @@
 
 use async_nats::jetstream::{consumer, stream};
 
-use super::{Bus, BusError, provision_error};
+use super::error::provision_error;
+use super::{Bus, BusError};
 
 impl Bus {
     /// Creates the trigger events stream on `subjects`, or changes its
