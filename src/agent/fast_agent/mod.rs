@@ -7,7 +7,6 @@
 //! model (`evaluator_optimizer`, `orchestrator`, `iterative_planner`,
 //! `MAKER`) become agents that are prompts for a model; `chain`,
 //! `parallel` and `router` cards become workflows over other agents.
-
 //!
 //! The rooms: reading a card's file (`file`), the types and the
 //! attributes each allows (`types`), the attributes that need more than a
