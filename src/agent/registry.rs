@@ -9,12 +9,12 @@
 //! index written in the file must agree with the built one.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::card::Context;
+use super::card::{AgentCard, Context};
 use super::git::{self, GitOptions};
 use super::{Loaded, joined, load_path};
 use crate::envelope::AgentName;
@@ -137,27 +137,12 @@ pub(super) fn read(file: &Path, text: &str, git: &GitOptions) -> Loaded {
                 continue;
             }
         };
-        let (path, commit) = match &entry.location {
-            Location::Local { path } => (joined(base, path), None),
-            Location::Git {
-                repo,
-                branch,
-                reference,
-                local_path,
-            } => {
-                let dest = match local_path {
-                    Some(p) => joined(base, p),
-                    None => git.dir.join(name.as_str()),
-                };
-                let url = git::url_of(repo, base);
-                match git::checkout(&url, reference.as_deref().or(branch.as_deref()), &dest, git) {
-                    Ok(commit) => (dest, Some(commit)),
-                    Err(e) => {
-                        out.errors
-                            .push(at(FieldProblem::new(format!("{field}.location"), e)));
-                        continue;
-                    }
-                }
+        let (path, commit) = match place(&entry.location, &name, base, git) {
+            Ok(placed) => placed,
+            Err(e) => {
+                out.errors
+                    .push(at(FieldProblem::new(format!("{field}.location"), e)));
+                continue;
             }
         };
         let mut there = load_path(&path, git);
@@ -191,65 +176,10 @@ pub(super) fn read(file: &Path, text: &str, git: &GitOptions) -> Loaded {
             origin.commit = commit;
             origin.registry = Some(file.to_path_buf());
         }
-        // The registry's copies against the card, its owner.
-        let differs = |what: &str, says: String, card_says: String| {
-            at(FieldProblem::new(
-                format!("{field}.{what}"),
-                format!(
-                    "the registry says {says}, the agent's card {card_says}: the card's is used"
-                ),
-            ))
-        };
-        if let Some(d) = &entry.description
-            && d != &card.description
-        {
-            out.warnings.push(differs(
-                "description",
-                format!("{d:?}"),
-                format!("{:?}", card.description),
-            ));
-        }
-        if let Some(d) = &entry.display_name
-            && Some(d) != card.display_name.as_ref()
-        {
-            out.warnings.push(differs(
-                "displayName",
-                format!("{d:?}"),
-                format!("{:?}", card.display_name),
-            ));
-        }
-        if entry.context.is_some() && entry.context != card.context {
-            out.warnings.push(differs(
-                "context",
-                format!("{:?}", entry.context),
-                format!("{:?}", card.context),
-            ));
-        }
-        if let Some(s) = &entry.signals
-            && s != &card.signals
-        {
-            out.warnings.push(differs(
-                "signals",
-                format!("{s:?}"),
-                format!("{:?}", card.signals),
-            ));
-        }
-        for (i, skill) in entry.skills.iter().flatten().enumerate() {
-            let id = skill
-                .as_str()
-                .or_else(|| skill.get("id").and_then(Value::as_str));
-            match id {
-                Some(id) if card.skill(id).is_some() => {}
-                Some(id) => out.warnings.push(at(FieldProblem::new(
-                    format!("{field}.skills[{i}]"),
-                    format!("the agent's card has no skill `{id}`"),
-                ))),
-                None => out.errors.push(at(FieldProblem::new(
-                    format!("{field}.skills[{i}]"),
-                    "a skill is its id, or an object with an `id`",
-                ))),
-            }
-        }
+        let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+        compare(entry, &card, &field, &mut warnings, &mut errors);
+        out.warnings.extend(warnings.into_iter().map(at));
+        out.errors.extend(errors.into_iter().map(at));
         let mut clash = false;
         for skill in card.skills() {
             if let Some(other) = claimed.get(&skill.id) {
@@ -270,32 +200,144 @@ pub(super) fn read(file: &Path, text: &str, git: &GitOptions) -> Loaded {
         out.agents.push(card);
     }
     if let Some(index) = &registry.skill_index {
-        for (skill, agent) in index {
-            let field = format!("skillIndex.{skill}");
-            match claimed.get(skill) {
-                Some(owner) if owner.as_str() == agent => {}
-                Some(owner) => out.errors.push(at(FieldProblem::new(
-                    field,
-                    format!("names `{agent}`, but the skill is `{owner}`'s"),
-                ))),
-                None => {
-                    let mut m = format!("no agent of the registry has the skill `{skill}`");
-                    if let Some(near) = nearest(skill, claimed.keys().map(String::as_str)) {
-                        m.push_str(&format!("; did you mean `{near}`?"));
-                    }
-                    out.errors.push(at(FieldProblem::new(field, m)));
-                }
-            }
-        }
-        for (skill, owner) in &claimed {
-            if !index.contains_key(skill) {
-                out.warnings.push(at(FieldProblem::new(
-                    "skillIndex",
-                    format!("lacks `{skill}` (of `{owner}`): the index is built from the cards, so it is used all the same"),
-                )));
-            }
-        }
+        let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+        check_index(index, &claimed, &mut warnings, &mut errors);
+        out.errors.extend(errors.into_iter().map(at));
+        out.warnings.extend(warnings.into_iter().map(at));
     }
     out.routing = registry.routing.map(|r| (file.to_path_buf(), r));
     out
+}
+
+/// Where `location` puts agent `name`'s files (a git repository checked
+/// out as `git` allows), and the commit when it is one.
+fn place(
+    location: &Location,
+    name: &AgentName,
+    base: &Path,
+    git: &GitOptions,
+) -> Result<(PathBuf, Option<String>), git::GitError> {
+    match location {
+        Location::Local { path } => Ok((joined(base, path), None)),
+        Location::Git {
+            repo,
+            branch,
+            reference,
+            local_path,
+        } => {
+            let dest = match local_path {
+                Some(p) => joined(base, p),
+                None => git.dir.join(name.as_str()),
+            };
+            let url = git::url_of(repo, base);
+            let reference = reference.as_deref().or(branch.as_deref());
+            let commit = git::checkout(&url, reference, &dest, git)?;
+            Ok((dest, Some(commit)))
+        }
+    }
+}
+
+/// The registry's copies of what `card` says (description, display name,
+/// context, signals, skills) against the card, their owner: a difference
+/// is a warning, a skill written as neither an id nor an object with one
+/// an error.
+fn compare(
+    entry: &Entry,
+    card: &AgentCard,
+    field: &str,
+    warnings: &mut Vec<FieldProblem>,
+    errors: &mut Vec<FieldProblem>,
+) {
+    let differs = |what: &str, says: String, card_says: String| {
+        FieldProblem::new(
+            format!("{field}.{what}"),
+            format!("the registry says {says}, the agent's card {card_says}: the card's is used"),
+        )
+    };
+    if let Some(d) = &entry.description
+        && d != &card.description
+    {
+        warnings.push(differs(
+            "description",
+            format!("{d:?}"),
+            format!("{:?}", card.description),
+        ));
+    }
+    if let Some(d) = &entry.display_name
+        && Some(d) != card.display_name.as_ref()
+    {
+        warnings.push(differs(
+            "displayName",
+            format!("{d:?}"),
+            format!("{:?}", card.display_name),
+        ));
+    }
+    if entry.context.is_some() && entry.context != card.context {
+        warnings.push(differs(
+            "context",
+            format!("{:?}", entry.context),
+            format!("{:?}", card.context),
+        ));
+    }
+    if let Some(s) = &entry.signals
+        && s != &card.signals
+    {
+        warnings.push(differs(
+            "signals",
+            format!("{s:?}"),
+            format!("{:?}", card.signals),
+        ));
+    }
+    for (i, skill) in entry.skills.iter().flatten().enumerate() {
+        let id = skill
+            .as_str()
+            .or_else(|| skill.get("id").and_then(Value::as_str));
+        match id {
+            Some(id) if card.skill(id).is_some() => {}
+            Some(id) => warnings.push(FieldProblem::new(
+                format!("{field}.skills[{i}]"),
+                format!("the agent's card has no skill `{id}`"),
+            )),
+            None => errors.push(FieldProblem::new(
+                format!("{field}.skills[{i}]"),
+                "a skill is its id, or an object with an `id`",
+            )),
+        }
+    }
+}
+
+/// A skill index written in the file against the one built from the
+/// cards (`claimed`): an entry naming another agent or no skill is an
+/// error, a skill it lacks a warning.
+fn check_index(
+    index: &BTreeMap<String, String>,
+    claimed: &BTreeMap<String, AgentName>,
+    warnings: &mut Vec<FieldProblem>,
+    errors: &mut Vec<FieldProblem>,
+) {
+    for (skill, agent) in index {
+        let field = format!("skillIndex.{skill}");
+        match claimed.get(skill) {
+            Some(owner) if owner.as_str() == agent => {}
+            Some(owner) => errors.push(FieldProblem::new(
+                field,
+                format!("names `{agent}`, but the skill is `{owner}`'s"),
+            )),
+            None => {
+                let mut m = format!("no agent of the registry has the skill `{skill}`");
+                if let Some(near) = nearest(skill, claimed.keys().map(String::as_str)) {
+                    m.push_str(&format!("; did you mean `{near}`?"));
+                }
+                errors.push(FieldProblem::new(field, m));
+            }
+        }
+    }
+    for (skill, owner) in claimed {
+        if !index.contains_key(skill) {
+            warnings.push(FieldProblem::new(
+                "skillIndex",
+                format!("lacks `{skill}` (of `{owner}`): the index is built from the cards, so it is used all the same"),
+            ));
+        }
+    }
 }
