@@ -1,0 +1,134 @@
+//! The report of one sitting: every path's figures, as text or as one
+//! JSON object (`--json`).
+
+use serde_json::{Value, json};
+
+use super::cpu::{CpuPerTask, print_cpu};
+use super::{BenchArgs, Figures, a2a, console, llm, print_run, push};
+use crate::cli::output::outln;
+
+/// What one sitting measured.
+pub(super) struct Sitting {
+    /// The full path in one process: throughput and low load.
+    pub(super) full: (Figures, Figures),
+    /// The full path as deployed.
+    pub(super) deployed: (Figures, Figures),
+    /// The deployed orchestrator's RSS (MiB) at the end.
+    pub(super) orchestrator_rss: Option<f64>,
+    /// CPU per task, as deployed.
+    pub(super) cpu: CpuPerTask,
+    /// The bare JetStream round trip.
+    pub(super) bare: (Figures, Figures),
+    /// CPU per bare message.
+    pub(super) bare_cpu: CpuPerTask,
+    /// What the trace sink received, when the processes were traced.
+    pub(super) exported: Option<Value>,
+    /// The A2A face, when asked for.
+    pub(super) a2a: Option<a2a::Measured>,
+    /// Push notifications, when asked for.
+    pub(super) push: Option<push::Measured>,
+    /// LLM agents, when asked for.
+    pub(super) llm: Option<llm::Measured>,
+    /// The console, when asked for.
+    pub(super) console: Option<console::Measured>,
+    /// The bench process's own RSS (MiB) at the end.
+    pub(super) process_rss: Option<f64>,
+}
+
+impl Sitting {
+    /// The one-process path's throughput over the bare round trip's.
+    fn ratio(&self) -> f64 {
+        self.full.0.per_second / self.bare.0.per_second
+    }
+
+    /// The sitting as one JSON object.
+    pub(super) fn json(&self, args: &BenchArgs) -> Value {
+        json!({
+            "full_path": {"throughput": self.full.0, "low_load": self.full.1, "process_rss_mib": self.process_rss},
+            "processes": {
+                "throughput": self.deployed.0,
+                "low_load": self.deployed.1,
+                "orchestrator_rss_mib": self.orchestrator_rss,
+                "cpu_per_task": self.cpu,
+            },
+            "bare_jetstream": {
+                "throughput": self.bare.0,
+                "low_load": self.bare.1,
+                "cpu_per_message": self.bare_cpu,
+            },
+            "throughput_ratio": self.ratio(),
+            "preloaded": args.preload,
+            "trace_sampling": args.trace_sampling,
+            "client": args.client,
+            "otlp_received": self.exported,
+            "concurrency": args.concurrency,
+            "a2a": self.a2a.as_ref().map(|a| a.json(&self.cpu)),
+            "push": self.push.as_ref().map(|p| p.json(&self.cpu)),
+            "llm": self.llm.as_ref().map(|l| l.json(&self.cpu)),
+            "console": self.console.as_ref().map(console::Measured::json),
+        })
+    }
+
+    /// The sitting as text.
+    pub(super) fn print(&self, args: &BenchArgs) {
+        if args.preload > 0 {
+            outln!(
+                "each full path ran on a store preloaded with {} finished tasks",
+                args.preload
+            );
+        }
+        print_run(
+            "full path, in one process (submit → store → JetStream → worker → result → store)",
+            ("tasks", "tasks/s"),
+            args.concurrency,
+            &self.full,
+        );
+        print_run(
+            "full path, as deployed (HTTP client → `run` process → JetStream → `worker` process → `run`)",
+            ("tasks", "tasks/s"),
+            args.concurrency,
+            &self.deployed,
+        );
+        print_run(
+            "bare JetStream round trip (publish, pull, ack, reply)",
+            ("messages", "msgs/s"),
+            args.concurrency,
+            &self.bare,
+        );
+        outln!(
+            "full path (one process) / bare throughput: {:.0} %",
+            self.ratio() * 100.0
+        );
+        match (args.trace_sampling, &self.exported) {
+            (Some(r), Some(got)) => outln!(
+                "deployed processes traced at {:.0} % sampling: {} OTLP exports, {} bytes received",
+                r * 100.0,
+                got["requests"],
+                got["bytes"]
+            ),
+            _ => outln!(
+                "deployed processes not traced (no OTLP endpoint; --trace-sampling sets one)"
+            ),
+        }
+        print_cpu("CPU per task, as deployed", &self.cpu);
+        if let Some(a2a) = &self.a2a {
+            a2a.print(args, &self.cpu);
+        }
+        if let Some(push) = &self.push {
+            push.print(args, &self.cpu);
+        }
+        if let Some(console) = &self.console {
+            console.print();
+        }
+        if let Some(llm) = &self.llm {
+            llm.print(args, &self.cpu);
+        }
+        print_cpu("CPU per message, bare JetStream", &self.bare_cpu);
+        if let Some(rss) = self.orchestrator_rss {
+            outln!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
+        }
+        if let Some(rss) = self.process_rss {
+            outln!("bench process RSS at the end (one-process path and clients): {rss:.0} MiB");
+        }
+    }
+}
