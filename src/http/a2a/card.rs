@@ -200,7 +200,7 @@ pub(super) fn serve(o: &Orchestrator, face: &Face, headers: &HeaderMap) -> Respo
         .loaded_at
         .map(|t| std::time::SystemTime::from(t.as_offset_date_time()));
     let modified = read.map_or(started, |r| r.max(started));
-    if let Ok(v) = HeaderValue::from_str(&super::httpdate(modified)) {
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(modified)) {
         h.insert(header::LAST_MODIFIED, v);
     }
     response

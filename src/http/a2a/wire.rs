@@ -378,3 +378,8 @@ pub(super) fn numbered(updates: Vec<StreamResponse>) -> Vec<Event> {
 pub(super) fn generation(record: &TaskRecord) -> u64 {
     events(record).last().map_or(0, |e| e.id)
 }
+
+/// A 1.0 value as JSON (the `a2a` types always serialize).
+pub(super) fn to_json(v: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
