@@ -10,9 +10,47 @@
 use sha2::{Digest, Sha256};
 use sled::transaction::ConflictableTransactionError;
 
-use super::{StoreError, Tx, row_keys};
+use super::{Store, StoreError, Tx, row_keys};
 use crate::audit::{AuditEntry, AuditFilter, AuditRecord, AuditReport};
 use crate::envelope::Timestamp;
+
+impl Store {
+    /// Appends one record to the audit log and returns it once durable.
+    pub async fn audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+        let at = Timestamp::now();
+        let record = self
+            .transact(Box::new(move |tx, head| {
+                append_record(tx, head, &entry, at)
+            }))
+            .await?;
+        self.inner.commit.durable().await?;
+        Ok(record)
+    }
+
+    /// Up to `limit` audit records after sequence `after` (0 = from the
+    /// start) that match `filter`, oldest first.
+    pub fn audit_list(
+        &self,
+        filter: &AuditFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        list(
+            &self.inner.audit,
+            &self.inner.audit_by_task,
+            filter,
+            after,
+            limit,
+        )
+    }
+
+    /// Checks the whole audit chain; reports the first missing, altered or
+    /// undecodable record.
+    pub fn verify_audit(&self) -> Result<AuditReport, StoreError> {
+        let head = self.inner.writer.head();
+        verify(&self.inner.audit, head)
+    }
+}
 
 /// The `meta` key of the chain's head.
 pub(crate) const HEAD_KEY: &[u8] = b"audit_head";

@@ -1,0 +1,119 @@
+//! The store's handle: what one open store holds (its trees, its one
+//! writer and group commit, the waiters and the change feed) and the
+//! handle's own small methods; every other method is in the file of what
+//! it reads or writes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{StoreError, changes, commit, idempotency, waiters, writer};
+use crate::envelope::Timestamp;
+
+/// A cheap, cloneable handle to one open store.
+#[derive(Clone)]
+pub struct Store {
+    /// Shared by every clone; the database closes when the last one drops.
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    /// Where the store lives, for error messages.
+    pub(super) path: PathBuf,
+    /// task id → task status.
+    pub(super) tasks: sled::Tree,
+    /// task id → envelope (written once).
+    pub(super) envelopes: sled::Tree,
+    /// scope/key → idempotency claim.
+    pub(super) idempotency: sled::Tree,
+    /// correlation id / task id → nothing.
+    pub(super) by_correlation: sled::Tree,
+    /// state code / task id → nothing.
+    pub(super) by_state: sled::Tree,
+    pub(super) by_label: sled::Tree,
+    /// sequence → chained audit record.
+    pub(super) audit: sled::Tree,
+    /// task id / sequence → nothing: each task's audit records.
+    pub(super) audit_by_task: sled::Tree,
+    /// Workflow runs (see `runs.rs` for its keys).
+    pub(super) runs: sled::Tree,
+    /// Format marker, audit head, quarantined records.
+    pub(super) meta: sled::Tree,
+    /// Tasks whose records a reader could not decode, with why, until the
+    /// orchestrator takes them to quarantine (`quarantine.rs`).
+    pub(super) unreadable:
+        std::sync::Mutex<std::collections::BTreeMap<crate::envelope::TaskId, String>>,
+    /// Runs every change, batching those that arrive together into one
+    /// transaction. Dropped before `commit`, so its last batch is flushed.
+    pub(super) writer: writer::Writer,
+    /// Idempotency retention.
+    pub(super) retention: Duration,
+    /// Delays between attempts.
+    pub(super) retry: crate::task::RetryPolicy,
+    /// Makes changes durable before they are reported. Dropped before `db`.
+    pub(super) commit: commit::GroupCommit,
+    /// Where idempotency keys are: tasks' and runs'.
+    pub(super) key_spaces: Vec<idempotency::KeySpace>,
+    /// Collects expired idempotency keys in the background.
+    pub(super) _collector: idempotency::Collector,
+    /// Waiters for tasks to end.
+    pub(super) watchers: waiters::Watchers,
+    /// Every change, for live views.
+    pub(super) changes: changes::Changes,
+    /// Transactions the writer committed since the store was opened.
+    pub(super) commits: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Store {
+    /// Where the store lives.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Removes idempotency keys (tasks' and runs') that expired before
+    /// `now`; returns how many. The store also does this by itself every
+    /// `gc_interval`.
+    pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
+        idempotency::collect_all(&self.inner.key_spaces, now.unix_seconds())
+    }
+
+    /// How many idempotency keys are held (expired ones until collected).
+    pub fn claimed_keys(&self) -> usize {
+        self.inner.idempotency.len()
+    }
+
+    /// How many transactions the store's writer committed since it was
+    /// opened. Each holds every change that was waiting when it began, so
+    /// under load this grows far slower than the number of changes.
+    pub fn transactions(&self) -> u64 {
+        self.inner.commits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until every change made so far is on disk.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.commit.durable().await
+    }
+
+    /// Waits until everything a reader can see now is on disk: call after
+    /// a read and before showing it, so nobody is shown a state a crash
+    /// could take back. Free when nothing is waiting to be flushed.
+    pub async fn settled(&self) -> Result<(), StoreError> {
+        self.inner.commit.settled().await
+    }
+
+    /// Runs `body` on the writer thread, in the next batch transaction, and
+    /// returns its result once that transaction commits (the caller then
+    /// waits for the flush). `body` gets the trees and the audit head and
+    /// returns the new head (the same one when it audited nothing). To fail,
+    /// it aborts with its error before writing anything.
+    pub(super) async fn transact<T: Send + 'static>(
+        &self,
+        body: writer::Body<T>,
+    ) -> Result<T, StoreError> {
+        self.inner.writer.run(body).await
+    }
+}
+
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
