@@ -432,7 +432,15 @@ async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
         match js.delete_stream("KV_ORCH_DELIVERIES").await {
             Ok(_) => break,
             // A request that timed out may have done its work.
-            Err(e) if e.to_string().contains("not found") => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    async_nats::jetstream::context::DeleteStreamErrorKind::JetStream(j)
+                        if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
+                ) =>
+            {
+                break;
+            }
             Err(e) if std::time::Instant::now() < deadline => {
                 eprintln!("deleting the claims bucket, again: {e}");
                 tokio::time::sleep(Duration::from_millis(250)).await;
@@ -459,7 +467,7 @@ async fn a_claims_bucket_away_for_a_minute_fails_no_task() {
         match js.create_key_value(config.clone()).await {
             Ok(_) => break,
             Err(e)
-                if e.to_string().contains("peer offline")
+                if orchestrator::bus::refused_placement(&e)
                     && std::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(250)).await;
