@@ -223,16 +223,8 @@ impl Trigger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trigger::testing::{GOOD, write};
     use serde_json::json;
-    use std::path::PathBuf;
-
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    const GOOD: &str = "id: summarize\ndefault_system_prompt: Be brief.\ninput_schema: { type: object, required: [query], properties: { query: { type: string } } }\nsteps:\n  - id: search\n    agent: knowledge-agent\n    action: search:kb\n    params: { query: \"{{ input.query }}\" }\n";
 
     #[test]
     fn input_is_checked_against_the_schema() {

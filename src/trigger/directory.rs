@@ -147,14 +147,7 @@ pub fn locate(file: &Path, text: &str, problems: Vec<Problem>) -> Vec<Diagnostic
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    const GOOD: &str = "id: summarize\ndefault_system_prompt: Be brief.\ninput_schema: { type: object, required: [query], properties: { query: { type: string } } }\nsteps:\n  - id: search\n    agent: knowledge-agent\n    action: search:kb\n    params: { query: \"{{ input.query }}\" }\n";
+    use crate::trigger::testing::{GOOD, write};
 
     #[test]
     fn a_directory_loads_good_files_and_reports_broken_ones_with_lines() {

@@ -33,3 +33,18 @@ pub use step::{
 };
 pub use template::{TemplateError, condition, paths, render, render_text};
 pub use validate::{Validation, validate};
+
+#[cfg(test)]
+mod testing {
+    use std::path::{Path, PathBuf};
+
+    /// Writes `text` to `name` in `dir`.
+    pub(super) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// A trigger file with no problem.
+    pub(super) const GOOD: &str = "id: summarize\ndefault_system_prompt: Be brief.\ninput_schema: { type: object, required: [query], properties: { query: { type: string } } }\nsteps:\n  - id: search\n    agent: knowledge-agent\n    action: search:kb\n    params: { query: \"{{ input.query }}\" }\n";
+}
