@@ -502,3 +502,60 @@ impl From<Step> for RawStep {
         raw
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refused(step: Value) -> StepError {
+        let raw: RawStep = serde_json::from_value(step).unwrap();
+        Step::try_from(raw).unwrap_err()
+    }
+
+    fn problem(step: Value) -> StepProblem {
+        match refused(step) {
+            StepError::Step { problem, .. } => problem,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_way_a_step_is_wrong_has_its_kind() {
+        assert!(matches!(refused(json!({"id": "Bad"})), StepError::Id(_)));
+        assert_eq!(problem(json!({"id": "s"})), StepProblem::Kinds(vec![]));
+        assert_eq!(
+            problem(json!({"id": "s", "agent": "a", "action": "x", "approval": {"prompt": "ok?"}})),
+            StepProblem::Kinds(vec!["agent", "approval"])
+        );
+        assert_eq!(
+            problem(json!({"id": "s", "agent": "a", "action": "x", "merge": "object"})),
+            StepProblem::NotApplicable {
+                field: "merge",
+                kind: "task"
+            }
+        );
+        assert_eq!(
+            problem(json!({"id": "s", "agent": "a"})),
+            StepProblem::NoAction
+        );
+        assert_eq!(
+            problem(json!({"id": "s", "parallel": []})),
+            StepProblem::NoBranches
+        );
+        assert_eq!(
+            problem(json!({"id": "s", "agent": "a", "action": "x", "on_failure": "compensate"})),
+            StepProblem::NoCompensation
+        );
+        assert_eq!(
+            problem(json!({"id": "s", "agent": "a", "action": "x",
+                "compensate": {"id": "c", "agent": "a", "action": "undo"}})),
+            StepProblem::CompensationUnasked
+        );
+        // What the file's reader is told names the step.
+        assert_eq!(
+            refused(json!({"id": "s", "agent": "a"})).to_string(),
+            "step `s`: a step with `agent` needs `action`, the skill to run"
+        );
+    }
+}
