@@ -49,6 +49,7 @@ mod security;
 mod store;
 mod store_damage;
 mod store_keys;
+mod store_log;
 mod store_migration;
 mod tokens;
 mod trace_cli;

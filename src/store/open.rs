@@ -118,6 +118,7 @@ impl Store {
                     },
                     head,
                     Arc::clone(&commits),
+                    config.commits.clone(),
                 )?,
                 commit: commit::GroupCommit::start(
                     db.clone(),

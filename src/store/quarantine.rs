@@ -144,7 +144,7 @@ impl Store {
         let moved = self
             .transact(Box::new(move |tx, head| {
                 let mut trees = Vec::new();
-                for (name, tree) in TREES.iter().zip([tx.tasks, tx.envelopes]) {
+                for (name, tree) in TREES.iter().zip([&tx.tasks, &tx.envelopes]) {
                     if let Some(bytes) = tree.remove(&key)? {
                         tx.meta.insert(raw_key(id, name).as_bytes(), bytes)?;
                         trees.push(name.to_string());

@@ -19,6 +19,9 @@ pub struct StoreSettings {
     /// When the next attempt runs after a retryable failure: the store owns
     /// the attempt number, so it also decides this.
     pub retry: crate::task::RetryPolicy,
+    /// Where each commit goes as a record, in order, once sled has it
+    /// (none by default).
+    pub commits: Option<super::CommitSink>,
 }
 
 impl StoreSettings {
@@ -36,6 +39,7 @@ impl StoreSettings {
             gc_interval: Duration::from_secs(600),
             cache_bytes: 8 * 1024 * 1024,
             retry: crate::task::RetryPolicy::default(),
+            commits: None,
         }
     }
 }

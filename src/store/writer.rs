@@ -21,6 +21,8 @@ use sled::transaction::ConflictableTransactionError;
 use tokio::sync::oneshot;
 
 use super::audit::Head;
+use super::log::{self, Commit, CommitSink, TreeId, Write};
+use super::tx::TreeTx;
 use super::{Abort, StoreError, Tx};
 
 /// The most jobs one transaction takes.
@@ -92,6 +94,39 @@ pub(crate) struct Trees {
     pub(crate) runs: sled::Tree,
 }
 
+/// The trees, in [`TreeId::ALL`]'s order.
+type All<'a> = (
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+);
+
+impl Trees {
+    /// Every tree, in [`TreeId::ALL`]'s order, for one transaction over
+    /// them all.
+    pub(crate) fn all(&self) -> All<'_> {
+        (
+            &self.tasks,
+            &self.envelopes,
+            &self.idempotency,
+            &self.by_correlation,
+            &self.by_state,
+            &self.by_label,
+            &self.audit,
+            &self.audit_by_task,
+            &self.meta,
+            &self.runs,
+        )
+    }
+}
+
 /// Handle to the writer thread; dropping it lets the thread finish the jobs
 /// already sent, then joins it.
 pub(crate) struct Writer {
@@ -104,17 +139,28 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// Starts the writer thread over `trees`, the audit chain at `head`;
+    /// each commit counted in `commits` and, with a `sink`, handed to it
+    /// as a record.
     pub(crate) fn start(
         trees: Trees,
         head: Head,
         commits: Arc<AtomicU64>,
+        sink: Option<CommitSink>,
     ) -> Result<Self, StoreError> {
         let (jobs, rx) = mpsc::sync_channel::<Box<dyn Job>>(QUEUE);
         let shared = Arc::new(Mutex::new(head));
         let for_thread = Arc::clone(&shared);
+        let recorder = match sink {
+            Some(sink) => Some(Recorder {
+                position: log::applied(&trees.meta)?,
+                sink,
+            }),
+            None => None,
+        };
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(&trees, &rx, head, &for_thread, &commits))
+            .spawn(move || write_loop(&trees, &rx, head, &for_thread, &commits, recorder))
             .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -161,13 +207,21 @@ impl Writer {
     }
 }
 
+/// Where the writer's commits go as records, and the last one's position.
+struct Recorder {
+    position: u64,
+    sink: CommitSink,
+}
+
 fn write_loop(
     trees: &Trees,
     rx: &mpsc::Receiver<Box<dyn Job>>,
     mut head: Head,
     shared: &Mutex<Head>,
     commits: &AtomicU64,
+    mut recorder: Option<Recorder>,
 ) {
+    let writes: RefCell<Vec<Write>> = RefCell::new(Vec::new());
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -177,19 +231,8 @@ fn write_loop(
             }
         }
         crate::telemetry::metrics::store_transaction(batch.len());
-        let all = (
-            &trees.tasks,
-            &trees.envelopes,
-            &trees.idempotency,
-            &trees.by_correlation,
-            &trees.by_state,
-            &trees.by_label,
-            &trees.audit,
-            &trees.audit_by_task,
-            &trees.meta,
-            &trees.runs,
-        );
-        let committed = all.transaction(
+        let next_position = recorder.as_ref().map(|r| r.position + 1);
+        let committed = trees.all().transaction(
             |(
                 tasks,
                 envelopes,
@@ -202,19 +245,31 @@ fn write_loop(
                 meta,
                 runs,
             )| {
+                // A transaction run again (a conflict) records afresh.
+                writes.borrow_mut().clear();
+                let kept = next_position.map(|_| &writes);
+                let tree = |t, id| TreeTx::new(t, id, kept);
                 let tx = Tx {
-                    tasks,
-                    envelopes,
-                    idempotency,
-                    by_correlation,
-                    by_state,
-                    by_label,
-                    audit,
-                    audit_by_task,
-                    meta,
-                    runs,
+                    tasks: tree(tasks, TreeId::Tasks),
+                    envelopes: tree(envelopes, TreeId::Envelopes),
+                    idempotency: tree(idempotency, TreeId::Idempotency),
+                    by_correlation: tree(by_correlation, TreeId::ByCorrelation),
+                    by_state: tree(by_state, TreeId::ByState),
+                    by_label: tree(by_label, TreeId::ByLabel),
+                    audit: tree(audit, TreeId::Audit),
+                    audit_by_task: tree(audit_by_task, TreeId::AuditByTask),
+                    meta: tree(meta, TreeId::Meta),
+                    runs: tree(runs, TreeId::Runs),
                 };
-                batch.iter().try_fold(head, |h, job| job.run(&tx, h))
+                let next = batch.iter().try_fold(head, |h, job| job.run(&tx, h))?;
+                // The position goes in the same batch as the writes: a
+                // replica applying this record writes it the same way.
+                if let Some(position) = next_position
+                    && !writes.borrow().is_empty()
+                {
+                    meta.insert(log::APPLIED_KEY, &position.to_be_bytes()[..])?;
+                }
+                Ok(next)
             },
         );
         let result = match committed {
@@ -222,6 +277,15 @@ fn write_loop(
                 head = next;
                 *shared.lock().unwrap_or_else(PoisonError::into_inner) = next;
                 commits.fetch_add(1, Ordering::SeqCst);
+                if let Some(r) = recorder.as_mut()
+                    && !writes.borrow().is_empty()
+                {
+                    r.position += 1;
+                    r.sink.send(Commit {
+                        position: r.position,
+                        writes: writes.take(),
+                    });
+                }
                 Ok(())
             }
             Err(e) => Err(StoreError::from(e)),

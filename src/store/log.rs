@@ -1,0 +1,265 @@
+//! The store's commits as records: each batch the one writer commits is
+//! the list of its writes to every tree, in order; applied in order to a
+//! store, the records make it again. This is what the replicated log will
+//! carry (issue 44): sled becomes the local, rebuildable view of it.
+//!
+//! A record's wire form (version 1), every integer big-endian:
+//! `0x01`, the log position it is (u64), the number of writes (u32), then
+//! per write: the tree (one byte, [`TreeId`]), `0` for a remove or `1` for
+//! an insert, the key's length (u32) and bytes, and for an insert the
+//! value's length (u32) and bytes. Applying a record writes every one of
+//! its writes and the position into `meta` (`log_applied`) in one
+//! transaction, so a record applied twice changes nothing the second time.
+
+use std::sync::Arc;
+
+use sled::IVec;
+use sled::Transactional;
+
+use super::StoreError;
+use super::writer::Trees;
+
+/// The `meta` key of the last record applied.
+pub(crate) const APPLIED_KEY: &[u8] = b"log_applied";
+
+/// The trees a record writes to, by the byte that names each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum TreeId {
+    Tasks = 1,
+    Envelopes = 2,
+    Idempotency = 3,
+    ByCorrelation = 4,
+    ByState = 5,
+    ByLabel = 6,
+    Audit = 7,
+    AuditByTask = 8,
+    Meta = 9,
+    Runs = 10,
+}
+
+impl TreeId {
+    /// Every tree, in the order a transaction lists them.
+    pub(crate) const ALL: [TreeId; 10] = [
+        TreeId::Tasks,
+        TreeId::Envelopes,
+        TreeId::Idempotency,
+        TreeId::ByCorrelation,
+        TreeId::ByState,
+        TreeId::ByLabel,
+        TreeId::Audit,
+        TreeId::AuditByTask,
+        TreeId::Meta,
+        TreeId::Runs,
+    ];
+
+    fn from_byte(b: u8) -> Option<TreeId> {
+        TreeId::ALL.into_iter().find(|t| *t as u8 == b)
+    }
+}
+
+/// One write of a commit: `value` `None` removes the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub(crate) tree: TreeId,
+    pub(crate) key: IVec,
+    pub(crate) value: Option<IVec>,
+}
+
+/// One committed batch: its position in the log (1, 2, …) and its writes
+/// in the order they were made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// Its position: one more than the commit before it.
+    pub position: u64,
+    pub(crate) writes: Vec<Write>,
+}
+
+/// Where a store hands each commit once sled has it (the log's appender;
+/// a test's collector). Called on the writer's thread, in commit order.
+#[derive(Clone)]
+pub struct CommitSink(Arc<dyn Fn(Commit) + Send + Sync>);
+
+impl CommitSink {
+    /// A sink that calls `f` with every commit.
+    pub fn new(f: impl Fn(Commit) + Send + Sync + 'static) -> Self {
+        CommitSink(Arc::new(f))
+    }
+
+    pub(crate) fn send(&self, commit: Commit) {
+        (self.0)(commit)
+    }
+}
+
+impl std::fmt::Debug for CommitSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitSink")
+    }
+}
+
+impl PartialEq for CommitSink {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Why a record's bytes are not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("log record at byte {at}: {what}")]
+pub struct RecordError {
+    /// Where reading stopped.
+    pub at: usize,
+    /// What was expected there.
+    pub what: &'static str,
+}
+
+impl Commit {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .writes
+            .iter()
+            .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, |v| v.len()))
+            .sum();
+        let mut out = Vec::with_capacity(13 + size);
+        out.push(1);
+        out.extend_from_slice(&self.position.to_be_bytes());
+        out.extend_from_slice(&(self.writes.len() as u32).to_be_bytes());
+        for w in &self.writes {
+            out.push(w.tree as u8);
+            out.push(u8::from(w.value.is_some()));
+            out.extend_from_slice(&(w.key.len() as u32).to_be_bytes());
+            out.extend_from_slice(&w.key);
+            if let Some(v) = &w.value {
+                out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                out.extend_from_slice(v);
+            }
+        }
+        out
+    }
+
+    /// Reads a record's bytes; every byte must belong to it.
+    pub fn decode(bytes: &[u8]) -> Result<Commit, RecordError> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(1, "the version")? != [1] {
+            return Err(r.error("version 1"));
+        }
+        let position = u64::from_be_bytes(r.array("the position")?);
+        let count = u32::from_be_bytes(r.array("the number of writes")?);
+        let mut writes = Vec::with_capacity(count.min(1 << 16) as usize);
+        for _ in 0..count {
+            let tree = r.take(1, "a tree")?[0];
+            let tree = TreeId::from_byte(tree).ok_or_else(|| r.error("a known tree"))?;
+            let insert = match r.take(1, "the operation")?[0] {
+                0 => false,
+                1 => true,
+                _ => return Err(r.error("0 (remove) or 1 (insert)")),
+            };
+            let key = IVec::from(r.sized("the key")?);
+            let value = match insert {
+                true => Some(IVec::from(r.sized("the value")?)),
+                false => None,
+            };
+            writes.push(Write { tree, key, value });
+        }
+        if r.at != bytes.len() {
+            return Err(r.error("the end of the record"));
+        }
+        Ok(Commit { position, writes })
+    }
+}
+
+/// Reads a record's bytes in order.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn error(&self, what: &'static str) -> RecordError {
+        RecordError { at: self.at, what }
+    }
+
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordError> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
+        let end = end.ok_or_else(|| self.error(what))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], RecordError> {
+        let bytes = self.take(N, what)?;
+        bytes.try_into().map_err(|_| self.error(what))
+    }
+
+    fn sized(&mut self, what: &'static str) -> Result<&'a [u8], RecordError> {
+        let len = u32::from_be_bytes(self.array(what)?) as usize;
+        self.take(len, what)
+    }
+}
+
+/// The position of the last record applied to `meta`'s store (0: none).
+pub(crate) fn applied(meta: &sled::Tree) -> Result<u64, StoreError> {
+    Ok(meta
+        .get(APPLIED_KEY)?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes))
+}
+
+/// Applies `commit` to `trees` unless a record at or past its position was
+/// applied already; whether it was applied. Its writes and its position
+/// go in one transaction.
+pub(crate) fn apply(trees: &Trees, commit: &Commit) -> Result<bool, StoreError> {
+    let all = trees.all();
+    let applied = all.transaction(|t| {
+        let done =
+            t.8.get(APPLIED_KEY)?
+                .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+                .map_or(0, u64::from_be_bytes);
+        if done >= commit.position {
+            return Ok(false);
+        }
+        let each = [&t.0, &t.1, &t.2, &t.3, &t.4, &t.5, &t.6, &t.7, &t.8, &t.9];
+        for w in &commit.writes {
+            let tree = each[TreeId::ALL.iter().position(|t| *t == w.tree).unwrap_or(0)];
+            match &w.value {
+                Some(v) => tree.insert(w.key.clone(), v.clone())?,
+                None => tree.remove(w.key.clone())?,
+            };
+        }
+        t.8.insert(APPLIED_KEY, &commit.position.to_be_bytes()[..])?;
+        Ok::<_, sled::transaction::ConflictableTransactionError<StoreError>>(true)
+    });
+    Ok(applied?)
+}
+
+impl super::Store {
+    /// The store's position in the log: the last record it wrote or
+    /// applied (0: none).
+    pub fn log_position(&self) -> Result<u64, StoreError> {
+        applied(&self.inner.meta)
+    }
+
+    /// Applies a record of another store's commit (a standby following
+    /// the log): its writes and its position in one transaction; a record
+    /// at or below the position already applied changes nothing (`false`).
+    /// Records must come in order, and never beside this store's own
+    /// writes.
+    pub fn apply_commit(&self, commit: &Commit) -> Result<bool, StoreError> {
+        let i = &self.inner;
+        let trees = Trees {
+            tasks: i.tasks.clone(),
+            envelopes: i.envelopes.clone(),
+            idempotency: i.idempotency.clone(),
+            by_correlation: i.by_correlation.clone(),
+            by_state: i.by_state.clone(),
+            by_label: i.by_label.clone(),
+            audit: i.audit.clone(),
+            audit_by_task: i.audit_by_task.clone(),
+            meta: i.meta.clone(),
+            runs: i.runs.clone(),
+        };
+        apply(&trees, commit)
+    }
+}

@@ -1,0 +1,189 @@
+//! The store's commits as log records: a store made again from the records
+//! of another's commits is the same store, byte for byte, and a record
+//! applied twice changes nothing.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::common::{envelope, new_run, new_task};
+use orchestrator::audit::AuditEntry;
+use orchestrator::event::ErrorInfo;
+use orchestrator::store::{Change, Commit, CommitSink};
+use orchestrator::{Store, StoreSettings, Transition};
+use serde_json::json;
+
+/// A store at `path` whose commits are collected in the returned list.
+fn recorded_store(path: &Path) -> (Store, Arc<Mutex<Vec<Commit>>>) {
+    let commits = Arc::new(Mutex::new(Vec::new()));
+    let into = Arc::clone(&commits);
+    let settings = StoreSettings {
+        commits: Some(CommitSink::new(move |c| into.lock().unwrap().push(c))),
+        ..StoreSettings::new(path)
+    };
+    (Store::open(&settings).unwrap(), commits)
+}
+
+/// A tree's name and its pairs, in key order.
+type Dumped = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// Every tree of the sled database at `path`.
+fn dump(path: &Path) -> Vec<Dumped> {
+    let db = sled::open(path).unwrap();
+    let mut names = db.tree_names();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let tree = db.open_tree(&name).unwrap();
+            let pairs = tree
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.unwrap();
+                    (k.to_vec(), v.to_vec())
+                })
+                .collect();
+            (name.to_vec(), pairs)
+        })
+        .collect()
+}
+
+/// A life of a store: tasks submitted side by side (so batches hold
+/// several), moved through their states, one failed and retried, one
+/// resubmitted with its key, an audit entry, a run.
+async fn live(store: &Store) {
+    let mut submits = Vec::new();
+    for i in 0..24 {
+        let store = store.clone();
+        submits.push(tokio::spawn(async move {
+            let env = envelope("echo", "echo", json!({"i": i}), &format!("k{i}"));
+            let id = env.header.task_id;
+            store.submit(new_task(env)).await.unwrap();
+            id
+        }));
+    }
+    let mut ids = Vec::new();
+    for s in submits {
+        ids.push(s.await.unwrap());
+    }
+    let change = |event| Change::new(event, "worker-1", "reported");
+    for id in &ids[..12] {
+        store.apply(*id, change(Transition::Start)).await.unwrap();
+        let done = Change {
+            result: Some(json!({"ok": true})),
+            ..change(Transition::Complete)
+        };
+        store.apply(*id, done).await.unwrap();
+    }
+    let failed = Change {
+        error: Some(ErrorInfo::new("boom", "it broke", true)),
+        ..change(Transition::Fail)
+    };
+    store
+        .apply(ids[12], change(Transition::Start))
+        .await
+        .unwrap();
+    store.apply(ids[12], failed).await.unwrap();
+    let again = envelope("echo", "echo", json!({"i": 3}), "k3");
+    store.submit(new_task(again)).await.unwrap();
+    store
+        .audit(AuditEntry {
+            actor: "alice".into(),
+            kind: "test.note".into(),
+            task_id: None,
+            correlation_id: None,
+            trace_id: None,
+            detail: json!({"n": 1}),
+        })
+        .await
+        .unwrap();
+    store
+        .start_run(new_run("summarize", Some("r1"), json!({"q": "x"})))
+        .await
+        .unwrap();
+    store.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_store_made_again_from_its_commits_is_the_same_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let (store, commits) = recorded_store(&first);
+    live(&store).await;
+    let position = store.log_position().unwrap();
+    drop(store);
+    let commits = std::mem::take(&mut *commits.lock().unwrap());
+    // One record per commit, numbered from 1 with no gap, and fewer than
+    // the changes (batches hold several).
+    assert_eq!(commits.len() as u64, position);
+    let numbers: Vec<u64> = commits.iter().map(|c| c.position).collect();
+    assert_eq!(numbers, (1..=position).collect::<Vec<_>>());
+
+    let replica = Store::open(&StoreSettings::new(&second)).unwrap();
+    for c in &commits {
+        // Through its wire form, as the log carries it.
+        let read = Commit::decode(&c.encode()).unwrap();
+        assert_eq!(&read, c);
+        assert!(
+            replica.apply_commit(&read).unwrap(),
+            "record {}",
+            c.position
+        );
+    }
+    assert_eq!(replica.log_position().unwrap(), position);
+    // Applied again (a replica that restarts before it saved where it
+    // was), nothing changes.
+    for c in &commits {
+        assert!(!replica.apply_commit(c).unwrap(), "record {}", c.position);
+    }
+    replica.flush().await.unwrap();
+    drop(replica);
+    let (made, remade) = (dump(&first), dump(&second));
+    assert_eq!(made.len(), remade.len());
+    for ((name, pairs), (name_again, pairs_again)) in made.iter().zip(&remade) {
+        assert_eq!(name, name_again);
+        assert!(
+            pairs == pairs_again,
+            "tree {} differs: {} pairs made, {} made again",
+            String::from_utf8_lossy(name),
+            pairs.len(),
+            pairs_again.len()
+        );
+    }
+    // What the replica holds reads as the first store's did.
+    let replica = Store::open(&StoreSettings::new(&second)).unwrap();
+    assert!(
+        replica.verify_audit().unwrap().ok,
+        "the audit chain verifies"
+    );
+}
+
+#[tokio::test]
+async fn without_a_sink_no_position_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreSettings::new(dir.path().join("s"))).unwrap();
+    live(&store).await;
+    assert_eq!(store.log_position().unwrap(), 0);
+}
+
+#[test]
+fn a_record_that_is_not_one_is_refused_where_it_breaks() {
+    let commit = Commit::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0]).unwrap();
+    assert_eq!(commit.position, 7);
+    let good = commit.encode();
+    // Another version, cut short, a byte too many.
+    let mut other = good.clone();
+    other[0] = 2;
+    assert_eq!(Commit::decode(&other).unwrap_err().at, 1);
+    assert_eq!(Commit::decode(&good[..5]).unwrap_err().at, 1);
+    let mut longer = good.clone();
+    longer.push(0);
+    let e = Commit::decode(&longer).unwrap_err();
+    assert_eq!((e.at, e.what), (13, "the end of the record"));
+    // One write of an unknown tree, and one whose key runs past the end.
+    let mut bad_tree = good[..9].to_vec();
+    bad_tree.extend_from_slice(&[0, 0, 0, 1, 42, 1]);
+    assert_eq!(Commit::decode(&bad_tree).unwrap_err().what, "a known tree");
+    let mut short_key = good[..9].to_vec();
+    short_key.extend_from_slice(&[0, 0, 0, 1, 1, 0, 0, 0, 0, 9, b'k']);
+    assert_eq!(Commit::decode(&short_key).unwrap_err().what, "the key");
+}
