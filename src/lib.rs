@@ -75,6 +75,9 @@
 //!   cluster of them.
 //! - [`telemetry`]: logs, traces (OTLP, W3C context on messages) and
 //!   Prometheus metrics.
+//! - [`replication`]: the store's commits through a replicated JetStream
+//!   log: the leader's fenced appender and reading the log back (being
+//!   built: no standby takes over yet).
 //! - [`service`]: the orchestrator: submit, cancel, reads, runs, replays,
 //!   the registry, and its background work (publisher, event applier, DLQ,
 //!   reaper, orphan sweep, workflow engine, schedules, event triggers, hot
@@ -101,6 +104,7 @@ mod fuzz;
 pub mod http;
 pub mod llm;
 pub mod redact;
+pub mod replication;
 pub mod run;
 pub mod server;
 pub mod service;

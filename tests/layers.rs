@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The layers of `src/lib.rs`, top first.
-const LAYERS: [&[&str]; 7] = [
+const LAYERS: [&[&str]; 8] = [
     &["server"],
     &["http", "worker"],
     &["service"],
+    &["replication"],
     &["store", "bus", "broker"],
     &["run", "llm", "trigger", "access", "agent", "task", "audit"],
     &["claim", "task_token", "telemetry"],

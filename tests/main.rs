@@ -43,6 +43,7 @@ mod llm_patterns;
 mod observability;
 mod openapi;
 mod push;
+mod replication;
 mod schema;
 mod secrets;
 mod security;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::common::{envelope, new_run, new_task};
+use crate::common::{envelope, new_run, new_task, sled_trees};
 use orchestrator::audit::AuditEntry;
 use orchestrator::event::ErrorInfo;
 use orchestrator::store::{Change, Commit, CommitSink};
@@ -23,34 +23,10 @@ fn recorded_store(path: &Path) -> (Store, Arc<Mutex<Vec<Commit>>>) {
     (Store::open(&settings).unwrap(), commits)
 }
 
-/// A tree's name and its pairs, in key order.
-type Dumped = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
-
-/// Every tree of the sled database at `path`.
-fn dump(path: &Path) -> Vec<Dumped> {
-    let db = sled::open(path).unwrap();
-    let mut names = db.tree_names();
-    names.sort();
-    names
-        .into_iter()
-        .map(|name| {
-            let tree = db.open_tree(&name).unwrap();
-            let pairs = tree
-                .iter()
-                .map(|kv| {
-                    let (k, v) = kv.unwrap();
-                    (k.to_vec(), v.to_vec())
-                })
-                .collect();
-            (name.to_vec(), pairs)
-        })
-        .collect()
-}
-
-/// A life of a store: tasks submitted side by side (so batches hold
+/// A life of a store (also the replication tests'): tasks submitted side by side (so batches hold
 /// several), moved through their states, one failed and retried, one
 /// resubmitted with its key, an audit entry, a run.
-async fn live(store: &Store) {
+pub async fn live(store: &Store) {
     let mut submits = Vec::new();
     for i in 0..24 {
         let store = store.clone();
@@ -137,7 +113,7 @@ async fn a_store_made_again_from_its_commits_is_the_same_store() {
     }
     replica.flush().await.unwrap();
     drop(replica);
-    let (made, remade) = (dump(&first), dump(&second));
+    let (made, remade) = (sled_trees(&first), sled_trees(&second));
     assert_eq!(made.len(), remade.len());
     for ((name, pairs), (name_again, pairs_again)) in made.iter().zip(&remade) {
         assert_eq!(name, name_again);

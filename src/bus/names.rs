@@ -52,6 +52,22 @@ impl Names {
         format!("trigger_{trigger}")
     }
 
+    /// The replicated log of the store's commits (one subject per
+    /// partition).
+    pub fn store_stream(&self) -> String {
+        format!("{}_STORE", self.upper)
+    }
+
+    /// Partition `partition`'s subject in the store's log.
+    pub fn store_subject(&self, partition: u32) -> String {
+        format!("{}.store.{partition}", self.prefix)
+    }
+
+    /// Every partition's subject in the store's log.
+    pub fn all_store(&self) -> String {
+        format!("{}.store.>", self.prefix)
+    }
+
     /// The live agent registry bucket.
     pub fn agents_bucket(&self) -> String {
         format!("{}_AGENTS", self.upper)

@@ -159,6 +159,7 @@ impl ServiceError {
             ServiceError::Overloaded { .. } => ErrorKind::Overloaded,
             ServiceError::Keys(_) | ServiceError::InvalidCard(_) => ErrorKind::Internal,
             ServiceError::Store(e) => match e {
+                StoreError::NotLeader(_) => ErrorKind::Unavailable,
                 StoreError::NotFound(_) | StoreError::RunNotFound(_) => ErrorKind::NotFound,
                 StoreError::Quarantined { .. } => ErrorKind::Gone,
                 StoreError::RunRefused(_)

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::StoreError;
 use super::audit;
+use super::log::LogWatch;
 use super::mark::MarkSink;
 
 /// The flusher's progress, as writers see it.
@@ -48,6 +49,8 @@ struct Shared {
 pub(crate) struct GroupCommit {
     /// State shared with the flusher thread.
     shared: Arc<Shared>,
+    /// With a log: a change is durable once the log holds it too.
+    log: Option<LogWatch>,
     /// The flusher thread, joined on drop.
     thread: Option<JoinHandle<()>>,
 }
@@ -59,6 +62,7 @@ impl GroupCommit {
         meta: sled::Tree,
         mark: impl MarkSink,
         commits: Arc<AtomicU64>,
+        log: Option<LogWatch>,
     ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared {
             requested: AtomicU64::new(0),
@@ -76,6 +80,7 @@ impl GroupCommit {
             .map_err(|e| StoreError::Io(format!("cannot start the flush thread: {e}")))?;
         Ok(GroupCommit {
             shared,
+            log,
             thread: Some(thread),
         })
     }
@@ -85,14 +90,32 @@ impl GroupCommit {
     /// never shows what a crash could take back).
     pub(crate) async fn settled(&self) -> Result<(), StoreError> {
         let committed = self.shared.commits.load(Ordering::SeqCst);
-        if self.shared.flushed_commits.load(Ordering::SeqCst) >= committed {
+        if self.shared.flushed_commits.load(Ordering::SeqCst) >= committed
+            && self.log.as_ref().is_none_or(LogWatch::caught_up)
+        {
             return Ok(());
         }
         self.durable().await
     }
 
-    /// Waits until every change this caller made before the call is on disk.
+    /// The error every change gets once the store's log refused one.
+    pub(crate) fn refused(&self) -> Option<StoreError> {
+        self.log.as_ref().and_then(LogWatch::refused)
+    }
+
+    /// Waits until every change this caller made before the call is on
+    /// disk, and in the log when the store has one.
     pub(crate) async fn durable(&self) -> Result<(), StoreError> {
+        let want = self.log.as_ref().map(LogWatch::recorded);
+        self.flushed().await?;
+        match (&self.log, want) {
+            (Some(log), Some(want)) => log.reached(want).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until every change this caller made before the call is on disk.
+    async fn flushed(&self) -> Result<(), StoreError> {
         let ticket = self.shared.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let mut rx = self.shared.flushed.subscribe();
         {
@@ -295,9 +318,14 @@ mod tests {
             go: go_rx,
             written: Arc::clone(&written),
         };
-        let commit =
-            GroupCommit::start(db.clone(), meta.clone(), mark, Arc::new(AtomicU64::new(0)))
-                .unwrap();
+        let commit = GroupCommit::start(
+            db.clone(),
+            meta.clone(),
+            mark,
+            Arc::new(AtomicU64::new(0)),
+            None,
+        )
+        .unwrap();
         // Bound after `commit`, so a failing test drops it first and the
         // held mark lets go instead of blocking the flusher's join.
         let go = go;

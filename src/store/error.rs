@@ -41,6 +41,10 @@ pub enum StoreError {
         /// The decoder's complaint.
         message: String,
     },
+    /// The store's log refused a commit: another process leads it now.
+    /// Nothing more is written here; try the request on the leader.
+    #[error("this orchestrator no longer leads the store's log ({0}); try another node")]
+    NotLeader(String),
     /// Reading, writing or flushing failed.
     #[error("store I/O failed: {0}")]
     Io(String),
@@ -110,6 +114,7 @@ impl StoreError {
             }
             StoreError::Decode { .. } => "store_corrupt",
             StoreError::Io(_) => "store_io",
+            StoreError::NotLeader(_) => "not_leader",
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
             StoreError::Quarantined { .. } => "quarantined",
             StoreError::RunRefused(_) => "invalid_transition",

@@ -110,6 +110,11 @@ impl Store {
         &self,
         body: writer::Body<T>,
     ) -> Result<T, StoreError> {
+        // Once the log refused a commit, another process leads it: nothing
+        // more is written here.
+        if let Some(refused) = self.inner.commit.refused() {
+            return Err(refused);
+        }
         self.inner.writer.run(body).await
     }
 }

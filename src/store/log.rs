@@ -12,9 +12,11 @@
 //! transaction, so a record applied twice changes nothing the second time.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sled::IVec;
 use sled::Transactional;
+use tokio::sync::watch;
 
 use super::StoreError;
 use super::writer::Trees;
@@ -75,19 +77,54 @@ pub struct Commit {
     pub(crate) writes: Vec<Write>,
 }
 
+/// How far the log has taken a store's commits: every position up to
+/// `position` is in it; `refused` once it refused one (another process
+/// leads the log now), after which nothing more is taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acked {
+    /// The last position the log holds.
+    pub position: u64,
+    /// Why the log refused a commit, once it did.
+    pub refused: Option<Arc<str>>,
+}
+
 /// Where a store hands each commit once sled has it (the log's appender;
-/// a test's collector). Called on the writer's thread, in commit order.
+/// a test's collector), called on the writer's thread in commit order;
+/// and, for a log, how far it has taken them: a change is then reported
+/// only once the log has it.
 #[derive(Clone)]
-pub struct CommitSink(Arc<dyn Fn(Commit) + Send + Sync>);
+pub struct CommitSink {
+    send: Arc<dyn Fn(Commit) + Send + Sync>,
+    acked: Option<watch::Receiver<Acked>>,
+}
 
 impl CommitSink {
-    /// A sink that calls `f` with every commit.
+    /// A sink that calls `f` with every commit; nothing waits for it.
     pub fn new(f: impl Fn(Commit) + Send + Sync + 'static) -> Self {
-        CommitSink(Arc::new(f))
+        CommitSink {
+            send: Arc::new(f),
+            acked: None,
+        }
+    }
+
+    /// A sink that calls `f` with every commit, whose changes are reported
+    /// only once `acked` says the log holds them.
+    pub fn acknowledged(
+        f: impl Fn(Commit) + Send + Sync + 'static,
+        acked: watch::Receiver<Acked>,
+    ) -> Self {
+        CommitSink {
+            send: Arc::new(f),
+            acked: Some(acked),
+        }
     }
 
     pub(crate) fn send(&self, commit: Commit) {
-        (self.0)(commit)
+        (self.send)(commit)
+    }
+
+    pub(crate) fn acked(&self) -> Option<watch::Receiver<Acked>> {
+        self.acked.clone()
     }
 }
 
@@ -99,7 +136,57 @@ impl std::fmt::Debug for CommitSink {
 
 impl PartialEq for CommitSink {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.send, &other.send)
+    }
+}
+
+/// What a store with a log waits on: the last position its writer handed
+/// to the log, and how far the log has taken them.
+#[derive(Clone)]
+pub(crate) struct LogWatch {
+    pub(crate) recorded: Arc<AtomicU64>,
+    pub(crate) acked: watch::Receiver<Acked>,
+}
+
+impl LogWatch {
+    /// The error every write gets once the log refused one.
+    pub(crate) fn refused(&self) -> Option<StoreError> {
+        let a = self.acked.borrow();
+        a.refused
+            .as_ref()
+            .map(|why| StoreError::NotLeader(why.to_string()))
+    }
+
+    /// Whether the log holds every commit made so far.
+    pub(crate) fn caught_up(&self) -> bool {
+        let a = self.acked.borrow();
+        a.refused.is_none() && a.position >= self.recorded.load(Ordering::SeqCst)
+    }
+
+    /// The last position handed to the log now.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the log holds position `want`, or refused a commit.
+    pub(crate) async fn reached(&self, want: u64) -> Result<(), StoreError> {
+        let mut acked = self.acked.clone();
+        loop {
+            {
+                let a = acked.borrow_and_update();
+                if let Some(why) = &a.refused {
+                    return Err(StoreError::NotLeader(why.to_string()));
+                }
+                if a.position >= want {
+                    return Ok(());
+                }
+            }
+            if acked.changed().await.is_err() {
+                return Err(StoreError::NotLeader(
+                    "the log's appender stopped".to_string(),
+                ));
+            }
+        }
     }
 }
 

@@ -65,7 +65,7 @@ pub use handle::Store;
 use handle::{Inner, lock};
 pub use idempotency::Fingerprint;
 pub use listing::TaskQuery;
-pub use log::{Commit, CommitSink, RecordError};
+pub use log::{Acked, Commit, CommitSink, RecordError};
 pub use messages::MessageClaim;
 pub use outbox::{CALLBACK, GaveUp, PushAuth, PushDelivery, PushTarget, Target};
 pub use quarantine::Quarantined;

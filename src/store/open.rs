@@ -101,6 +101,13 @@ impl Store {
         ];
         let collector = idempotency::Collector::start(key_spaces.clone(), config.gc_interval)?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let recorded = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let log_watch = config.commits.as_ref().and_then(|sink| {
+            sink.acked().map(|acked| super::log::LogWatch {
+                recorded: Arc::clone(&recorded),
+                acked,
+            })
+        });
         Ok(Store {
             inner: Arc::new(Inner {
                 writer: writer::Writer::start(
@@ -118,13 +125,14 @@ impl Store {
                     },
                     head,
                     Arc::clone(&commits),
-                    config.commits.clone(),
+                    config.commits.clone().map(|sink| (sink, recorded)),
                 )?,
                 commit: commit::GroupCommit::start(
                     db.clone(),
                     meta.clone(),
                     mark,
                     Arc::clone(&commits),
+                    log_watch,
                 )?,
                 commits,
                 key_spaces,

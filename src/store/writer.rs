@@ -141,21 +141,26 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the writer thread over `trees`, the audit chain at `head`;
     /// each commit counted in `commits` and, with a `sink`, handed to it
-    /// as a record.
+    /// as a record, its position then in `recorded`.
     pub(crate) fn start(
         trees: Trees,
         head: Head,
         commits: Arc<AtomicU64>,
-        sink: Option<CommitSink>,
+        sink: Option<(CommitSink, Arc<AtomicU64>)>,
     ) -> Result<Self, StoreError> {
         let (jobs, rx) = mpsc::sync_channel::<Box<dyn Job>>(QUEUE);
         let shared = Arc::new(Mutex::new(head));
         let for_thread = Arc::clone(&shared);
         let recorder = match sink {
-            Some(sink) => Some(Recorder {
-                position: log::applied(&trees.meta)?,
-                sink,
-            }),
+            Some((sink, recorded)) => {
+                let position = log::applied(&trees.meta)?;
+                recorded.store(position, Ordering::SeqCst);
+                Some(Recorder {
+                    position,
+                    sink,
+                    recorded,
+                })
+            }
             None => None,
         };
         let thread = std::thread::Builder::new()
@@ -207,10 +212,12 @@ impl Writer {
     }
 }
 
-/// Where the writer's commits go as records, and the last one's position.
+/// Where the writer's commits go as records, and the last one's position
+/// (kept for the writer, and shared for the store's waits).
 struct Recorder {
     position: u64,
     sink: CommitSink,
+    recorded: Arc<AtomicU64>,
 }
 
 fn write_loop(
@@ -285,6 +292,7 @@ fn write_loop(
                         position: r.position,
                         writes: writes.take(),
                     });
+                    r.recorded.store(r.position, Ordering::SeqCst);
                 }
                 Ok(())
             }

@@ -170,6 +170,30 @@ pub fn with_raw_sled(path: &std::path::Path, edit: impl FnOnce(&sled::Db)) {
     db.flush().unwrap();
 }
 
+/// A tree's name and its pairs, in key order.
+pub type Dumped = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// Every tree of the sled database at `path`.
+pub fn sled_trees(path: &std::path::Path) -> Vec<Dumped> {
+    let db = sled::open(path).unwrap();
+    let mut names = db.tree_names();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let tree = db.open_tree(&name).unwrap();
+            let pairs = tree
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.unwrap();
+                    (k.to_vec(), v.to_vec())
+                })
+                .collect();
+            (name.to_vec(), pairs)
+        })
+        .collect()
+}
+
 pub mod a2a;
 pub mod browser;
 pub mod cluster;

@@ -1,0 +1,192 @@
+//! The leader's appender: every commit the store's writer hands it goes
+//! to the log before the store reports it. Commits that wait while an
+//! append is on its way go together in the next message (group commit
+//! over the log). Each append states the subject sequence it follows
+//! (`Nats-Expected-Last-Subject-Sequence`), so once another process has
+//! appended, this one's next append is refused: the appender then marks
+//! the store refused (every waiting and later write fails with
+//! `StoreError::NotLeader`) and stops. An append that got no answer is
+//! sent again with the same `Nats-Msg-Id`, which the broker's duplicate
+//! window answers with the first copy's sequence.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishErrorKind;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::ReplicationError;
+use crate::backoff::Backoff;
+use crate::bus::Bus;
+use crate::store::{Acked, Commit, CommitSink};
+
+/// The commits waiting for the next append.
+#[derive(Default)]
+struct Queue {
+    pending: Mutex<Vec<Commit>>,
+    wake: Notify,
+}
+
+/// A running appender; dropping it stops it (commits not yet appended are
+/// then never reported: their callers get `StoreError::NotLeader`).
+pub struct Appender {
+    stop: CancellationToken,
+    acked: watch::Receiver<Acked>,
+}
+
+impl Appender {
+    /// Starts appending partition `partition`'s commits after the log's
+    /// end, where a store at position `store_position` must be; the sink
+    /// to open that store with.
+    pub async fn start(
+        bus: &Bus,
+        partition: u32,
+        store_position: u64,
+    ) -> Result<(Appender, CommitSink), ReplicationError> {
+        let (last_seq, log_position) = super::follow::last(bus, partition).await?;
+        if log_position != store_position {
+            return Err(ReplicationError::NotAtEnd {
+                store: store_position,
+                log: log_position,
+            });
+        }
+        let queue = Arc::new(Queue::default());
+        let (tell, acked) = watch::channel(Acked {
+            position: store_position,
+            refused: None,
+        });
+        let stop = CancellationToken::new();
+        let into = Arc::clone(&queue);
+        let sink = CommitSink::acknowledged(
+            move |c| {
+                into.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(c);
+                into.wake.notify_one();
+            },
+            acked.clone(),
+        );
+        let run = Run {
+            bus: bus.clone(),
+            subject: bus.names().store_subject(partition),
+            partition,
+            last_seq,
+            queue,
+            tell,
+            stop: stop.clone(),
+        };
+        tokio::spawn(run.appending());
+        Ok((Appender { stop, acked }, sink))
+    }
+
+    /// How far the log has taken the store's commits.
+    pub fn acked(&self) -> Acked {
+        self.acked.borrow().clone()
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The appending task's state.
+struct Run {
+    bus: Bus,
+    subject: String,
+    partition: u32,
+    /// The subject sequence of the last message this appender knows of.
+    last_seq: u64,
+    queue: Arc<Queue>,
+    tell: watch::Sender<Acked>,
+    stop: CancellationToken,
+}
+
+/// How an append ended.
+enum Appended {
+    /// Stored at this stream sequence.
+    At(u64),
+    /// Refused: another process appended since.
+    Refused(String),
+    /// The appender is stopping.
+    Stopped,
+}
+
+impl Run {
+    async fn appending(mut self) {
+        loop {
+            let batch = std::mem::take(
+                &mut *self
+                    .queue
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            let Some(last) = batch.last().map(|c| c.position) else {
+                tokio::select! {
+                    () = self.queue.wake.notified() => continue,
+                    () = self.stop.cancelled() => return,
+                }
+            };
+            match self.append(&batch).await {
+                Appended::At(seq) => {
+                    self.last_seq = seq;
+                    self.tell.send_modify(|a| a.position = last);
+                }
+                Appended::Refused(why) => {
+                    tracing::warn!(partition = self.partition, position = batch[0].position, %why, "the store's log refused an append: another orchestrator leads it; this one writes nothing more");
+                    self.tell.send_modify(|a| a.refused = Some(Arc::from(why)));
+                    return;
+                }
+                Appended::Stopped => return,
+            }
+        }
+    }
+
+    /// Appends `batch` as one message after `last_seq`, trying again
+    /// while the broker does not answer.
+    async fn append(&self, batch: &[Commit]) -> Appended {
+        let payload = bytes::Bytes::from(super::encode_frame(batch));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            self.last_seq.to_string().as_str(),
+        );
+        headers.insert(
+            "Nats-Msg-Id",
+            format!("{}.{}", self.partition, batch[0].position).as_str(),
+        );
+        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        let js = self.bus.jetstream();
+        for failures in 0u32.. {
+            let sent = js
+                .publish_with_headers(self.subject.clone(), headers.clone(), payload.clone())
+                .await;
+            let outcome = match sent {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(ack) => return Appended::At(ack.sequence),
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    return Appended::Refused(format!(
+                        "the log's subject {} has moved past sequence {}",
+                        self.subject, self.last_seq
+                    ));
+                }
+                Err(e) => {
+                    tracing::warn!(partition = self.partition, error = %e, "appending to the store's log failed; trying again");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff.delay_after(failures)) => {}
+                () = self.stop.cancelled() => return Appended::Stopped,
+            }
+        }
+        Appended::Stopped
+    }
+}

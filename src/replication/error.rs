@@ -1,0 +1,37 @@
+//! What can go wrong replicating the store.
+
+use crate::bus::Cause;
+
+/// A failure of the store's log.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    /// The log's stream cannot be made or reached.
+    #[error("the store's log {stream}: {source}")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
+    /// A message of the log cannot be read as one.
+    #[error("the store's log, message {seq}: {source}")]
+    Frame {
+        /// Its stream sequence.
+        seq: u64,
+        /// Why.
+        #[source]
+        source: super::FrameError,
+    },
+    /// The store and the log are not at the same position: a leader
+    /// appends only to the log it has applied to its end.
+    #[error(
+        "the store is at log position {store} but the log at {log}: it must be made the log's view first"
+    )]
+    NotAtEnd {
+        /// The store's position.
+        store: u64,
+        /// The log's last position.
+        log: u64,
+    },
+}

@@ -1,0 +1,81 @@
+//! One message of the store's log: the commits it carries, in order (the
+//! appender sends every commit waiting when the last append was
+//! acknowledged as one message). Wire form: the number of commits (u32,
+//! big-endian), then for each its length (u32) and its record
+//! (`store::Commit`'s wire form).
+
+use crate::store::{Commit, RecordError};
+
+/// Why a log message is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Cut short, or bytes left after the last commit.
+    #[error("the message's framing breaks at byte {0}")]
+    Framing(usize),
+    /// A commit in it is not one.
+    #[error("commit {index}: {source}")]
+    Record {
+        /// Its place in the message, from 0.
+        index: usize,
+        /// Why.
+        #[source]
+        source: RecordError,
+    },
+    /// Its commits' positions do not follow one another.
+    #[error("commit {index} is at position {found}, after {after}")]
+    OutOfOrder {
+        /// Its place in the message.
+        index: usize,
+        /// Its position.
+        found: u64,
+        /// The position before it.
+        after: u64,
+    },
+}
+
+/// The message carrying `commits`.
+pub fn encode_frame(commits: &[Commit]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(commits.len() as u32).to_be_bytes());
+    for c in commits {
+        let bytes = c.encode();
+        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// The commits a message carries; each position one more than the one
+/// before it.
+pub fn decode_frame(bytes: &[u8]) -> Result<Vec<Commit>, FrameError> {
+    let mut at = 0;
+    let u32_at = |at: &mut usize| -> Result<usize, FrameError> {
+        let word = bytes.get(*at..*at + 4).ok_or(FrameError::Framing(*at))?;
+        *at += 4;
+        Ok(u32::from_be_bytes([word[0], word[1], word[2], word[3]]) as usize)
+    };
+    let count = u32_at(&mut at)?;
+    let mut commits: Vec<Commit> = Vec::with_capacity(count.min(1024));
+    for index in 0..count {
+        let len = u32_at(&mut at)?;
+        let end = at.checked_add(len).filter(|e| *e <= bytes.len());
+        let record = &bytes[at..end.ok_or(FrameError::Framing(at))?];
+        let commit =
+            Commit::decode(record).map_err(|source| FrameError::Record { index, source })?;
+        if let Some(before) = commits.last()
+            && commit.position != before.position + 1
+        {
+            return Err(FrameError::OutOfOrder {
+                index,
+                found: commit.position,
+                after: before.position,
+            });
+        }
+        at += len;
+        commits.push(commit);
+    }
+    if at != bytes.len() {
+        return Err(FrameError::Framing(at));
+    }
+    Ok(commits)
+}

@@ -1,0 +1,24 @@
+//! The store replicated through a JetStream log (issue 44, being built):
+//! each commit of the store's one writer is appended to the stream
+//! `<PREFIX>_STORE` (subject `<prefix>.store.<partition>`) before any
+//! caller is answered, and a store is the local, rebuildable view of that
+//! log.
+//!
+//! Built so far: the log's stream (`stream`), the wire form of one log
+//! message (`frame`: the commits it carries), the leader's appender
+//! (`appender`: fenced, so a deposed leader can never append after its
+//! successor, and stops writing once refused), and reading the log back
+//! (`follow`). The lease, standbys taking over, snapshots and forwarding
+//! are not built yet.
+
+mod appender;
+mod error;
+mod follow;
+mod frame;
+mod stream;
+
+pub use appender::Appender;
+pub use error::ReplicationError;
+pub use follow::{Entry, entries_after};
+pub use frame::{FrameError, decode_frame, encode_frame};
+pub use stream::provision;
