@@ -7,7 +7,7 @@ use crate::common::nats::NatsServer;
 use crate::common::{envelope, new_task, sled_trees};
 use crate::store_log::live;
 use orchestrator::bus::{Bus, BusSettings};
-use orchestrator::replication::{Appender, ReplicationError, entries_after};
+use orchestrator::replication::{Appender, ReplicationError, catch_up, entries_after};
 use orchestrator::{Store, StoreError, StoreSettings};
 use serde_json::json;
 
@@ -42,10 +42,12 @@ async fn every_change_reported_is_in_the_log() {
     drop(store);
     drop(appender);
     let entries = entries_after(&bus, 0, 0).await.unwrap();
-    // Fewer messages than commits when appends went together.
+    // The seal first, then fewer messages than commits when appends
+    // went together.
+    assert!(entries[0].commits.is_empty() && entries[0].position == 0);
     let commits: Vec<_> = entries.iter().flat_map(|e| e.commits.clone()).collect();
     assert_eq!(commits.len() as u64, position);
-    assert!(entries.len() <= commits.len());
+    assert!(entries.len() <= commits.len() + 1);
     let remade = Store::open(&StoreSettings::new(&replica)).unwrap();
     for c in &commits {
         assert!(remade.apply_commit(c).unwrap());
@@ -78,7 +80,7 @@ async fn a_leader_another_appended_after_stops_and_says_so() {
     bus.jetstream()
         .publish(
             bus.names().store_subject(0),
-            orchestrator::replication::encode_frame(&[]).into(),
+            orchestrator::replication::encode_frame(1, &[]).into(),
         )
         .await
         .unwrap()
@@ -134,4 +136,57 @@ async fn a_change_is_not_reported_while_the_log_cannot_take_it() {
         .map(|e| e.commits.len())
         .sum();
     assert_eq!(logged as u64, position, "appended once, though sent again");
+}
+
+#[tokio::test]
+async fn a_standby_that_followed_the_log_takes_over_and_fences_the_leader() {
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (a_path, b_path) = (dir.path().join("a"), dir.path().join("b"));
+    let (a, _a_log) = leading(&bus, &a_path).await;
+    live(&a).await;
+    // The standby follows: its store is the leader's, commit for commit.
+    let standby = Store::open(&StoreSettings::new(&b_path)).unwrap();
+    let seq = catch_up(&bus, 0, &standby, 0).await.unwrap();
+    assert_eq!(standby.log_position().unwrap(), a.log_position().unwrap());
+    // More on the leader; the standby catches up from where it was.
+    let more = envelope("echo", "echo", json!({"n": "more"}), "more");
+    a.submit(new_task(more)).await.unwrap();
+    catch_up(&bus, 0, &standby, seq).await.unwrap();
+    let position = standby.log_position().unwrap();
+    assert_eq!(position, a.log_position().unwrap());
+    drop(standby);
+    // It takes over: its first append seals the log.
+    let (b_log, sink) = Appender::start(&bus, 0, position).await.unwrap();
+    let b = Store::open(&StoreSettings {
+        commits: Some(sink),
+        ..StoreSettings::new(&b_path)
+    })
+    .unwrap();
+    // The old leader, still running, is refused from then on, before the
+    // new one wrote anything.
+    let on_a = envelope("echo", "echo", json!({"n": "a"}), "on-a");
+    let refused = a.submit(new_task(on_a)).await.unwrap_err();
+    assert!(matches!(refused, StoreError::NotLeader(_)), "{refused:?}");
+    let on_b = envelope("echo", "echo", json!({"n": "b"}), "on-b");
+    b.submit(new_task(on_b)).await.unwrap();
+    // The resubmitted key from before the takeover names the same task on
+    // the new leader.
+    let again = envelope("echo", "echo", json!({"n": "more"}), "more");
+    assert!(matches!(
+        b.submit(new_task(again)).await.unwrap(),
+        orchestrator::task::Submitted::Existing(_)
+    ));
+    assert!(b.verify_audit().unwrap().ok);
+    // The log alone makes the new leader's store.
+    b.flush().await.unwrap();
+    drop(b);
+    drop(b_log);
+    let c_path = dir.path().join("c");
+    let c = Store::open(&StoreSettings::new(&c_path)).unwrap();
+    catch_up(&bus, 0, &c, 0).await.unwrap();
+    c.flush().await.unwrap();
+    drop(c);
+    assert!(sled_trees(&b_path) == sled_trees(&c_path));
 }

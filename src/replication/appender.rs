@@ -5,8 +5,11 @@
 //! (`Nats-Expected-Last-Subject-Sequence`), so once another process has
 //! appended, this one's next append is refused: the appender then marks
 //! the store refused (every waiting and later write fails with
-//! `StoreError::NotLeader`) and stops. An append that got no answer is
-//! sent again with the same `Nats-Msg-Id`, which the broker's duplicate
+//! `StoreError::NotLeader`) and stops. An appender starts by sealing the
+//! log: a message with no commits after the last one, so a predecessor
+//! still running is refused from then on. An append that got no answer is
+//! sent again with the same `Nats-Msg-Id` (`<partition>.<appender>.<first
+//! position>`, the appender a fresh id), which the broker's duplicate
 //! window answers with the first copy's sequence.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -69,15 +72,22 @@ impl Appender {
             },
             acked.clone(),
         );
-        let run = Run {
+        let mut run = Run {
             bus: bus.clone(),
             subject: bus.names().store_subject(partition),
             partition,
+            appender: uuid::Uuid::now_v7().simple().to_string(),
             last_seq,
             queue,
             tell,
             stop: stop.clone(),
         };
+        match run.append(store_position, &[]).await {
+            Appended::At(seq) => run.last_seq = seq,
+            Appended::Refused(_) | Appended::Stopped => {
+                return Err(ReplicationError::Overtaken { after: last_seq });
+            }
+        }
         tokio::spawn(run.appending());
         Ok((Appender { stop, acked }, sink))
     }
@@ -99,6 +109,8 @@ struct Run {
     bus: Bus,
     subject: String,
     partition: u32,
+    /// This appender's id, in its messages' ids.
+    appender: String,
     /// The subject sequence of the last message this appender knows of.
     last_seq: u64,
     queue: Arc<Queue>,
@@ -132,7 +144,7 @@ impl Run {
                     () = self.stop.cancelled() => return,
                 }
             };
-            match self.append(&batch).await {
+            match self.append(last, &batch).await {
                 Appended::At(seq) => {
                     self.last_seq = seq;
                     self.tell.send_modify(|a| a.position = last);
@@ -147,10 +159,11 @@ impl Run {
         }
     }
 
-    /// Appends `batch` as one message after `last_seq`, trying again
-    /// while the broker does not answer.
-    async fn append(&self, batch: &[Commit]) -> Appended {
-        let payload = bytes::Bytes::from(super::encode_frame(batch));
+    /// Appends `batch` as one message ending at `position` after
+    /// `last_seq`, trying again while the broker does not answer.
+    async fn append(&self, position: u64, batch: &[Commit]) -> Appended {
+        let payload = bytes::Bytes::from(super::encode_frame(position, batch));
+        let first = batch.first().map_or(position, |c| c.position);
         let mut headers = HeaderMap::new();
         headers.insert(
             "Nats-Expected-Last-Subject-Sequence",
@@ -158,7 +171,7 @@ impl Run {
         );
         headers.insert(
             "Nats-Msg-Id",
-            format!("{}.{}", self.partition, batch[0].position).as_str(),
+            format!("{}.{}.{first}", self.partition, self.appender).as_str(),
         );
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
         let js = self.bus.jetstream();

@@ -34,4 +34,22 @@ pub enum ReplicationError {
         /// The log's last position.
         log: u64,
     },
+    /// Another process appended while this one sealed the log: catch up
+    /// and try again (or follow: it leads).
+    #[error(
+        "another process appended to the store's log after sequence {after} while this one took it over"
+    )]
+    Overtaken {
+        /// The sequence this one expected to follow.
+        after: u64,
+    },
+    /// A commit of the log cannot be applied to the store.
+    #[error("applying the store's log, message {seq}: {source}")]
+    Apply {
+        /// The message's stream sequence.
+        seq: u64,
+        /// The store's failure.
+        #[source]
+        source: crate::store::StoreError,
+    },
 }

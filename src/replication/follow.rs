@@ -12,7 +12,9 @@ use crate::store::Commit;
 pub struct Entry {
     /// Its stream sequence.
     pub seq: u64,
-    /// The commits it carries.
+    /// The log position after it.
+    pub position: u64,
+    /// The commits it carries (none for a seal).
     pub commits: Vec<Commit>,
 }
 
@@ -34,9 +36,13 @@ pub async fn entries_after(
         {
             Ok(msg) => {
                 let seq = msg.sequence;
-                let commits = decode_frame(&msg.payload)
+                let frame = decode_frame(&msg.payload)
                     .map_err(|source| ReplicationError::Frame { seq, source })?;
-                out.push(Entry { seq, commits });
+                out.push(Entry {
+                    seq,
+                    position: frame.position,
+                    commits: frame.commits,
+                });
                 next = seq + 1;
             }
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(out),
@@ -58,9 +64,9 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), Replic
     match stream.direct_get_last_for_subject(subject).await {
         Ok(msg) => {
             let seq = msg.sequence;
-            let commits = decode_frame(&msg.payload)
+            let frame = decode_frame(&msg.payload)
                 .map_err(|source| ReplicationError::Frame { seq, source })?;
-            Ok((seq, commits.last().map_or(0, |c| c.position)))
+            Ok((seq, frame.position))
         }
         Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok((0, 0)),
         Err(e) => Err(ReplicationError::Stream {
@@ -68,4 +74,29 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), Replic
             source: e.into(),
         }),
     }
+}
+
+/// Applies to `store` every commit of partition `partition` in the
+/// messages after stream sequence `after` (a standby following the
+/// leader; commits it holds already change nothing); the sequence of the
+/// last message read (`after` when there was none).
+pub async fn catch_up(
+    bus: &Bus,
+    partition: u32,
+    store: &crate::Store,
+    after: u64,
+) -> Result<u64, ReplicationError> {
+    let mut last = after;
+    for entry in entries_after(bus, partition, after).await? {
+        for commit in &entry.commits {
+            store
+                .apply_commit(commit)
+                .map_err(|source| ReplicationError::Apply {
+                    seq: entry.seq,
+                    source,
+                })?;
+        }
+        last = entry.seq;
+    }
+    Ok(last)
 }

@@ -1,8 +1,10 @@
-//! One message of the store's log: the commits it carries, in order (the
-//! appender sends every commit waiting when the last append was
-//! acknowledged as one message). Wire form: the number of commits (u32,
-//! big-endian), then for each its length (u32) and its record
-//! (`store::Commit`'s wire form).
+//! One message of the store's log: the log position it ends at and the
+//! commits it carries, in order (the appender sends every commit waiting
+//! when the last append was acknowledged as one message; a new leader's
+//! first message carries none: it seals the log against its predecessor).
+//! Wire form, integers big-endian: the position (u64), the number of
+//! commits (u32), then for each its length (u32) and its record
+//! (`store::Commit`'s wire form); the last commit is at the position.
 
 use crate::store::{Commit, RecordError};
 
@@ -21,6 +23,14 @@ pub enum FrameError {
         #[source]
         source: RecordError,
     },
+    /// Its last commit is not at the position it states.
+    #[error("it states position {stated} but its last commit is at {last}")]
+    Position {
+        /// The position stated.
+        stated: u64,
+        /// The last commit's.
+        last: u64,
+    },
     /// Its commits' positions do not follow one another.
     #[error("commit {index} is at position {found}, after {after}")]
     OutOfOrder {
@@ -33,9 +43,20 @@ pub enum FrameError {
     },
 }
 
-/// The message carrying `commits`.
-pub fn encode_frame(commits: &[Commit]) -> Vec<u8> {
+/// One message of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The log position after it.
+    pub position: u64,
+    /// The commits it carries (none for a seal).
+    pub commits: Vec<Commit>,
+}
+
+/// The message carrying `commits`, ending at `position` (the last
+/// commit's, or the log's position for a seal).
+pub fn encode_frame(position: u64, commits: &[Commit]) -> Vec<u8> {
     let mut out = Vec::new();
+    out.extend_from_slice(&position.to_be_bytes());
     out.extend_from_slice(&(commits.len() as u32).to_be_bytes());
     for c in commits {
         let bytes = c.encode();
@@ -45,10 +66,12 @@ pub fn encode_frame(commits: &[Commit]) -> Vec<u8> {
     out
 }
 
-/// The commits a message carries; each position one more than the one
-/// before it.
-pub fn decode_frame(bytes: &[u8]) -> Result<Vec<Commit>, FrameError> {
-    let mut at = 0;
+/// A message's position and commits; each commit's position one more than
+/// the one before it, the last at the position.
+pub fn decode_frame(bytes: &[u8]) -> Result<Frame, FrameError> {
+    let word = bytes.get(..8).ok_or(FrameError::Framing(0))?;
+    let position = u64::from_be_bytes(word.try_into().map_err(|_| FrameError::Framing(0))?);
+    let mut at = 8;
     let u32_at = |at: &mut usize| -> Result<usize, FrameError> {
         let word = bytes.get(*at..*at + 4).ok_or(FrameError::Framing(*at))?;
         *at += 4;
@@ -77,5 +100,13 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Vec<Commit>, FrameError> {
     if at != bytes.len() {
         return Err(FrameError::Framing(at));
     }
-    Ok(commits)
+    if let Some(last) = commits.last()
+        && last.position != position
+    {
+        return Err(FrameError::Position {
+            stated: position,
+            last: last.position,
+        });
+    }
+    Ok(Frame { position, commits })
 }

@@ -19,6 +19,6 @@ mod stream;
 
 pub use appender::Appender;
 pub use error::ReplicationError;
-pub use follow::{Entry, entries_after};
-pub use frame::{FrameError, decode_frame, encode_frame};
+pub use follow::{Entry, catch_up, entries_after};
+pub use frame::{Frame, FrameError, decode_frame, encode_frame};
 pub use stream::provision;
