@@ -190,3 +190,58 @@ async fn a_standby_that_followed_the_log_takes_over_and_fences_the_leader() {
     drop(c);
     assert!(sled_trees(&b_path) == sled_trees(&c_path));
 }
+
+#[tokio::test]
+async fn one_process_holds_a_partitions_lease_until_it_lapses() {
+    use orchestrator::replication::{Holder, Lease, Taken};
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let ttl = std::time::Duration::from_secs(1);
+    let holder = |name: &str| Holder {
+        holder: name.into(),
+        address: Some(format!("http://{name}:8080")),
+        since: orchestrator::envelope::Timestamp::now(),
+    };
+    let Taken::Held(mut a) = Lease::take(&bus, 0, &holder("a"), ttl).await.unwrap() else {
+        panic!("the first taker holds the lease");
+    };
+    match Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap() {
+        Taken::Elsewhere(Some(h)) => assert_eq!(h.holder, "a"),
+        _ => panic!("a second taker is told who holds it"),
+    }
+    // Another partition's lease is another lease.
+    assert!(matches!(
+        Lease::take(&bus, 1, &holder("b"), ttl).await.unwrap(),
+        Taken::Held(_)
+    ));
+    // Renewed, it stays; left, it lapses and another takes it, at a later
+    // epoch; the first cannot renew it then.
+    for _ in 0..3 {
+        tokio::time::sleep(ttl / 3).await;
+        assert!(a.renew().await.unwrap());
+    }
+    assert!(matches!(
+        Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap(),
+        Taken::Elsewhere(_)
+    ));
+    let mut b = None;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if let Taken::Held(lease) = Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap() {
+            b = Some(lease);
+            break;
+        }
+    }
+    let b = b.expect("the lapsed lease is taken by another");
+    assert!(b.epoch() > a.epoch());
+    assert!(
+        !a.renew().await.unwrap(),
+        "a lease another took is not renewed"
+    );
+    // Given up, it is taken at once.
+    b.release().await.unwrap();
+    assert!(matches!(
+        Lease::take(&bus, 0, &holder("c"), ttl).await.unwrap(),
+        Taken::Held(_)
+    ));
+}

@@ -63,6 +63,11 @@ impl Names {
         format!("{}.store.{partition}", self.prefix)
     }
 
+    /// The bucket of the store's leases (who leads each partition).
+    pub fn leases_bucket(&self) -> String {
+        format!("{}_LEASES", self.upper)
+    }
+
     /// Every partition's subject in the store's log.
     pub fn all_store(&self) -> String {
         format!("{}.store.>", self.prefix)

@@ -7,18 +7,21 @@
 //! Built so far: the log's stream (`stream`), the wire form of one log
 //! message (`frame`: the commits it carries), the leader's appender
 //! (`appender`: fenced, so a deposed leader can never append after its
-//! successor, and stops writing once refused), and reading the log back
-//! (`follow`). The lease, standbys taking over, snapshots and forwarding
-//! are not built yet.
+//! successor, and stops writing once refused, and seals the log when it
+//! starts), reading the log back and following it (`follow`), and the
+//! lease that says who should lead (`lease`). Running `orchestrator run`
+//! as a leader or a standby, snapshots and forwarding are not built yet.
 
 mod appender;
 mod error;
 mod follow;
 mod frame;
+mod lease;
 mod stream;
 
 pub use appender::Appender;
 pub use error::ReplicationError;
 pub use follow::{Entry, catch_up, entries_after};
 pub use frame::{Frame, FrameError, decode_frame, encode_frame};
+pub use lease::{Holder, Lease, Taken};
 pub use stream::provision;

@@ -1,0 +1,142 @@
+//! Who leads a partition of the store: a lease in the JetStream bucket
+//! `<PREFIX>_LEASES` (key `store.<partition>`), whose entries expire
+//! `ttl` after they were last written. Taking it creates the key (only
+//! when there is none); renewing it rewrites the key stating the revision
+//! it holds, so a lease that expired and was taken by another cannot be
+//! renewed. The revision it was taken at is the leader's epoch. The lease
+//! says who should lead; the log's fence (`appender`) is what keeps a
+//! leader that lost it from writing.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
+use async_nats::jetstream::stream::StorageType;
+use serde::{Deserialize, Serialize};
+
+use super::ReplicationError;
+use crate::bus::Bus;
+use crate::envelope::Timestamp;
+
+/// What a lease says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The process holding it (its instance name).
+    pub holder: String,
+    /// The HTTP address its API answers on, for others to forward to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// When it took the lease.
+    pub since: Timestamp,
+}
+
+/// A lease this process holds.
+pub struct Lease {
+    kv: kv::Store,
+    key: String,
+    value: bytes::Bytes,
+    /// The revision it was taken at: the leader's epoch.
+    epoch: u64,
+    /// The revision of its last write.
+    revision: u64,
+}
+
+/// Whether taking the lease succeeded.
+pub enum Taken {
+    /// This process holds it.
+    Held(Box<Lease>),
+    /// Another does (`None` when the holder's entry could not be read).
+    Elsewhere(Option<Holder>),
+}
+
+/// The lease bucket, made when missing, its entries expiring after `ttl`.
+async fn bucket(bus: &Bus, ttl: Duration) -> Result<kv::Store, ReplicationError> {
+    let name = format!(
+        "{}_LEASES",
+        bus.names().store_stream().trim_end_matches("_STORE")
+    );
+    let config = kv::Config {
+        bucket: name.clone(),
+        history: 1,
+        max_age: ttl,
+        storage: StorageType::File,
+        num_replicas: bus.settings().replicas,
+        ..Default::default()
+    };
+    bus.jetstream()
+        .create_or_update_key_value(config)
+        .await
+        .map_err(|e| ReplicationError::Stream {
+            stream: format!("KV_{name}"),
+            source: e.into(),
+        })
+}
+
+impl Lease {
+    /// Tries to take partition `partition`'s lease for `holder`, held
+    /// `ttl` past each renewal.
+    pub async fn take(
+        bus: &Bus,
+        partition: u32,
+        holder: &Holder,
+        ttl: Duration,
+    ) -> Result<Taken, ReplicationError> {
+        let kv = bucket(bus, ttl).await?;
+        let key = format!("store.{partition}");
+        let value = bytes::Bytes::from(serde_json::to_vec(holder).unwrap_or_default());
+        match kv.create(&key, value.clone()).await {
+            Ok(revision) => Ok(Taken::Held(Box::new(Lease {
+                kv,
+                key,
+                value,
+                epoch: revision,
+                revision,
+            }))),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                let held = kv.entry(&key).await.ok().flatten();
+                Ok(Taken::Elsewhere(
+                    held.and_then(|e| serde_json::from_slice(&e.value).ok()),
+                ))
+            }
+            Err(e) => Err(ReplicationError::Stream {
+                stream: format!("KV_{}", kv.name),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// The leader's epoch: the revision the lease was taken at.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Renews the lease; `false` once it is lost (it expired and another
+    /// took it).
+    pub async fn renew(&mut self) -> Result<bool, ReplicationError> {
+        match self
+            .kv
+            .update(&self.key, self.value.clone(), self.revision)
+            .await
+        {
+            Ok(revision) => {
+                self.revision = revision;
+                Ok(true)
+            }
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(false),
+            Err(e) => Err(ReplicationError::Stream {
+                stream: format!("KV_{}", self.kv.name),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// Gives the lease up, so another may take it at once.
+    pub async fn release(self) -> Result<(), ReplicationError> {
+        self.kv
+            .delete_expect_revision(&self.key, Some(self.revision))
+            .await
+            .map_err(|e| ReplicationError::Stream {
+                stream: format!("KV_{}", self.kv.name),
+                source: e.into(),
+            })
+    }
+}
