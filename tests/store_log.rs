@@ -25,7 +25,8 @@ fn recorded_store(path: &Path) -> (Store, Arc<Mutex<Vec<Commit>>>) {
 
 /// A life of a store (also the replication tests'): tasks submitted side by side (so batches hold
 /// several), moved through their states, one failed and retried, one
-/// resubmitted with its key, an audit entry, a run.
+/// resubmitted with its key, an audit entry, a run, expired keys
+/// collected.
 pub async fn live(store: &Store) {
     let mut submits = Vec::new();
     for i in 0..24 {
@@ -76,6 +77,10 @@ pub async fn live(store: &Store) {
         .start_run(new_run("summarize", Some("r1"), json!({"q": "x"})))
         .await
         .unwrap();
+    // Keys past their retention, collected: removals like any other commit.
+    let later =
+        orchestrator::envelope::Timestamp::now().after(std::time::Duration::from_secs(48 * 3600));
+    assert!(store.collect_expired_keys(later).unwrap() > 0);
     store.flush().await.unwrap();
 }
 

@@ -43,6 +43,9 @@ pub(super) struct Inner {
     /// orchestrator takes them to quarantine (`quarantine.rs`).
     pub(super) unreadable:
         std::sync::Mutex<std::collections::BTreeMap<crate::envelope::TaskId, String>>,
+    /// Collects expired idempotency keys in the background, through the
+    /// writer. Dropped first: it keeps the writer's thread running.
+    pub(super) _collector: idempotency::Collector,
     /// Runs every change, batching those that arrive together into one
     /// transaction. Dropped before `commit`, so its last batch is flushed.
     pub(super) writer: writer::Writer,
@@ -54,8 +57,6 @@ pub(super) struct Inner {
     pub(super) commit: commit::GroupCommit,
     /// Where idempotency keys are: tasks' and runs'.
     pub(super) key_spaces: Vec<idempotency::KeySpace>,
-    /// Collects expired idempotency keys in the background.
-    pub(super) _collector: idempotency::Collector,
     /// Waiters for tasks to end.
     pub(super) watchers: waiters::Watchers,
     /// Every change, for live views.
@@ -74,7 +75,12 @@ impl Store {
     /// `now`; returns how many. The store also does this by itself every
     /// `gc_interval`.
     pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
-        idempotency::collect_all(&self.inner.key_spaces, now.unix_seconds())
+        let writer = self
+            .inner
+            .writer
+            .submitter()
+            .ok_or_else(|| StoreError::Io("the store is closing".into()))?;
+        idempotency::collect_all(&self.inner.key_spaces, now.unix_seconds(), &writer)
     }
 
     /// How many idempotency keys are held (expired ones until collected).

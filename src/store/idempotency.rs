@@ -10,6 +10,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use sled::IVec;
+
+use super::log::TreeId;
+use super::writer::Submit;
 use super::{StoreError, row_keys};
 use crate::envelope::{TaskId, Timestamp};
 
@@ -71,41 +75,70 @@ struct Expiry {
 #[derive(Clone)]
 pub(crate) struct KeySpace {
     pub(crate) tree: sled::Tree,
+    pub(crate) id: TreeId,
     pub(crate) name: &'static str,
     pub(crate) prefix: &'static [u8],
 }
 
+/// The most expired claims one transaction removes.
+const CHUNK: usize = 1024;
+
 /// Removes every claim in `space` that expired before `now` (Unix
-/// seconds); returns how many were removed. Each removal is a
-/// compare-and-swap against the expired value, so a claim made again
-/// meanwhile is kept.
-pub(crate) fn collect_expired(space: &KeySpace, now: i64) -> Result<usize, StoreError> {
-    let tree = &space.tree;
+/// seconds) through the store's writer (so the removals are commits like
+/// any other, in the store's log when it has one); returns how many were
+/// removed. A claim is removed only if it still holds the expired value,
+/// so a claim made again meanwhile is kept.
+pub(crate) fn collect_expired(
+    space: &KeySpace,
+    now: i64,
+    writer: &Submit,
+) -> Result<usize, StoreError> {
     let mut removed = 0;
-    for item in tree.scan_prefix(space.prefix) {
+    let mut expired_claims: Vec<(IVec, IVec)> = Vec::new();
+    for item in space.tree.scan_prefix(space.prefix) {
         let (key, value) = item.map_err(StoreError::from)?;
         let claim: Expiry = row_keys::decode_value(space.name, &key, &value)?;
-        if !expired(claim.expires_at, now) {
-            continue;
+        if expired(claim.expires_at, now) {
+            expired_claims.push((key, value));
         }
-        let swapped = tree
-            .compare_and_swap(&key, Some(&value), None as Option<&[u8]>)
-            .map_err(StoreError::from)?;
-        if swapped.is_ok() {
-            removed += 1;
+        if expired_claims.len() == CHUNK {
+            removed += remove(space.id, std::mem::take(&mut expired_claims), writer)?;
         }
     }
+    if !expired_claims.is_empty() {
+        removed += remove(space.id, expired_claims, writer)?;
+    }
     Ok(removed)
+}
+
+/// Removes the `claims` of tree `id` that still hold their value, in one
+/// transaction; how many were.
+fn remove(id: TreeId, claims: Vec<(IVec, IVec)>, writer: &Submit) -> Result<usize, StoreError> {
+    writer.run_blocking(Box::new(move |tx, head| {
+        let tree = tx.tree(id);
+        let mut removed = 0;
+        for (key, value) in &claims {
+            if tree.get(key)?.as_ref() == Some(value) {
+                tree.remove(key.clone())?;
+                removed += 1;
+            }
+        }
+        Ok((head, removed))
+    }))
 }
 
 /// Sweeps every space in turn; one that fails (an undecodable key) does
 /// not keep the others from being swept. How many keys were removed, or
 /// the first failure.
-pub(crate) fn collect_all(spaces: &[KeySpace], now: i64) -> Result<usize, StoreError> {
+pub(crate) fn collect_all(
+    spaces: &[KeySpace],
+    now: i64,
+    writer: &Submit,
+) -> Result<usize, StoreError> {
     let mut removed = 0;
     let mut failed = None;
     for space in spaces {
-        match collect_expired(space, now) {
+        match collect_expired(space, now, writer) {
             Ok(n) => removed += n,
             Err(e) => {
                 failed.get_or_insert(e);
@@ -125,7 +158,13 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
-    pub(crate) fn start(spaces: Vec<KeySpace>, interval: Duration) -> Result<Self, StoreError> {
+    /// Starts collecting the claims of `spaces` every `interval`, through
+    /// `writer`.
+    pub(crate) fn start(
+        spaces: Vec<KeySpace>,
+        interval: Duration,
+        writer: Submit,
+    ) -> Result<Self, StoreError> {
         use std::sync::{Arc, Condvar, Mutex, PoisonError};
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let for_thread = Arc::clone(&stop);
@@ -150,7 +189,7 @@ impl Collector {
                     }
                     // A failed pass is retried at the next interval; the
                     // claims stay expired meanwhile, so nothing is wrong.
-                    let _ = collect_all(&spaces, Timestamp::now().unix_seconds());
+                    let _ = collect_all(&spaces, Timestamp::now().unix_seconds(), &writer);
                 }
             })
             .map_err(|e| StoreError::Io(format!("cannot start the key collector: {e}")))?;
@@ -187,9 +226,12 @@ mod tests {
         let tree = db.open_tree("idempotency").unwrap();
         for _ in 0..20 {
             let (done, finished) = std::sync::mpsc::channel();
-            let tree = tree.clone();
+            let (tree, db) = (tree.clone(), db.clone());
             std::thread::spawn(move || {
-                drop(Collector::start(vec![space(tree)], Duration::from_secs(3600)).unwrap());
+                let (_writer, submit) = writer_over(&db);
+                drop(
+                    Collector::start(vec![space(tree)], Duration::from_secs(3600), submit).unwrap(),
+                );
                 let _ = done.send(());
             });
             assert!(
@@ -199,9 +241,36 @@ mod tests {
         }
     }
 
+    /// A writer over `db`'s trees, and a way to hand it changes.
+    fn writer_over(db: &sled::Db) -> (super::super::writer::Writer, Submit) {
+        let tree = |name: &str| db.open_tree(name).unwrap();
+        let trees = super::super::writer::Trees {
+            tasks: tree("tasks"),
+            envelopes: tree("envelopes"),
+            idempotency: tree("idempotency"),
+            by_correlation: tree("by_correlation"),
+            by_state: tree("by_state"),
+            by_label: tree("by_label"),
+            audit: tree("audit"),
+            audit_by_task: tree("audit_by_task"),
+            meta: tree("meta"),
+            runs: tree("runs"),
+        };
+        let writer = super::super::writer::Writer::start(
+            trees,
+            super::super::audit::Head::default(),
+            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            None,
+        )
+        .unwrap();
+        let submit = writer.submitter().unwrap();
+        (writer, submit)
+    }
+
     fn space(tree: sled::Tree) -> KeySpace {
         KeySpace {
             tree,
+            id: TreeId::Idempotency,
             name: "idempotency",
             prefix: b"",
         }
@@ -235,7 +304,11 @@ mod tests {
             .unwrap();
         tree.insert("fresh", serde_json::to_vec(&fresh).unwrap())
             .unwrap();
-        assert_eq!(collect_expired(&space(tree.clone()), 200).unwrap(), 1);
+        let (_writer, submit) = writer_over(&db);
+        assert_eq!(
+            collect_expired(&space(tree.clone()), 200, &submit).unwrap(),
+            1
+        );
         assert!(tree.get("old").unwrap().is_none());
         assert!(tree.get("fresh").unwrap().is_some());
     }
@@ -252,11 +325,13 @@ mod tests {
             space(broken),
             KeySpace {
                 tree: runs.clone(),
+                id: TreeId::Runs,
                 name: "runs",
                 prefix: b"k",
             },
         ];
-        let err = collect_all(&spaces, 200).unwrap_err();
+        let (_writer, submit) = writer_over(&db);
+        let err = collect_all(&spaces, 200, &submit).unwrap_err();
         assert!(err.to_string().contains("bad-key"), "{err}");
         assert!(
             runs.get("kold").unwrap().is_none(),
@@ -273,7 +348,8 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = db.open_tree("idempotency").unwrap();
         tree.insert("scope\0bad-key", &b"{not json"[..]).unwrap();
-        let err = collect_expired(&space(tree), 0).unwrap_err();
+        let (_writer, submit) = writer_over(&db);
+        let err = collect_expired(&space(tree), 0, &submit).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("idempotency") && text.contains("bad-key"),

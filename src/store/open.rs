@@ -85,21 +85,23 @@ impl Store {
         let key_spaces = vec![
             idempotency::KeySpace {
                 tree: idempotency.clone(),
+                id: super::log::TreeId::Idempotency,
                 name: "idempotency",
                 prefix: b"",
             },
             idempotency::KeySpace {
                 tree: runs.clone(),
+                id: super::log::TreeId::Runs,
                 name: "runs",
                 prefix: runs::KEYS,
             },
             idempotency::KeySpace {
                 tree: runs.clone(),
+                id: super::log::TreeId::Runs,
                 name: "runs",
                 prefix: messages::MESSAGES,
             },
         ];
-        let collector = idempotency::Collector::start(key_spaces.clone(), config.gc_interval)?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let recorded = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let log_watch = config.commits.as_ref().and_then(|sink| {
@@ -108,25 +110,33 @@ impl Store {
                 acked,
             })
         });
+        let writer = writer::Writer::start(
+            writer::Trees {
+                tasks: tasks.clone(),
+                envelopes: envelopes.clone(),
+                idempotency: idempotency.clone(),
+                by_correlation: by_correlation.clone(),
+                by_state: by_state.clone(),
+                by_label: by_label.clone(),
+                audit: audit.clone(),
+                audit_by_task: audit_by_task.clone(),
+                meta: meta.clone(),
+                runs: runs.clone(),
+            },
+            head,
+            Arc::clone(&commits),
+            config.commits.clone().map(|sink| (sink, recorded)),
+        )?;
+        // The collector's removals are commits: they go through the writer.
+        let submit = writer
+            .submitter()
+            .ok_or_else(|| StoreError::Io("the store writer stopped".into()))?;
+        let collector =
+            idempotency::Collector::start(key_spaces.clone(), config.gc_interval, submit)?;
         Ok(Store {
             inner: Arc::new(Inner {
-                writer: writer::Writer::start(
-                    writer::Trees {
-                        tasks: tasks.clone(),
-                        envelopes: envelopes.clone(),
-                        idempotency: idempotency.clone(),
-                        by_correlation: by_correlation.clone(),
-                        by_state: by_state.clone(),
-                        by_label: by_label.clone(),
-                        audit: audit.clone(),
-                        audit_by_task: audit_by_task.clone(),
-                        meta: meta.clone(),
-                        runs: runs.clone(),
-                    },
-                    head,
-                    Arc::clone(&commits),
-                    config.commits.clone().map(|sink| (sink, recorded)),
-                )?,
+                _collector: collector,
+                writer,
                 commit: commit::GroupCommit::start(
                     db.clone(),
                     meta.clone(),
@@ -136,7 +146,6 @@ impl Store {
                 )?,
                 commits,
                 key_spaces,
-                _collector: collector,
                 path,
                 tasks,
                 envelopes,

@@ -105,3 +105,21 @@ pub(super) struct Tx<'a> {
     /// Workflow runs, their step links, keys and the live set.
     pub(super) runs: TreeTx<'a>,
 }
+
+impl<'a> Tx<'a> {
+    /// The tree `id` names.
+    pub(super) fn tree(&self, id: TreeId) -> &TreeTx<'a> {
+        match id {
+            TreeId::Tasks => &self.tasks,
+            TreeId::Envelopes => &self.envelopes,
+            TreeId::Idempotency => &self.idempotency,
+            TreeId::ByCorrelation => &self.by_correlation,
+            TreeId::ByState => &self.by_state,
+            TreeId::ByLabel => &self.by_label,
+            TreeId::Audit => &self.audit,
+            TreeId::AuditByTask => &self.audit_by_task,
+            TreeId::Meta => &self.meta,
+            TreeId::Runs => &self.runs,
+        }
+    }
+}

@@ -127,6 +127,39 @@ impl Trees {
     }
 }
 
+/// A way to hand the writer a change from a thread that is not async (the
+/// key collector's); it keeps the writer thread running while it lives.
+#[derive(Clone)]
+pub(crate) struct Submit {
+    jobs: mpsc::SyncSender<Box<dyn Job>>,
+}
+
+impl Submit {
+    /// Runs `body` in the next batch, waiting on this thread for the
+    /// commit (not the flush).
+    pub(crate) fn run_blocking<T: Send + 'static>(&self, body: Body<T>) -> Result<T, StoreError> {
+        let (job, answer) = job(body);
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Io("the store is closing".into()))?;
+        futures::executor::block_on(answer)
+            .map_err(|_| StoreError::Io("the store writer stopped".into()))?
+    }
+}
+
+/// A job for `body`, and where its outcome will come.
+fn job<T: Send + 'static>(
+    body: Body<T>,
+) -> (Box<dyn Job>, oneshot::Receiver<Result<T, StoreError>>) {
+    let (reply, answer) = oneshot::channel();
+    let job = Box::new(Typed {
+        body,
+        outcome: RefCell::new(None),
+        reply,
+    });
+    (job, answer)
+}
+
 /// Handle to the writer thread; dropping it lets the thread finish the jobs
 /// already sent, then joins it.
 pub(crate) struct Writer {
@@ -177,12 +210,7 @@ impl Writer {
     /// Runs `body` in the next batch and returns its result once committed
     /// (not yet flushed: the caller waits for that).
     pub(crate) async fn run<T: Send + 'static>(&self, body: Body<T>) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Box::new(Typed {
-            body,
-            outcome: RefCell::new(None),
-            reply,
-        });
+        let (job, answer) = job(body);
         // The queue is bounded: a full one holds the caller back here,
         // off the async runtime's threads.
         let Some(jobs) = self.jobs.clone() else {
@@ -204,6 +232,11 @@ impl Writer {
         answer
             .await
             .map_err(|_| StoreError::Io("the store writer stopped".into()))?
+    }
+
+    /// A handle for threads that are not async; `None` once closing.
+    pub(crate) fn submitter(&self) -> Option<Submit> {
+        self.jobs.clone().map(|jobs| Submit { jobs })
     }
 
     /// The audit head as of the last commit.
