@@ -30,6 +30,7 @@ mod delivery;
 mod dev;
 mod docs_commands;
 mod e2e;
+mod failover;
 mod failures;
 mod hostile_input;
 mod http_agent;

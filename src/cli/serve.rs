@@ -215,23 +215,47 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
         Ok(pair) => pair,
         Err(e) => return fail(e),
     };
+    let shutdown = shutdown_signal();
+    // One of several sharing the store's log: a standby until it leads.
+    let (commits, lost) = match config.replication.enabled {
+        true => match orchestrator::service::lead(&config, &bus, &shutdown).await {
+            Ok(Some(leading)) => {
+                let lost = CancellationToken::new();
+                let commits = leading.commits.clone();
+                leading.keep(&config, lost.clone());
+                // Losing the lease stops this process as a signal would.
+                let (fire, on_lost) = (shutdown.clone(), lost.clone());
+                tokio::spawn(async move {
+                    on_lost.cancelled().await;
+                    fire.cancel();
+                });
+                (Some(commits), Some(lost))
+            }
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => return fail(e),
+        },
+        false => (None, None),
+    };
     let listener = match tokio::net::TcpListener::bind(http.addr).await {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)),
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
-    let orchestrator = match Orchestrator::open(config, bus, catalog, triggers).await {
+    let opened = Orchestrator::open_logged(config, bus, catalog, triggers, commits).await;
+    let orchestrator = match opened {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    let result =
-        orchestrator::server::serve(orchestrator, http, access, listener, shutdown_signal()).await;
+    let result = orchestrator::server::serve(orchestrator, http, access, listener, shutdown).await;
     if let Some(broker) = managed {
         broker.stop().await;
     }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
+    match (result, lost) {
+        (Err(e), _) => fail(e),
+        (Ok(()), Some(lost)) if lost.is_cancelled() => {
+            fail("this orchestrator lost the store's lease and stopped; start it again to stand by")
+        }
+        (Ok(()), _) => ExitCode::SUCCESS,
     }
 }
 

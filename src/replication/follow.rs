@@ -83,7 +83,7 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), Replic
 pub async fn catch_up(
     bus: &Bus,
     partition: u32,
-    store: &crate::Store,
+    store: &crate::store::Store,
     after: u64,
 ) -> Result<u64, ReplicationError> {
     let mut last = after;

@@ -17,6 +17,7 @@ mod error;
 mod follow;
 mod frame;
 mod lease;
+mod settings;
 mod stream;
 
 pub use appender::Appender;
@@ -24,4 +25,5 @@ pub use error::ReplicationError;
 pub use follow::{Entry, catch_up, entries_after};
 pub use frame::{Frame, FrameError, decode_frame, encode_frame};
 pub use lease::{Holder, Lease, Taken};
+pub use settings::ReplicationSettings;
 pub use stream::provision;

@@ -99,6 +99,9 @@ pub enum ServiceError {
     /// The bus failed.
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// The store's log or lease failed.
+    #[error(transparent)]
+    Replication(#[from] crate::replication::ReplicationError),
     /// The token keys cannot be loaded or made (at open only).
     #[error("task token keys: {0}")]
     Keys(#[from] crate::task_token::KeyError),
@@ -155,7 +158,7 @@ impl ServiceError {
             | ServiceError::ReplayRefused { .. }
             | ServiceError::KeyReused { .. } => ErrorKind::Conflict,
             ServiceError::TooLarge { .. } => ErrorKind::TooLarge,
-            ServiceError::Bus(_) => ErrorKind::Unavailable,
+            ServiceError::Bus(_) | ServiceError::Replication(_) => ErrorKind::Unavailable,
             ServiceError::Overloaded { .. } => ErrorKind::Overloaded,
             ServiceError::Keys(_) | ServiceError::InvalidCard(_) => ErrorKind::Internal,
             ServiceError::Store(e) => match e {
@@ -186,6 +189,7 @@ impl ServiceError {
             ServiceError::BadInput(e) => e.code(),
             ServiceError::Store(e) => e.code(),
             ServiceError::Bus(_) => "bus_unavailable",
+            ServiceError::Replication(_) => "log_unavailable",
             ServiceError::Overloaded { .. } => "overloaded",
             ServiceError::TooLarge { .. } => "payload_too_large",
             ServiceError::Keys(_) => "keys_unavailable",

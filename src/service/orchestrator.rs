@@ -9,7 +9,7 @@ use super::{Declared, ServiceError, ServiceSettings, backlog, engine, push};
 use crate::agent::Catalog;
 use crate::bus::Bus;
 use crate::claim::Claims;
-use crate::store::{Store, StoreSettings};
+use crate::store::Store;
 use crate::trigger::Triggers;
 use publisher::Publisher;
 use reaper::Deadlines;
@@ -69,15 +69,26 @@ impl Orchestrator {
     /// Opens the store and provisions the bus. Nothing runs in the
     /// background until [`Orchestrator::start`].
     pub async fn open(
-        mut config: ServiceSettings,
+        config: ServiceSettings,
         bus: Bus,
         catalog: Catalog,
         triggers: Triggers,
     ) -> Result<Orchestrator, ServiceError> {
-        let mut store_config = StoreSettings::in_data_dir(&config.data_dir);
-        store_config.idempotency_retention = config.idempotency_retention;
-        store_config.cache_bytes = config.store_cache_bytes;
-        store_config.retry = config.retry;
+        Orchestrator::open_logged(config, bus, catalog, triggers, None).await
+    }
+
+    /// [`Orchestrator::open`] for the leader of a replicated store: every
+    /// commit goes to `commits` (the log's appender) and is reported only
+    /// once the log holds it.
+    pub async fn open_logged(
+        mut config: ServiceSettings,
+        bus: Bus,
+        catalog: Catalog,
+        triggers: Triggers,
+        commits: Option<crate::store::CommitSink>,
+    ) -> Result<Orchestrator, ServiceError> {
+        let mut store_config = config.store_settings();
+        store_config.commits = commits;
         let declared = Declared::new(catalog)?;
         let store = Store::open(&store_config)?;
         let (minter, generated_keys) = config.tokens.minter(&config.data_dir)?;

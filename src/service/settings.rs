@@ -74,6 +74,8 @@ pub struct ServiceSettings {
     pub deliveries: PushSettings,
     /// Reading the agent files (docs/agents.md).
     pub agents: AgentSettings,
+    /// Several orchestrators sharing the store's log (docs/store.md).
+    pub replication: crate::replication::ReplicationSettings,
     /// Model calls: where workers send them, and the orchestrator's
     /// bounds on a conversation (docs/llm.md).
     pub llm: crate::llm::LlmSettings,
@@ -164,6 +166,17 @@ impl Default for PushSettings {
     }
 }
 
+impl ServiceSettings {
+    /// How the store of this data directory is opened.
+    pub fn store_settings(&self) -> crate::store::StoreSettings {
+        let mut store = crate::store::StoreSettings::in_data_dir(&self.data_dir);
+        store.idempotency_retention = self.idempotency_retention;
+        store.cache_bytes = self.store_cache_bytes;
+        store.retry = self.retry;
+        store
+    }
+}
+
 impl Default for ServiceSettings {
     fn default() -> Self {
         ServiceSettings {
@@ -187,6 +200,7 @@ impl Default for ServiceSettings {
             telemetry: crate::telemetry::TelemetrySettings::default(),
             deliveries: PushSettings::default(),
             agents: AgentSettings::default(),
+            replication: crate::replication::ReplicationSettings::default(),
             llm: crate::llm::LlmSettings::default(),
             mcp: crate::llm::mcp::McpSettings::default(),
         }

@@ -44,8 +44,9 @@ pub(super) struct Inner {
     pub(super) unreadable:
         std::sync::Mutex<std::collections::BTreeMap<crate::envelope::TaskId, String>>,
     /// Collects expired idempotency keys in the background, through the
-    /// writer. Dropped first: it keeps the writer's thread running.
-    pub(super) _collector: idempotency::Collector,
+    /// writer (not on a standby's store). Dropped first: it keeps the
+    /// writer's thread running.
+    pub(super) _collector: Option<idempotency::Collector>,
     /// Runs every change, batching those that arrive together into one
     /// transaction. Dropped before `commit`, so its last batch is flushed.
     pub(super) writer: writer::Writer,

@@ -131,8 +131,14 @@ impl Store {
         let submit = writer
             .submitter()
             .ok_or_else(|| StoreError::Io("the store writer stopped".into()))?;
-        let collector =
-            idempotency::Collector::start(key_spaces.clone(), config.gc_interval, submit)?;
+        let collector = match config.collect_keys {
+            true => Some(idempotency::Collector::start(
+                key_spaces.clone(),
+                config.gc_interval,
+                submit,
+            )?),
+            false => None,
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 _collector: collector,

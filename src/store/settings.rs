@@ -12,6 +12,9 @@ pub struct StoreSettings {
     pub idempotency_retention: Duration,
     /// How often expired keys are collected (default 10 min).
     pub gc_interval: Duration,
+    /// Whether this store collects expired keys itself (default true; a
+    /// standby's store only applies the leader's commits).
+    pub collect_keys: bool,
     /// sled's page cache size in bytes (default 8 MiB: sled's own default
     /// of 1 GiB would dwarf the orchestrator's memory budget; 32 MiB is
     /// about 10 % faster and 24 MiB larger at 100,000 tasks).
@@ -37,6 +40,7 @@ impl StoreSettings {
             path: path.into(),
             idempotency_retention: Duration::from_secs(24 * 3600),
             gc_interval: Duration::from_secs(600),
+            collect_keys: true,
             cache_bytes: 8 * 1024 * 1024,
             retry: crate::task::RetryPolicy::default(),
             commits: None,

@@ -1,0 +1,142 @@
+//! One of several orchestrators sharing the store's log
+//! (`replication.enabled`): a standby until it holds the partition's
+//! lease, its store following the log meanwhile; then the leader, its
+//! store's commits going to the log, until it stops or loses the lease.
+
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{ServiceError, ServiceSettings};
+use crate::bus::Bus;
+use crate::envelope::Timestamp;
+use crate::replication::{self, Appender, Holder, Lease, ReplicationError, Taken};
+use crate::store::{CommitSink, Store};
+
+/// What the leader holds: the lease, and the appender its store's
+/// commits go through.
+pub struct Leading {
+    lease: Lease,
+    appender: Appender,
+    /// The sink to open the store with.
+    pub commits: CommitSink,
+}
+
+/// Waits as a standby until this process holds the lease (its store
+/// following the log), then seals the log; `None` when `stop` fires
+/// first.
+pub async fn lead(
+    config: &ServiceSettings,
+    bus: &Bus,
+    stop: &CancellationToken,
+) -> Result<Option<Leading>, ServiceError> {
+    let r = &config.replication;
+    let holder = Holder {
+        holder: r.name.clone().unwrap_or_else(default_name),
+        address: None,
+        since: Timestamp::now(),
+    };
+    let mut standby = config.store_settings();
+    standby.collect_keys = false;
+    let mut seq = 0;
+    let mut said_standby = false;
+    loop {
+        // The store is open only while it follows: the leader's is opened
+        // again, with the log, by the orchestrator.
+        let store = Store::open(&standby)?;
+        seq = replication::catch_up(bus, r.partition, &store, seq).await?;
+        let lease = match Lease::take(bus, r.partition, &holder, r.lease_ttl).await? {
+            Taken::Held(lease) => Some(*lease),
+            Taken::Elsewhere(by) => {
+                if !said_standby {
+                    let leader = by.map(|h| h.holder).unwrap_or_default();
+                    tracing::info!(partition = r.partition, %leader, "standing by: another orchestrator leads the store; following its log");
+                    said_standby = true;
+                }
+                None
+            }
+        };
+        if let Some(lease) = lease {
+            loop {
+                // Everything the last leader wrote, then the seal.
+                seq = replication::catch_up(bus, r.partition, &store, seq).await?;
+                let position = store.log_position()?;
+                match Appender::start(bus, r.partition, position).await {
+                    Ok((appender, commits)) => {
+                        store.flush().await?;
+                        drop(store);
+                        tracing::info!(
+                            partition = r.partition,
+                            epoch = lease.epoch(),
+                            position,
+                            "leading the store: its log is sealed at this position"
+                        );
+                        return Ok(Some(Leading {
+                            lease,
+                            appender,
+                            commits,
+                        }));
+                    }
+                    // The last leader appended meanwhile: read that too.
+                    Err(ReplicationError::Overtaken { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        drop(store);
+        tokio::select! {
+            () = tokio::time::sleep(r.renew_every) => {}
+            () = stop.cancelled() => return Ok(None),
+        }
+    }
+}
+
+impl Leading {
+    /// Keeps the lease while the orchestrator runs: renewed every
+    /// `renew_every`; `lost` fires once it is lost (another took it, or
+    /// it could not be renewed for `lease_ttl`), and the appender stops
+    /// then, so the store writes nothing more.
+    pub fn keep(self, config: &ServiceSettings, lost: CancellationToken) {
+        let (every, ttl) = (config.replication.renew_every, config.replication.lease_ttl);
+        let Leading {
+            mut lease,
+            appender,
+            ..
+        } = self;
+        tokio::spawn(async move {
+            let mut renewed = Instant::now();
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = lost.cancelled() => break,
+                }
+                match lease.renew().await {
+                    Ok(true) => renewed = Instant::now(),
+                    Ok(false) => {
+                        tracing::error!(
+                            "the store's lease was taken by another orchestrator: stepping down"
+                        );
+                        break;
+                    }
+                    Err(e) if renewed.elapsed() >= ttl => {
+                        tracing::error!(error = %e, "the store's lease could not be renewed for its whole lifetime: stepping down");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "renewing the store's lease failed; trying again")
+                    }
+                }
+            }
+            drop(appender);
+            lost.cancel();
+        });
+    }
+}
+
+/// The host's name and this process's id.
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "orchestrator".into());
+    format!("{host}-{}", std::process::id())
+}

@@ -1,0 +1,138 @@
+//! Several `orchestrator run` processes sharing the store's log
+//! (`replication.enabled`), against a real nats-server: one leads, the
+//! other stands by following the log; the leader SIGKILLed, the standby
+//! takes the lease once it lapses, seals the log, recovers as a restart
+//! does, and every task acknowledged before the kill completes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common;
+use common::nats::NatsServer;
+use common::process::{Proc, free_port, orchestrator, run_args};
+use common::system::{card, in_process_worker, key_for};
+use futures::future::BoxFuture;
+use orchestrator::access::ApiKeyEntry;
+use orchestrator::task_token::KeyKind;
+use orchestrator::worker::{Handler, Outcome, Task};
+use serde_json::json;
+
+/// Echoes `n` after a little while, so tasks are in flight at the kill.
+struct Slow;
+
+impl Handler for Slow {
+    fn handle(&self, task: Task) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Outcome::completed(json!({"n": task.envelope.payload.params["n"]}))
+        })
+    }
+}
+
+/// A node of the pair: its own data directory and port, the shared
+/// signing key and API key, replication on with a short lease.
+fn node(name: &str, shared: &Path, agents: &Path, nats: &str, key: &ApiKeyEntry) -> (Proc, String) {
+    let data = shared.join(name);
+    std::fs::create_dir_all(&data).unwrap();
+    let settings = json!({
+        "replication": {"enabled": true, "lease_ttl": "2s", "renew_every": "200ms", "name": name},
+        "api_auth": {"api_keys": [key]}
+    });
+    let config = data.join("settings.json");
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let port = free_port();
+    let signing = shared.join("keys/signing.pem");
+    let args = run_args(
+        agents,
+        &data,
+        port,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--signing-key",
+            signing.to_str().unwrap(),
+        ],
+    );
+    let proc = orchestrator(&args, nats, &shared.join(format!("{name}.log")));
+    (proc, format!("http://127.0.0.1:{port}"))
+}
+
+async fn ready(base: &str, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(format!("{base}/readyz")).await
+            && r.status().is_success()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
+    let nats = NatsServer::start();
+    let shared = tempfile::tempdir().unwrap();
+    orchestrator::task_token::keys::generate(&shared.path().join("keys"), KeyKind::EdDsa, false)
+        .unwrap();
+    let agents = shared.path().join("agents");
+    let slow = card("slow", &["work"]);
+    std::fs::create_dir_all(agents.join("slow")).unwrap();
+    std::fs::write(
+        agents.join("slow/agent.json"),
+        serde_json::to_string(&slow).unwrap(),
+    )
+    .unwrap();
+    let (key, entry) = key_for("admin", &["*"]);
+    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry);
+    assert!(
+        ready(&a_url, Duration::from_secs(30)).await,
+        "the first node leads"
+    );
+    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry);
+    // The standby does not serve while it stands by.
+    assert!(
+        !ready(&b_url, Duration::from_secs(2)).await,
+        "a standby serves"
+    );
+    let (stop, worker) = in_process_worker(&nats, shared.path(), slow, Arc::new(Slow), 4).await;
+    let http = common::system::client_with(Some(&key));
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
+        let t = common::post_json(&http, &format!("{a_url}/v1/tasks"), &body).await;
+        let id = t["task_id"].as_str().unwrap_or_else(|| panic!("{t}"));
+        ids.push(id.to_string());
+    }
+    a.kill();
+    let killed = Instant::now();
+    assert!(
+        ready(&b_url, Duration::from_secs(30)).await,
+        "the standby never took over"
+    );
+    let failover = killed.elapsed();
+    eprintln!("failover: {failover:?} from SIGKILL to the standby answering /readyz");
+    // Every task acknowledged by the dead leader completes on the new one,
+    // and a retried submit names the same task.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, id) in ids.iter().enumerate() {
+        loop {
+            let t = common::get_json(&http, &format!("{b_url}/v1/tasks/{id}")).await;
+            if t["state"] == "completed" {
+                assert_eq!(t["result"], json!({"n": n}));
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {n} stuck: {t:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let body = json!({"to": "slow", "action": "work", "params": {"n": 7}, "idempotency_key": "k7"});
+    let again = common::post_json(&http, &format!("{b_url}/v1/tasks"), &body).await;
+    assert_eq!(again["task_id"], ids[7]);
+    let verify = common::get_json(&http, &format!("{b_url}/v1/audit/verify")).await;
+    assert_eq!(verify["ok"], true, "{verify}");
+    stop.cancel();
+    let _ = worker.await;
+}
