@@ -171,6 +171,19 @@ async fn a_standby_that_followed_the_log_takes_over_and_fences_the_leader() {
     assert!(matches!(refused, StoreError::NotLeader(_)), "{refused:?}");
     let on_b = envelope("echo", "echo", json!({"n": "b"}), "on-b");
     b.submit(new_task(on_b)).await.unwrap();
+    // The old leader's store holds, at the new leader's next position, a
+    // commit the log refused: following the log, it finds it has left it.
+    let diverged = catch_up(&bus, 0, &a, 0).await.unwrap_err();
+    assert!(
+        matches!(
+            diverged,
+            ReplicationError::Apply {
+                source: StoreError::Diverged { .. },
+                ..
+            }
+        ),
+        "{diverged:?}"
+    );
     // The resubmitted key from before the takeover names the same task on
     // the new leader.
     let again = envelope("echo", "echo", json!({"n": "more"}), "more");

@@ -40,11 +40,32 @@ pub async fn lead(
     standby.collect_keys = false;
     let mut seq = 0;
     let mut said_standby = false;
+    // Open while it follows: the leader's is opened again, with the log,
+    // by the orchestrator.
+    let mut store = Store::open(&standby)?;
     loop {
-        // The store is open only while it follows: the leader's is opened
-        // again, with the log, by the orchestrator.
-        let store = Store::open(&standby)?;
-        seq = replication::catch_up(bus, r.partition, &store, seq).await?;
+        seq = match replication::catch_up(bus, r.partition, &store, seq).await {
+            Ok(seq) => seq,
+            // It led once and committed what the log then refused: it is
+            // made again from the log, the old one kept aside.
+            Err(ReplicationError::Apply {
+                source: crate::store::StoreError::Diverged { position },
+                ..
+            }) => {
+                let aside = standby
+                    .path
+                    .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
+                tracing::warn!(position, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
+                drop(store);
+                std::fs::rename(&standby.path, &aside).map_err(|e| {
+                    crate::store::StoreError::Io(format!("{}: {e}", standby.path.display()))
+                })?;
+                store = Store::open(&standby)?;
+                seq = 0;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let lease = match Lease::take(bus, r.partition, &holder, r.lease_ttl).await? {
             Taken::Held(lease) => Some(*lease),
             Taken::Elsewhere(by) => {
@@ -83,7 +104,6 @@ pub async fn lead(
                 }
             }
         }
-        drop(store);
         tokio::select! {
             () = tokio::time::sleep(r.renew_every) => {}
             () = stop.cancelled() => return Ok(None),

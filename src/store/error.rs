@@ -45,6 +45,16 @@ pub enum StoreError {
     /// Nothing more is written here; try the request on the leader.
     #[error("this orchestrator no longer leads the store's log ({0}); try another node")]
     NotLeader(String),
+    /// The store holds another record than the log at a position: it
+    /// committed what the log then refused (it led, and lost the lead),
+    /// and must be made again from the log.
+    #[error(
+        "the store left the log at position {position}: it holds another commit there than the log"
+    )]
+    Diverged {
+        /// The position.
+        position: u64,
+    },
     /// Reading, writing or flushing failed.
     #[error("store I/O failed: {0}")]
     Io(String),
@@ -115,6 +125,7 @@ impl StoreError {
             StoreError::Decode { .. } => "store_corrupt",
             StoreError::Io(_) => "store_io",
             StoreError::NotLeader(_) => "not_leader",
+            StoreError::Diverged { .. } => "store_diverged",
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
             StoreError::Quarantined { .. } => "quarantined",
             StoreError::RunRefused(_) => "invalid_transition",

@@ -24,6 +24,9 @@ use super::writer::Trees;
 /// The `meta` key of the last record applied.
 pub(crate) const APPLIED_KEY: &[u8] = b"log_applied";
 
+/// The `meta` key of the last record's digest.
+pub(crate) const DIGEST_KEY: &[u8] = b"log_digest";
+
 /// The trees a record writes to, by the byte that names each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -203,26 +206,14 @@ pub struct RecordError {
 impl Commit {
     /// The record's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let size: usize = self
-            .writes
-            .iter()
-            .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, |v| v.len()))
-            .sum();
-        let mut out = Vec::with_capacity(13 + size);
-        out.push(1);
-        out.extend_from_slice(&self.position.to_be_bytes());
-        out.extend_from_slice(&(self.writes.len() as u32).to_be_bytes());
-        for w in &self.writes {
-            out.push(w.tree as u8);
-            out.push(u8::from(w.value.is_some()));
-            out.extend_from_slice(&(w.key.len() as u32).to_be_bytes());
-            out.extend_from_slice(&w.key);
-            if let Some(v) = &w.value {
-                out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-                out.extend_from_slice(v);
-            }
-        }
-        out
+        encode(self.position, &self.writes)
+    }
+
+    /// The SHA-256 of the record's bytes: what a store keeps of the last
+    /// record it wrote or applied, to tell it from another at the same
+    /// position.
+    pub fn digest(&self) -> [u8; 32] {
+        digest(self.position, &self.writes)
     }
 
     /// Reads a record's bytes; every byte must belong to it.
@@ -254,6 +245,35 @@ impl Commit {
         }
         Ok(Commit { position, writes })
     }
+}
+
+/// A record's bytes: the position and the writes.
+pub(crate) fn encode(position: u64, writes: &[Write]) -> Vec<u8> {
+    let size: usize = writes
+        .iter()
+        .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, |v| v.len()))
+        .sum();
+    let mut out = Vec::with_capacity(13 + size);
+    out.push(1);
+    out.extend_from_slice(&position.to_be_bytes());
+    out.extend_from_slice(&(writes.len() as u32).to_be_bytes());
+    for w in writes {
+        out.push(w.tree as u8);
+        out.push(u8::from(w.value.is_some()));
+        out.extend_from_slice(&(w.key.len() as u32).to_be_bytes());
+        out.extend_from_slice(&w.key);
+        if let Some(v) = &w.value {
+            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+    out
+}
+
+/// The SHA-256 of a record's bytes.
+pub(crate) fn digest(position: u64, writes: &[Write]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(encode(position, writes)).into()
 }
 
 /// Reads a record's bytes in order.
@@ -304,7 +324,19 @@ pub(crate) fn apply(trees: &Trees, commit: &Commit) -> Result<bool, StoreError> 
             t.8.get(APPLIED_KEY)?
                 .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
                 .map_or(0, u64::from_be_bytes);
+        let digest = commit.digest();
         if done >= commit.position {
+            // The record it holds at this position must be this one: a
+            // store that wrote another there (a leader that committed what
+            // the log then refused) has left the log.
+            if done == commit.position && t.8.get(DIGEST_KEY)?.is_some_and(|d| d.as_ref() != digest)
+            {
+                return Err(sled::transaction::ConflictableTransactionError::Abort(
+                    StoreError::Diverged {
+                        position: commit.position,
+                    },
+                ));
+            }
             return Ok(false);
         }
         let each = [&t.0, &t.1, &t.2, &t.3, &t.4, &t.5, &t.6, &t.7, &t.8, &t.9];
@@ -316,6 +348,7 @@ pub(crate) fn apply(trees: &Trees, commit: &Commit) -> Result<bool, StoreError> 
             };
         }
         t.8.insert(APPLIED_KEY, &commit.position.to_be_bytes()[..])?;
+        t.8.insert(DIGEST_KEY, &digest[..])?;
         Ok::<_, sled::transaction::ConflictableTransactionError<StoreError>>(true)
     });
     Ok(applied?)

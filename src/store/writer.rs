@@ -307,7 +307,9 @@ fn write_loop(
                 if let Some(position) = next_position
                     && !writes.borrow().is_empty()
                 {
+                    let digest = log::digest(position, &writes.borrow());
                     meta.insert(log::APPLIED_KEY, &position.to_be_bytes()[..])?;
+                    meta.insert(log::DIGEST_KEY, &digest[..])?;
                 }
                 Ok(next)
             },
