@@ -37,6 +37,15 @@ impl<'a> TreeTx<'a> {
         TreeTx { tree, id, writes }
     }
 
+    /// Keeps a write of this tree in the transaction's record.
+    fn keep(&self, writes: &RefCell<Vec<Write>>, key: IVec, value: Option<IVec>) {
+        writes.borrow_mut().push(Write {
+            tree: self.id,
+            key,
+            value,
+        });
+    }
+
     /// The value at `key`, as this transaction sees it.
     pub(super) fn get(&self, key: impl AsRef<[u8]>) -> Op<Option<IVec>> {
         self.tree.get(key)
@@ -51,11 +60,7 @@ impl<'a> TreeTx<'a> {
         match self.writes {
             Some(writes) => {
                 let key = key.into();
-                writes.borrow_mut().push(Write {
-                    tree: self.id,
-                    key: key.clone(),
-                    value: Some(value.clone()),
-                });
+                self.keep(writes, key.clone(), Some(value.clone()));
                 self.tree.insert(key, value)
             }
             None => self.tree.insert(key, value),
@@ -70,11 +75,7 @@ impl<'a> TreeTx<'a> {
         match self.writes {
             Some(writes) => {
                 let key = key.into();
-                writes.borrow_mut().push(Write {
-                    tree: self.id,
-                    key: key.clone(),
-                    value: None,
-                });
+                self.keep(writes, key.clone(), None);
                 self.tree.remove(key)
             }
             None => self.tree.remove(key),
