@@ -136,3 +136,41 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
     stop.cancel();
     let _ = worker.await;
 }
+
+/// A data directory whose store was written before replication was
+/// turned on holds what the log does not: it is refused, not led.
+#[tokio::test]
+async fn a_store_from_before_replication_is_not_led() {
+    use orchestrator::service::{ServiceError, ServiceSettings};
+    let nats = NatsServer::start();
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = ServiceSettings {
+        data_dir: data.path().to_path_buf(),
+        ..ServiceSettings::default()
+    };
+    let store = orchestrator::Store::open(&config.store_settings()).unwrap();
+    let env = common::envelope("echo", "echo", json!({}), "k");
+    store.submit(common::new_task(env)).await.unwrap();
+    drop(store);
+    config.replication.enabled = true;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let refused = orchestrator::service::lead(&config, &bus, &stop)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            &refused,
+            ServiceError::Store(orchestrator::StoreError::Open { .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("before replication was turned on")
+    );
+}

@@ -43,6 +43,12 @@ pub async fn lead(
     // Open while it follows: the leader's is opened again, with the log,
     // by the orchestrator.
     let mut store = Store::open(&standby)?;
+    if store.log_position()? == 0 && store.holds_data() {
+        return Err(ServiceError::Store(crate::store::StoreError::Open {
+            path: standby.path.clone(),
+            message: "it holds tasks written before replication was turned on, which the log does not have; moving an existing store into the log is not built yet: start replication.enabled on an empty data directory".into(),
+        }));
+    }
     loop {
         seq = match replication::catch_up(bus, r.partition, &store, seq).await {
             Ok(seq) => seq,

@@ -84,6 +84,15 @@ impl Store {
         idempotency::collect_all(&self.inner.key_spaces, now.unix_seconds(), &writer)
     }
 
+    /// Whether the store holds anything but its format marker: a task, a
+    /// run, an audit record, a key.
+    pub fn holds_data(&self) -> bool {
+        let i = &self.inner;
+        [&i.tasks, &i.envelopes, &i.idempotency, &i.audit, &i.runs]
+            .iter()
+            .any(|t| !t.is_empty())
+    }
+
     /// How many idempotency keys are held (expired ones until collected).
     pub fn claimed_keys(&self) -> usize {
         self.inner.idempotency.len()
