@@ -32,11 +32,18 @@ impl Handler for Slow {
 
 /// A node of the pair: its own data directory and port, the shared
 /// signing key and API key, replication on with a short lease.
-fn node(name: &str, shared: &Path, agents: &Path, nats: &str, key: &ApiKeyEntry) -> (Proc, String) {
+fn node(
+    name: &str,
+    shared: &Path,
+    agents: &Path,
+    nats: &str,
+    key: &ApiKeyEntry,
+    lease_ttl: &str,
+) -> (Proc, String) {
     let data = shared.join(name);
     std::fs::create_dir_all(&data).unwrap();
     let settings = json!({
-        "replication": {"enabled": true, "lease_ttl": "2s", "renew_every": "200ms", "name": name},
+        "replication": {"enabled": true, "lease_ttl": lease_ttl, "renew_every": "200ms", "name": name},
         "api_auth": {"api_keys": [key]}
     });
     let config = data.join("settings.json");
@@ -71,9 +78,12 @@ async fn ready(base: &str, patience: Duration) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
-    let nats = NatsServer::start();
+/// What both nodes share: the signing key, the agent `slow`.
+fn pair_setup() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    orchestrator::agent::AgentCard,
+) {
     let shared = tempfile::tempdir().unwrap();
     orchestrator::task_token::keys::generate(&shared.path().join("keys"), KeyKind::EdDsa, false)
         .unwrap();
@@ -85,13 +95,20 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
         serde_json::to_string(&slow).unwrap(),
     )
     .unwrap();
+    (shared, agents, slow)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
+    let nats = NatsServer::start();
+    let (shared, agents, slow) = pair_setup();
     let (key, entry) = key_for("admin", &["*"]);
-    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry);
+    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, "2s");
     assert!(
         ready(&a_url, Duration::from_secs(30)).await,
         "the first node leads"
     );
-    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry);
+    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, "2s");
     // The standby does not serve while it stands by.
     assert!(
         !ready(&b_url, Duration::from_secs(2)).await,
@@ -172,5 +189,35 @@ async fn a_store_from_before_replication_is_not_led() {
         refused
             .to_string()
             .contains("before replication was turned on")
+    );
+}
+
+/// A leader stopped by SIGTERM gives its lease up once it has stopped: the
+/// standby takes over at once, not after the lease (a minute here) lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_stops_gives_its_lease_up() {
+    let nats = NatsServer::start();
+    let (shared, agents, _slow) = pair_setup();
+    let (_key, entry) = key_for("admin", &["*"]);
+    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, "60s");
+    assert!(
+        ready(&a_url, Duration::from_secs(30)).await,
+        "the first node leads"
+    );
+    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, "60s");
+    assert!(
+        !ready(&b_url, Duration::from_secs(1)).await,
+        "a standby serves"
+    );
+    let pid = nix::unistd::Pid::from_raw(a.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = a.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "a leader stopped by SIGTERM exits 0: {status}"
+    );
+    assert!(
+        ready(&b_url, Duration::from_secs(30)).await,
+        "the standby waited for the lease to lapse"
     );
 }

@@ -217,24 +217,24 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
     };
     let shutdown = shutdown_signal();
     // One of several sharing the store's log: a standby until it leads.
-    let (commits, lost) = match config.replication.enabled {
+    let (commits, lost, kept) = match config.replication.enabled {
         true => match orchestrator::service::lead(&config, &bus, &shutdown).await {
             Ok(Some(leading)) => {
                 let lost = CancellationToken::new();
                 let commits = leading.commits.clone();
-                leading.keep(&config, lost.clone());
+                let kept = leading.keep(&config, lost.clone());
                 // Losing the lease stops this process as a signal would.
                 let (fire, on_lost) = (shutdown.clone(), lost.clone());
                 tokio::spawn(async move {
                     on_lost.cancelled().await;
                     fire.cancel();
                 });
-                (Some(commits), Some(lost))
+                (Some(commits), Some(lost), Some(kept))
             }
             Ok(None) => return ExitCode::SUCCESS,
             Err(e) => return fail(e),
         },
-        false => (None, None),
+        false => (None, None, None),
     };
     let listener = match tokio::net::TcpListener::bind(http.addr).await {
         Ok(l) => l,
@@ -247,6 +247,10 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
         Err(e) => return fail(e),
     };
     let result = orchestrator::server::serve(orchestrator, http, access, listener, shutdown).await;
+    // Stopped and flushed: a standby may take over at once.
+    if let Some(kept) = kept {
+        kept.release().await;
+    }
     if let Some(broker) = managed {
         broker.stop().await;
     }

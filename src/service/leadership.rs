@@ -117,24 +117,51 @@ pub async fn lead(
     }
 }
 
+/// A lease being kept; [`Kept::release`] gives it up when the leader
+/// stops.
+pub struct Kept {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Kept {
+    /// Gives the lease up (after the orchestrator stopped and its store
+    /// is flushed), so a standby takes over at once instead of after the
+    /// lease lapses.
+    pub async fn release(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
 impl Leading {
     /// Keeps the lease while the orchestrator runs: renewed every
     /// `renew_every`; `lost` fires once it is lost (another took it, or
     /// it could not be renewed for `lease_ttl`), and the appender stops
     /// then, so the store writes nothing more.
-    pub fn keep(self, config: &ServiceSettings, lost: CancellationToken) {
+    pub fn keep(self, config: &ServiceSettings, lost: CancellationToken) -> Kept {
         let (every, ttl) = (config.replication.renew_every, config.replication.lease_ttl);
         let Leading {
             mut lease,
             appender,
             ..
         } = self;
-        tokio::spawn(async move {
+        let stop = CancellationToken::new();
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
             let mut renewed = Instant::now();
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(every) => {}
                     () = lost.cancelled() => break,
+                    () = stopping.cancelled() => {
+                        drop(appender);
+                        match lease.release().await {
+                            Ok(()) => tracing::info!("gave the store's lease up"),
+                            Err(e) => tracing::warn!(error = %e, "could not give the store's lease up: a standby takes it once it lapses"),
+                        }
+                        return;
+                    }
                 }
                 match lease.renew().await {
                     Ok(true) => renewed = Instant::now(),
@@ -156,6 +183,7 @@ impl Leading {
             drop(appender);
             lost.cancel();
         });
+        Kept { stop, task }
     }
 }
 
