@@ -78,12 +78,20 @@ async fn ready(base: &str, patience: Duration) -> bool {
     false
 }
 
-/// What both nodes share: the signing key, the agent `slow`.
-fn pair_setup() -> (
-    tempfile::TempDir,
-    std::path::PathBuf,
-    orchestrator::agent::AgentCard,
-) {
+/// Two nodes started in turn, the first leading, the second standing by
+/// (and not serving), sharing a signing key, an API key and the agent
+/// `slow`.
+struct Pair {
+    shared: tempfile::TempDir,
+    slow: orchestrator::agent::AgentCard,
+    key: String,
+    a: Proc,
+    b_url: String,
+    a_url: String,
+    _b: Proc,
+}
+
+async fn start_pair(nats: &NatsServer, lease_ttl: &str) -> Pair {
     let shared = tempfile::tempdir().unwrap();
     orchestrator::task_token::keys::generate(&shared.path().join("keys"), KeyKind::EdDsa, false)
         .unwrap();
@@ -95,25 +103,41 @@ fn pair_setup() -> (
         serde_json::to_string(&slow).unwrap(),
     )
     .unwrap();
-    (shared, agents, slow)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
-    let nats = NatsServer::start();
-    let (shared, agents, slow) = pair_setup();
     let (key, entry) = key_for("admin", &["*"]);
-    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, "2s");
+    let (a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, lease_ttl);
     assert!(
         ready(&a_url, Duration::from_secs(30)).await,
         "the first node leads"
     );
-    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, "2s");
+    let (b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, lease_ttl);
     // The standby does not serve while it stands by.
     assert!(
         !ready(&b_url, Duration::from_secs(2)).await,
         "a standby serves"
     );
+    Pair {
+        shared,
+        slow,
+        key,
+        a,
+        a_url,
+        b_url,
+        _b: b,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
+    let nats = NatsServer::start();
+    let Pair {
+        shared,
+        slow,
+        key,
+        mut a,
+        a_url,
+        b_url,
+        _b,
+    } = start_pair(&nats, "2s").await;
     let (stop, worker) = in_process_worker(&nats, shared.path(), slow, Arc::new(Slow), 4).await;
     let http = common::system::client_with(Some(&key));
     let mut ids = Vec::new();
@@ -197,18 +221,9 @@ async fn a_store_from_before_replication_is_not_led() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_stops_gives_its_lease_up() {
     let nats = NatsServer::start();
-    let (shared, agents, _slow) = pair_setup();
-    let (_key, entry) = key_for("admin", &["*"]);
-    let (mut a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, "60s");
-    assert!(
-        ready(&a_url, Duration::from_secs(30)).await,
-        "the first node leads"
-    );
-    let (_b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, "60s");
-    assert!(
-        !ready(&b_url, Duration::from_secs(1)).await,
-        "a standby serves"
-    );
+    // Kept whole: its directories live as long as it does.
+    let mut pair = start_pair(&nats, "60s").await;
+    let (a, b_url) = (&mut pair.a, pair.b_url.clone());
     let pid = nix::unistd::Pid::from_raw(a.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = a.0.wait().unwrap();

@@ -206,25 +206,26 @@ async fn a_standby_that_followed_the_log_takes_over_and_fences_the_leader() {
 
 #[tokio::test]
 async fn one_process_holds_a_partitions_lease_until_it_lapses() {
-    use orchestrator::replication::{Holder, Lease, Taken};
+    use orchestrator::replication::{Holder, Leases, Taken};
     let nats = NatsServer::start();
     let bus = bus(&nats).await;
     let ttl = std::time::Duration::from_secs(1);
+    let leases = Leases::open(&bus, ttl).await.unwrap();
     let holder = |name: &str| Holder {
         holder: name.into(),
         address: Some(format!("http://{name}:8080")),
         since: orchestrator::envelope::Timestamp::now(),
     };
-    let Taken::Held(mut a) = Lease::take(&bus, 0, &holder("a"), ttl).await.unwrap() else {
+    let Taken::Held(mut a) = leases.take(0, &holder("a")).await.unwrap() else {
         panic!("the first taker holds the lease");
     };
-    match Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap() {
+    match leases.take(0, &holder("b")).await.unwrap() {
         Taken::Elsewhere(Some(h)) => assert_eq!(h.holder, "a"),
         _ => panic!("a second taker is told who holds it"),
     }
     // Another partition's lease is another lease.
     assert!(matches!(
-        Lease::take(&bus, 1, &holder("b"), ttl).await.unwrap(),
+        leases.take(1, &holder("b")).await.unwrap(),
         Taken::Held(_)
     ));
     // Renewed, it stays; left, it lapses and another takes it, at a later
@@ -234,13 +235,13 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
         assert!(a.renew().await.unwrap());
     }
     assert!(matches!(
-        Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap(),
+        leases.take(0, &holder("b")).await.unwrap(),
         Taken::Elsewhere(_)
     ));
     let mut b = None;
     for _ in 0..50 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        if let Taken::Held(lease) = Lease::take(&bus, 0, &holder("b"), ttl).await.unwrap() {
+        if let Taken::Held(lease) = leases.take(0, &holder("b")).await.unwrap() {
             b = Some(lease);
             break;
         }
@@ -254,7 +255,7 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
     // Given up, it is taken at once.
     b.release().await.unwrap();
     assert!(matches!(
-        Lease::take(&bus, 0, &holder("c"), ttl).await.unwrap(),
+        leases.take(0, &holder("c")).await.unwrap(),
         Taken::Held(_)
     ));
 }

@@ -48,6 +48,7 @@ impl Appender {
         partition: u32,
         store_position: u64,
     ) -> Result<(Appender, CommitSink), ReplicationError> {
+        super::provision(bus).await?;
         let (last_seq, log_position) = super::follow::last(bus, partition).await?;
         if log_position != store_position {
             return Err(ReplicationError::NotAtEnd {

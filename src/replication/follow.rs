@@ -7,6 +7,19 @@ use super::{ReplicationError, decode_frame};
 use crate::bus::Bus;
 use crate::store::Commit;
 
+/// The log's stream, without a request for its info (made by
+/// [`super::provision`] before anyone reads it).
+async fn stream(bus: &Bus) -> Result<async_nats::jetstream::stream::Stream<()>, ReplicationError> {
+    let name = bus.names().store_stream();
+    bus.jetstream()
+        .get_stream_no_info(&name)
+        .await
+        .map_err(|e| ReplicationError::Stream {
+            stream: name,
+            source: e.into(),
+        })
+}
+
 /// One message of the log.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -25,7 +38,7 @@ pub async fn entries_after(
     partition: u32,
     after: u64,
 ) -> Result<Vec<Entry>, ReplicationError> {
-    let stream = super::provision(bus).await?;
+    let stream = stream(bus).await?;
     let subject = bus.names().store_subject(partition);
     let mut out = Vec::new();
     let mut next = after + 1;
@@ -59,7 +72,7 @@ pub async fn entries_after(
 /// The last message of partition `partition`: its sequence and the last
 /// position it carries (`(0, 0)` for an empty log).
 pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), ReplicationError> {
-    let stream = super::provision(bus).await?;
+    let stream = stream(bus).await?;
     let subject = bus.names().store_subject(partition);
     match stream.direct_get_last_for_subject(subject).await {
         Ok(msg) => {

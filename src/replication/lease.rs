@@ -48,6 +48,13 @@ pub enum Taken {
     Elsewhere(Option<Holder>),
 }
 
+/// The leases' bucket, opened once (a standby tries the lease every
+/// second: one request each, not two).
+#[derive(Clone)]
+pub struct Leases {
+    kv: kv::Store,
+}
+
 /// The lease bucket, made when missing, its entries expiring after `ttl`.
 async fn bucket(bus: &Bus, ttl: Duration) -> Result<kv::Store, ReplicationError> {
     let name = format!(
@@ -71,16 +78,17 @@ async fn bucket(bus: &Bus, ttl: Duration) -> Result<kv::Store, ReplicationError>
         })
 }
 
-impl Lease {
-    /// Tries to take partition `partition`'s lease for `holder`, held
-    /// `ttl` past each renewal.
-    pub async fn take(
-        bus: &Bus,
-        partition: u32,
-        holder: &Holder,
-        ttl: Duration,
-    ) -> Result<Taken, ReplicationError> {
-        let kv = bucket(bus, ttl).await?;
+impl Leases {
+    /// The bucket of leases held `ttl` past each renewal, made or updated.
+    pub async fn open(bus: &Bus, ttl: Duration) -> Result<Leases, ReplicationError> {
+        Ok(Leases {
+            kv: bucket(bus, ttl).await?,
+        })
+    }
+
+    /// Tries to take partition `partition`'s lease for `holder`.
+    pub async fn take(&self, partition: u32, holder: &Holder) -> Result<Taken, ReplicationError> {
+        let kv = self.kv.clone();
         let key = format!("store.{partition}");
         let value = bytes::Bytes::from(serde_json::to_vec(holder).unwrap_or_default());
         match kv.create(&key, value.clone()).await {
@@ -103,7 +111,9 @@ impl Lease {
             }),
         }
     }
+}
 
+impl Lease {
     /// The leader's epoch: the revision the lease was taken at.
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -24,6 +24,6 @@ pub use appender::Appender;
 pub use error::ReplicationError;
 pub use follow::{Entry, catch_up, entries_after};
 pub use frame::{Frame, FrameError, decode_frame, encode_frame};
-pub use lease::{Holder, Lease, Taken};
+pub use lease::{Holder, Lease, Leases, Taken};
 pub use settings::ReplicationSettings;
 pub use stream::provision;

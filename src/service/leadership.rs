@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ServiceError, ServiceSettings};
 use crate::bus::Bus;
 use crate::envelope::Timestamp;
-use crate::replication::{self, Appender, Holder, Lease, ReplicationError, Taken};
+use crate::replication::{self, Appender, Holder, Lease, Leases, ReplicationError, Taken};
 use crate::store::{CommitSink, Store};
 
 /// What the leader holds: the lease, and the appender its store's
@@ -36,6 +36,9 @@ pub async fn lead(
         address: None,
         since: Timestamp::now(),
     };
+    // Made once: each try below is then one request to the broker.
+    replication::provision(bus).await?;
+    let leases = Leases::open(bus, r.lease_ttl).await?;
     let mut standby = config.store_settings();
     standby.collect_keys = false;
     let mut seq = 0;
@@ -72,7 +75,7 @@ pub async fn lead(
             }
             Err(e) => return Err(e.into()),
         };
-        let lease = match Lease::take(bus, r.partition, &holder, r.lease_ttl).await? {
+        let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
             Taken::Elsewhere(by) => {
                 if !said_standby {

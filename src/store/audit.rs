@@ -36,8 +36,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, StoreError> {
         list(
-            &self.inner.audit,
-            &self.inner.audit_by_task,
+            &self.inner.trees.audit,
+            &self.inner.trees.audit_by_task,
             filter,
             after,
             limit,
@@ -48,7 +48,7 @@ impl Store {
     /// undecodable record.
     pub fn verify_audit(&self) -> Result<AuditReport, StoreError> {
         let head = self.inner.writer.head();
-        verify(&self.inner.audit, head)
+        verify(&self.inner.trees.audit, head)
     }
 }
 

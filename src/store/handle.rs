@@ -20,25 +20,8 @@ pub struct Store {
 pub(super) struct Inner {
     /// Where the store lives, for error messages.
     pub(super) path: PathBuf,
-    /// task id → task status.
-    pub(super) tasks: sled::Tree,
-    /// task id → envelope (written once).
-    pub(super) envelopes: sled::Tree,
-    /// scope/key → idempotency claim.
-    pub(super) idempotency: sled::Tree,
-    /// correlation id / task id → nothing.
-    pub(super) by_correlation: sled::Tree,
-    /// state code / task id → nothing.
-    pub(super) by_state: sled::Tree,
-    pub(super) by_label: sled::Tree,
-    /// sequence → chained audit record.
-    pub(super) audit: sled::Tree,
-    /// task id / sequence → nothing: each task's audit records.
-    pub(super) audit_by_task: sled::Tree,
-    /// Workflow runs (see `runs.rs` for its keys).
-    pub(super) runs: sled::Tree,
-    /// Format marker, audit head, quarantined records.
-    pub(super) meta: sled::Tree,
+    /// Every tree (their keys: the module's doc).
+    pub(super) trees: writer::Trees,
     /// Tasks whose records a reader could not decode, with why, until the
     /// orchestrator takes them to quarantine (`quarantine.rs`).
     pub(super) unreadable:
@@ -87,15 +70,15 @@ impl Store {
     /// Whether the store holds anything but its format marker: a task, a
     /// run, an audit record, a key.
     pub fn holds_data(&self) -> bool {
-        let i = &self.inner;
-        [&i.tasks, &i.envelopes, &i.idempotency, &i.audit, &i.runs]
+        let t = &self.inner.trees;
+        [&t.tasks, &t.envelopes, &t.idempotency, &t.audit, &t.runs]
             .iter()
             .any(|t| !t.is_empty())
     }
 
     /// How many idempotency keys are held (expired ones until collected).
     pub fn claimed_keys(&self) -> usize {
-        self.inner.idempotency.len()
+        self.inner.trees.idempotency.len()
     }
 
     /// How many transactions the store's writer committed since it was

@@ -85,21 +85,29 @@ impl Store {
         let (tree, name, prefix): (&sled::Tree, &'static str, Vec<u8>) =
             match (&q.correlation, &q.trigger, &q.owner, &q.agent, q.state) {
                 (Some(c), ..) => (
-                    &self.inner.by_correlation,
+                    &self.inner.trees.by_correlation,
                     "by_correlation",
                     row_keys::correlation_prefix(c),
                 ),
-                (None, Some(t), ..) => (&self.inner.by_label, "by_label", label(Label::Trigger, t)),
-                (None, None, Some(o), ..) => {
-                    (&self.inner.by_label, "by_label", label(Label::Owner, o))
-                }
-                (None, None, None, Some(a), _) => {
-                    (&self.inner.by_label, "by_label", label(Label::Agent, a))
-                }
+                (None, Some(t), ..) => (
+                    &self.inner.trees.by_label,
+                    "by_label",
+                    label(Label::Trigger, t),
+                ),
+                (None, None, Some(o), ..) => (
+                    &self.inner.trees.by_label,
+                    "by_label",
+                    label(Label::Owner, o),
+                ),
+                (None, None, None, Some(a), _) => (
+                    &self.inner.trees.by_label,
+                    "by_label",
+                    label(Label::Agent, a),
+                ),
                 (None, None, None, None, Some(s)) => {
-                    (&self.inner.by_state, "by_state", vec![s.code()])
+                    (&self.inner.trees.by_state, "by_state", vec![s.code()])
                 }
-                (None, None, None, None, None) => (&self.inner.tasks, "tasks", Vec::new()),
+                (None, None, None, None, None) => (&self.inner.trees.tasks, "tasks", Vec::new()),
             };
         let upper = match before {
             Some(id) => {
@@ -165,7 +173,7 @@ impl Store {
     /// How many tasks are in `state`, counted up to `cap`.
     pub fn count_in_state(&self, state: TaskState, cap: usize) -> Result<usize, StoreError> {
         let mut n = 0;
-        for item in self.inner.by_state.scan_prefix([state.code()]) {
+        for item in self.inner.trees.by_state.scan_prefix([state.code()]) {
             item?;
             n += 1;
             if n >= cap {
@@ -190,7 +198,7 @@ impl Store {
         let Some(owner) = owner else {
             for state in TaskState::ALL {
                 let mut n = 0;
-                for item in self.inner.by_state.scan_prefix([state.code()]) {
+                for item in self.inner.trees.by_state.scan_prefix([state.code()]) {
                     item?;
                     if n == cap {
                         floors.push(state);
@@ -203,7 +211,14 @@ impl Store {
             return Ok((counts, floors));
         };
         let prefix = super::labels::prefix(super::labels::Label::Owner, owner);
-        for (seen, item) in self.inner.by_label.scan_prefix(&prefix).rev().enumerate() {
+        for (seen, item) in self
+            .inner
+            .trees
+            .by_label
+            .scan_prefix(&prefix)
+            .rev()
+            .enumerate()
+        {
             if seen == cap {
                 floors = TaskState::ALL.to_vec();
                 break;
@@ -211,7 +226,7 @@ impl Store {
             let (key, _) = item?;
             let id = row_keys::trailing_task_id("by_label", &key)?;
             let key = row_keys::task(id);
-            let Some(value) = self.inner.tasks.get(key)? else {
+            let Some(value) = self.inner.trees.tasks.get(key)? else {
                 continue;
             };
             if let Ok(light) = row_keys::decode_value::<Light>("tasks", &key, &value) {
@@ -232,7 +247,7 @@ impl Store {
         let key = row_keys::task(id);
         let value = match value {
             Some(v) => v,
-            None => match self.inner.tasks.get(key)? {
+            None => match self.inner.trees.tasks.get(key)? {
                 Some(v) => v,
                 None => return Ok(None),
             },

@@ -254,26 +254,33 @@ pub(crate) fn encode(position: u64, writes: &[Write]) -> Vec<u8> {
         .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, |v| v.len()))
         .sum();
     let mut out = Vec::with_capacity(13 + size);
-    out.push(1);
-    out.extend_from_slice(&position.to_be_bytes());
-    out.extend_from_slice(&(writes.len() as u32).to_be_bytes());
-    for w in writes {
-        out.push(w.tree as u8);
-        out.push(u8::from(w.value.is_some()));
-        out.extend_from_slice(&(w.key.len() as u32).to_be_bytes());
-        out.extend_from_slice(&w.key);
-        if let Some(v) = &w.value {
-            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-            out.extend_from_slice(v);
-        }
-    }
+    write_record(position, writes, &mut |bytes| out.extend_from_slice(bytes));
     out
 }
 
-/// The SHA-256 of a record's bytes.
+/// Hands a record's bytes to `out`, piece by piece.
+fn write_record(position: u64, writes: &[Write], out: &mut impl FnMut(&[u8])) {
+    out(&[1]);
+    out(&position.to_be_bytes());
+    out(&(writes.len() as u32).to_be_bytes());
+    for w in writes {
+        out(&[w.tree as u8, u8::from(w.value.is_some())]);
+        out(&(w.key.len() as u32).to_be_bytes());
+        out(&w.key);
+        if let Some(v) = &w.value {
+            out(&(v.len() as u32).to_be_bytes());
+            out(v);
+        }
+    }
+}
+
+/// The SHA-256 of a record's bytes, hashed as they are made (the writer
+/// needs only the digest; the log's appender encodes the record itself).
 pub(crate) fn digest(position: u64, writes: &[Write]) -> [u8; 32] {
     use sha2::Digest;
-    sha2::Sha256::digest(encode(position, writes)).into()
+    let mut hasher = sha2::Sha256::new();
+    write_record(position, writes, &mut |bytes| hasher.update(bytes));
+    hasher.finalize().into()
 }
 
 /// Reads a record's bytes in order.
@@ -358,7 +365,7 @@ impl super::Store {
     /// The store's position in the log: the last record it wrote or
     /// applied (0: none).
     pub fn log_position(&self) -> Result<u64, StoreError> {
-        applied(&self.inner.meta)
+        applied(&self.inner.trees.meta)
     }
 
     /// Applies a record of another store's commit (a standby following
@@ -367,19 +374,6 @@ impl super::Store {
     /// Records must come in order, and never beside this store's own
     /// writes.
     pub fn apply_commit(&self, commit: &Commit) -> Result<bool, StoreError> {
-        let i = &self.inner;
-        let trees = Trees {
-            tasks: i.tasks.clone(),
-            envelopes: i.envelopes.clone(),
-            idempotency: i.idempotency.clone(),
-            by_correlation: i.by_correlation.clone(),
-            by_state: i.by_state.clone(),
-            by_label: i.by_label.clone(),
-            audit: i.audit.clone(),
-            audit_by_task: i.audit_by_task.clone(),
-            meta: i.meta.clone(),
-            runs: i.runs.clone(),
-        };
-        apply(&trees, commit)
+        apply(&self.inner.trees, commit)
     }
 }

@@ -250,7 +250,7 @@ impl Store {
     /// Delivery `id` of `subject`, if any.
     pub fn delivery(&self, subject: TaskId, id: &str) -> Result<Option<PushDelivery>, StoreError> {
         let k = key(RECORD, subject, id);
-        match self.inner.meta.get(&k)? {
+        match self.inner.trees.meta.get(&k)? {
             Some(v) => row_keys::decode_value("meta", &k, &v).map(Some),
             None => Ok(None),
         }
@@ -259,6 +259,7 @@ impl Store {
     /// Every delivery of `subject`, by id.
     pub fn deliveries_of(&self, subject: TaskId) -> Result<Vec<PushDelivery>, StoreError> {
         self.inner
+            .trees
             .meta
             .scan_prefix(subject_prefix(RECORD, subject))
             .map(|item| {
@@ -271,6 +272,7 @@ impl Store {
     /// Every delivery, in subject order: for the listing of give-ups.
     pub fn all_deliveries(&self) -> Result<Vec<PushDelivery>, StoreError> {
         self.inner
+            .trees
             .meta
             .scan_prefix(RECORD)
             .map(|item| {
@@ -283,6 +285,7 @@ impl Store {
     /// The deliveries that may still owe something: (subject, id).
     pub fn pending_deliveries(&self) -> Result<Vec<(TaskId, String)>, StoreError> {
         self.inner
+            .trees
             .meta
             .scan_prefix(PENDING)
             .map(|item| {

@@ -92,11 +92,11 @@ impl Store {
     fn labels_of(&self, id: TaskId) -> Result<Vec<Vec<u8>>, StoreError> {
         use super::labels::{Label, key};
         let k = row_keys::task(id);
-        let status = match self.inner.tasks.get(k)? {
+        let status = match self.inner.trees.tasks.get(k)? {
             Some(b) => row_keys::decode_value::<TaskStatus>("tasks", &k, &b).ok(),
             None => None,
         };
-        let envelope = match self.inner.envelopes.get(k)? {
+        let envelope = match self.inner.trees.envelopes.get(k)? {
             Some(b) => {
                 row_keys::decode_value::<crate::envelope::Envelope>("envelopes", &k, &b).ok()
             }
@@ -131,7 +131,7 @@ impl Store {
         // Its index entries: the correlation id from its status, or, when
         // that is what cannot be read, from its first audit record.
         let key = row_keys::task(id);
-        let correlation = match self.inner.tasks.get(key)? {
+        let correlation = match self.inner.trees.tasks.get(key)? {
             Some(bytes) => match row_keys::decode_value::<TaskStatus>("tasks", &key, &bytes) {
                 Ok(status) => Some(status.correlation_id),
                 Err(_) => self.submitted_correlation(id)?,
@@ -207,7 +207,7 @@ impl Store {
     /// Task `id`'s quarantine record, if it was set aside.
     pub fn quarantined(&self, id: TaskId) -> Result<Option<Quarantined>, StoreError> {
         let key = record_key(id);
-        match self.inner.meta.get(key.as_bytes())? {
+        match self.inner.trees.meta.get(key.as_bytes())? {
             Some(bytes) => row_keys::decode_value("meta", key.as_bytes(), &bytes).map(Some),
             None => Ok(None),
         }
@@ -217,7 +217,7 @@ impl Store {
     /// aside (by tree).
     pub fn quarantined_tasks(&self) -> Result<Vec<(Quarantined, RawRecords)>, StoreError> {
         let mut out: Vec<(Quarantined, RawRecords)> = Vec::new();
-        for item in self.inner.meta.scan_prefix(PREFIX.as_bytes()) {
+        for item in self.inner.trees.meta.scan_prefix(PREFIX.as_bytes()) {
             let (key, bytes) = item?;
             let name = String::from_utf8_lossy(&key[PREFIX.len()..]).into_owned();
             match name.split_once('/') {

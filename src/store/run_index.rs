@@ -132,7 +132,7 @@ impl Store {
             None => end.extend_from_slice(&[0xff; 17]),
         }
         let mut out = Vec::new();
-        for item in self.inner.runs.range(prefix.clone()..end).rev() {
+        for item in self.inner.trees.runs.range(prefix.clone()..end).rev() {
             if out.len() >= limit {
                 break;
             }
@@ -238,10 +238,10 @@ mod tests {
 
         // A stale entry and a missing one are both reported.
         let [_, by_state, _] = index_keys(&store.run(a1).unwrap().unwrap());
-        store.inner.runs.remove(&by_state).unwrap();
+        store.inner.trees.runs.remove(&by_state).unwrap();
         let mut wrong = index_prefix(None, Some(Completed)).unwrap();
         wrong.extend_from_slice(a3.as_bytes());
-        store.inner.runs.insert(&wrong, &[][..]).unwrap();
+        store.inner.trees.runs.insert(&wrong, &[][..]).unwrap();
         let report = store.check_indexes().unwrap();
         assert_eq!(report.problems.len(), 2, "{report:?}");
         assert!(report.problems[0].contains("missing from a run index"));

@@ -352,7 +352,7 @@ impl Store {
     /// Trigger `trigger`'s schedule cursor, if its schedule has run.
     pub fn schedule_cursor(&self, trigger: &str) -> Result<Option<ScheduleCursor>, StoreError> {
         let key = cursor_key(trigger);
-        match self.inner.runs.get(&key)? {
+        match self.inner.trees.runs.get(&key)? {
             Some(bytes) => row_keys::decode_value("runs", &key, &bytes).map(Some),
             None => Ok(None),
         }
@@ -389,14 +389,14 @@ impl Store {
 
     /// The run with this id, if any.
     pub fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
-        stored_run(&self.inner.runs, id)
+        stored_run(&self.inner.trees.runs, id)
     }
 
     /// The tasks of run `id`'s steps that have started, by step id.
     pub(super) fn run_steps(&self, id: RunId) -> Result<BTreeMap<String, TaskId>, StoreError> {
         let prefix = prefixed(STEP, id);
         let mut out = BTreeMap::new();
-        for item in self.inner.runs.scan_prefix(prefix) {
+        for item in self.inner.trees.runs.scan_prefix(prefix) {
             let (key, value) = item?;
             let step = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
             out.insert(step, decode_task_id(&key, &value)?);
@@ -431,7 +431,7 @@ impl Store {
         let mut out = BTreeMap::new();
         for (step, task_id) in self.run_steps(id)? {
             let key = row_keys::task(task_id);
-            let read = match self.inner.tasks.get(key)? {
+            let read = match self.inner.trees.tasks.get(key)? {
                 Some(bytes) => row_keys::decode_value("tasks", &key, &bytes).map(Some),
                 None => Ok(None),
             };
@@ -445,6 +445,7 @@ impl Store {
     /// The runs that have not ended, oldest first.
     pub fn live_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner
+            .trees
             .runs
             .scan_prefix([LIVE])
             .map(|item| run_id_at(&item?.0))

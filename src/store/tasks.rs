@@ -72,7 +72,7 @@ impl Store {
     /// The status of the task with this id, if any (one small read).
     pub fn status(&self, id: TaskId) -> Result<Option<TaskStatus>, StoreError> {
         let key = row_keys::task(id);
-        match self.inner.tasks.get(key)? {
+        match self.inner.trees.tasks.get(key)? {
             Some(bytes) => row_keys::decode_value("tasks", &key, &bytes).map(Some),
             None => Ok(None),
         }
@@ -86,7 +86,7 @@ impl Store {
             state: TaskState,
         }
         let key = row_keys::task(id);
-        match self.inner.tasks.get(key)? {
+        match self.inner.trees.tasks.get(key)? {
             Some(bytes) => {
                 row_keys::decode_value::<StateOnly>("tasks", &key, &bytes).map(|s| Some(s.state))
             }
@@ -97,7 +97,7 @@ impl Store {
     /// The envelope of the task with this id, if any (as submitted, attempt 1).
     pub fn envelope(&self, id: TaskId) -> Result<Option<Envelope>, StoreError> {
         let key = row_keys::task(id);
-        match self.inner.envelopes.get(key)? {
+        match self.inner.trees.envelopes.get(key)? {
             Some(bytes) => row_keys::decode_value("envelopes", &key, &bytes).map(Some),
             None => Ok(None),
         }
@@ -155,7 +155,7 @@ impl Store {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for item in self.inner.tasks.range((start, Bound::Unbounded)) {
+        for item in self.inner.trees.tasks.range((start, Bound::Unbounded)) {
             if out.len() >= limit {
                 break;
             }
@@ -181,7 +181,7 @@ impl Store {
         let prefix = row_keys::correlation_prefix(correlation);
         let start = after.map(|id| row_keys::correlation(correlation, id));
         let mut out = self.index_range(
-            &self.inner.by_correlation,
+            &self.inner.trees.by_correlation,
             "by_correlation",
             &prefix,
             start,
@@ -236,7 +236,7 @@ impl Store {
         let prefix = [state.code()];
         let start = after.map(|id| row_keys::state(state, id).to_vec());
         self.index_range(
-            &self.inner.by_state,
+            &self.inner.trees.by_state,
             "by_state",
             &prefix,
             start,

@@ -40,7 +40,7 @@ impl Store {
     pub fn check_indexes(&self) -> Result<IndexReport, StoreError> {
         let inner = &self.inner;
         let mut report = IndexReport::default();
-        for item in inner.tasks.iter() {
+        for item in inner.trees.tasks.iter() {
             let (key, bytes) = item?;
             report.tasks += 1;
             let record: TaskStatus = match row_keys::decode_value("tasks", &key, &bytes) {
@@ -54,7 +54,7 @@ impl Store {
             if row_keys::task(id).as_slice() != key.as_ref() {
                 report.problem(format!("task stored under another id's key: {id}"));
             }
-            match inner.envelopes.get(&key)? {
+            match inner.trees.envelopes.get(&key)? {
                 None => report.problem(format!("task {id} has no envelope")),
                 Some(bytes) => {
                     match row_keys::decode_value::<Envelope>("envelopes", &key, &bytes) {
@@ -63,7 +63,7 @@ impl Store {
                             for label in
                                 super::labels::of(&envelope, record.requested_by.as_deref())
                             {
-                                if !inner.by_label.contains_key(&label)? {
+                                if !inner.trees.by_label.contains_key(&label)? {
                                     report.problem(format!("task {id} is missing from by_label"));
                                     break;
                                 }
@@ -74,6 +74,7 @@ impl Store {
             }
             let own = id.is_written_as(record.correlation_id.as_str());
             let indexed = inner
+                .trees
                 .by_correlation
                 .contains_key(row_keys::correlation(&record.correlation_id, id))?;
             if indexed == own {
@@ -84,6 +85,7 @@ impl Store {
                 });
             }
             if !inner
+                .trees
                 .by_state
                 .contains_key(row_keys::state(record.state, id))?
             {
@@ -93,7 +95,7 @@ impl Store {
                 ));
             }
         }
-        for item in inner.by_correlation.iter() {
+        for item in inner.trees.by_correlation.iter() {
             let (key, _) = item?;
             let id = row_keys::trailing_task_id("by_correlation", &key)?;
             let Some(status) = self.readable_status(id)? else {
@@ -105,14 +107,14 @@ impl Store {
                 None => report.problem(format!("by_correlation names missing task {id}")),
             }
         }
-        for item in inner.by_label.iter() {
+        for item in inner.trees.by_label.iter() {
             let (key, _) = item?;
             let id = row_keys::trailing_task_id("by_label", &key)?;
             if let Some(None) = self.readable_status(id)? {
                 report.problem(format!("by_label names missing task {id}"));
             }
         }
-        for item in inner.by_state.iter() {
+        for item in inner.trees.by_state.iter() {
             let (key, _) = item?;
             let id = row_keys::trailing_task_id("by_state", &key)?;
             let Some(status) = self.readable_status(id)? else {
@@ -127,7 +129,7 @@ impl Store {
                 None => report.problem(format!("by_state names missing task {id}")),
             }
         }
-        for item in inner.idempotency.iter() {
+        for item in inner.trees.idempotency.iter() {
             let (key, bytes) = item?;
             let claim: Claim = match row_keys::decode_value("idempotency", &key, &bytes) {
                 Ok(claim) => claim,
@@ -146,7 +148,7 @@ impl Store {
             }
         }
         self.check_audit_index(&mut report)?;
-        for problem in super::run_index::check_indexes(&self.inner.runs)? {
+        for problem in super::run_index::check_indexes(&self.inner.trees.runs)? {
             report.problem(problem);
         }
         Ok(report)
@@ -167,14 +169,14 @@ impl Store {
     /// index entry names only such records, oldest first.
     fn check_audit_index(&self, report: &mut IndexReport) -> Result<(), StoreError> {
         let inner = &self.inner;
-        for item in inner.audit.iter() {
+        for item in inner.trees.audit.iter() {
             let (key, value) = item?;
             let (_, record) = audit::decode_stored(&key, &value)?;
             let Some(task) = record.task_id else {
                 continue;
             };
             let key = row_keys::task(task);
-            let listed = match inner.audit_by_task.get(key)? {
+            let listed = match inner.trees.audit_by_task.get(key)? {
                 Some(entry) => {
                     row_keys::audit_seqs(&key, &entry).is_ok_and(|seqs| seqs.contains(&record.seq))
                 }
@@ -187,7 +189,7 @@ impl Store {
                 ));
             }
         }
-        for item in inner.audit_by_task.iter() {
+        for item in inner.trees.audit_by_task.iter() {
             let (key, entry) = item?;
             let task = row_keys::trailing_task_id("audit_by_task", &key)?;
             let seqs = match row_keys::audit_seqs(&key, &entry) {
@@ -203,7 +205,7 @@ impl Store {
                 ));
             }
             for seq in seqs {
-                let found = match inner.audit.get(row_keys::audit(seq))? {
+                let found = match inner.trees.audit.get(row_keys::audit(seq))? {
                     Some(value) => {
                         audit::decode_stored(&row_keys::audit(seq), &value)?
                             .1
