@@ -168,3 +168,144 @@ fn a_record_that_is_not_one_is_refused_where_it_breaks() {
     short_key.extend_from_slice(&[0, 0, 0, 1, 1, 0, 0, 0, 0, 9, b'k']);
     assert_eq!(Commit::decode(&short_key).unwrap_err().what, "the key");
 }
+
+/// Every tree of the store at `path` but the log's own keys in `meta`.
+fn trees_but_position(path: &Path) -> Vec<crate::common::Dumped> {
+    let mut trees = sled_trees(path);
+    for (name, pairs) in &mut trees {
+        if name == b"meta" {
+            pairs.retain(|(k, _)| k != b"log_applied" && k != b"log_digest");
+        }
+    }
+    trees
+}
+
+/// A snapshot that holds entries of commits after its position (it was
+/// read while the writer went on), loaded and followed by every record
+/// after that position, makes the store again byte for byte.
+#[tokio::test]
+async fn a_snapshot_and_the_records_after_it_make_the_store_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let (store, commits) = recorded_store(&first);
+    live(&store).await;
+    let at = store.log_position().unwrap();
+    // Stated as of half way: records at..half are in it already, as when
+    // they commit while the snapshot is read.
+    let stated = at / 2;
+    let mut bytes = Vec::new();
+    let size = store.write_snapshot(stated, &mut bytes).unwrap();
+    assert_eq!((size.position, size.bytes), (stated, bytes.len() as u64));
+    // One stated at its own position is the store as it is.
+    let mut exact = Vec::new();
+    store.write_snapshot(at, &mut exact).unwrap();
+    drop(store);
+    let third = StoreSettings::new(dir.path().join("third"));
+    Store::restore_snapshot(&third, &exact[..]).unwrap();
+    assert_eq!(
+        Store::open(&third).unwrap().log_position().unwrap(),
+        at,
+        "a loaded store is at its snapshot's position"
+    );
+    assert!(
+        trees_but_position(&first) == trees_but_position(&third.path),
+        "the store made from a snapshot differs"
+    );
+    let mut commits_before = std::mem::take(&mut *commits.lock().unwrap());
+    let (store, commits) = recorded_store(&first);
+    // More after it.
+    let env = envelope("echo", "echo", json!({"after": true}), "after");
+    let id = env.header.task_id;
+    store.submit(new_task(env)).await.unwrap();
+    let change = Change::new(Transition::Start, "worker-1", "reported");
+    store.apply(id, change).await.unwrap();
+    store.flush().await.unwrap();
+    let end = store.log_position().unwrap();
+    drop(store);
+
+    let settings = StoreSettings::new(&second);
+    // What is there is replaced.
+    let old = Store::open(&settings).unwrap();
+    live(&old).await;
+    drop(old);
+    assert_eq!(
+        Store::restore_snapshot(&settings, &bytes[..]).unwrap(),
+        size
+    );
+    let replica = Store::open(&settings).unwrap();
+    assert_eq!(replica.log_position().unwrap(), stated);
+    commits_before.append(&mut commits.lock().unwrap());
+    for c in commits_before.iter().filter(|c| c.position > stated) {
+        assert!(replica.apply_commit(c).unwrap(), "record {}", c.position);
+    }
+    assert_eq!(replica.log_position().unwrap(), end);
+    replica.flush().await.unwrap();
+    drop(replica);
+    assert!(
+        trees_but_position(&first) == trees_but_position(&second),
+        "the store made from the snapshot and the records differs"
+    );
+    assert_eq!(sled_trees(&first), sled_trees(&second));
+    let replica = Store::open(&settings).unwrap();
+    assert!(replica.verify_audit().unwrap().ok);
+    assert!(replica.check_indexes().unwrap().ok());
+}
+
+/// A record after a gap is refused (the log was trimmed past the store),
+/// not applied as if the records between did not matter.
+#[tokio::test]
+async fn a_record_after_a_gap_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, commits) = recorded_store(&dir.path().join("first"));
+    live(&store).await;
+    drop(store);
+    let commits = std::mem::take(&mut *commits.lock().unwrap());
+    let replica = Store::open(&StoreSettings::new(dir.path().join("second"))).unwrap();
+    replica.apply_commit(&commits[0]).unwrap();
+    let err = replica.apply_commit(&commits[2]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            orchestrator::StoreError::Behind {
+                applied: 1,
+                position: 3
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(replica.log_position().unwrap(), 1);
+}
+
+/// A snapshot cut short, changed, followed by more or of another kind is
+/// refused, and the store it was to replace stays as it was.
+#[tokio::test]
+async fn a_damaged_snapshot_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreSettings::new(dir.path().join("first"))).unwrap();
+    live(&store).await;
+    let mut bytes = Vec::new();
+    store.write_snapshot(3, &mut bytes).unwrap();
+    let settings = StoreSettings::new(dir.path().join("second"));
+    let old = Store::open(&settings).unwrap();
+    let env = envelope("echo", "echo", json!({}), "kept");
+    old.submit(new_task(env)).await.unwrap();
+    drop(old);
+    let before = sled_trees(&settings.path);
+    let mut flipped = bytes.clone();
+    flipped[40] ^= 1;
+    let mut longer = bytes.clone();
+    longer.push(0);
+    for (what, damaged) in [
+        ("cut short", &bytes[..bytes.len() - 1]),
+        ("a byte changed", &flipped[..]),
+        ("a byte more", &longer[..]),
+        ("not a snapshot", &b"ORCHSNAQ\x01"[..]),
+    ] {
+        let err = Store::restore_snapshot(&settings, damaged).unwrap_err();
+        assert!(
+            matches!(err, orchestrator::StoreError::Snapshot(_)),
+            "{what}: {err}"
+        );
+    }
+    assert_eq!(sled_trees(&settings.path), before);
+}

@@ -55,6 +55,21 @@ pub enum StoreError {
         /// The position.
         position: u64,
     },
+    /// A record comes after a gap: the store is at `applied` and the
+    /// record at `position`, the records between are not in what it reads
+    /// (a log trimmed past this store: it must start from a snapshot).
+    #[error(
+        "the store is at log position {applied} but the next record it is given is at {position}: the records between are gone from the log (trimmed below a snapshot)"
+    )]
+    Behind {
+        /// The store's position.
+        applied: u64,
+        /// The record's position.
+        position: u64,
+    },
+    /// A snapshot cannot be written or read.
+    #[error("store snapshot: {0}")]
+    Snapshot(String),
     /// Reading, writing or flushing failed.
     #[error("store I/O failed: {0}")]
     Io(String),
@@ -126,6 +141,8 @@ impl StoreError {
             StoreError::Io(_) => "store_io",
             StoreError::NotLeader(_) => "not_leader",
             StoreError::Diverged { .. } => "store_diverged",
+            StoreError::Behind { .. } => "store_behind",
+            StoreError::Snapshot(_) => "store_snapshot",
             StoreError::NotFound(_) | StoreError::RunNotFound(_) => "not_found",
             StoreError::Quarantined { .. } => "quarantined",
             StoreError::RunRefused(_) => "invalid_transition",

@@ -58,7 +58,7 @@ impl TreeId {
         TreeId::Runs,
     ];
 
-    fn from_byte(b: u8) -> Option<TreeId> {
+    pub(crate) fn from_byte(b: u8) -> Option<TreeId> {
         TreeId::ALL.into_iter().find(|t| *t as u8 == b)
     }
 }
@@ -345,6 +345,14 @@ pub(crate) fn apply(trees: &Trees, commit: &Commit) -> Result<bool, StoreError> 
                 ));
             }
             return Ok(false);
+        }
+        if commit.position != done + 1 {
+            return Err(sled::transaction::ConflictableTransactionError::Abort(
+                StoreError::Behind {
+                    applied: done,
+                    position: commit.position,
+                },
+            ));
         }
         let each = [&t.0, &t.1, &t.2, &t.3, &t.4, &t.5, &t.6, &t.7, &t.8, &t.9];
         for w in &commit.writes {

@@ -26,7 +26,8 @@
 //! `format`, `migrate`); then one file per thing stored: tasks (`submit`,
 //! `apply`, `tasks`, `listing`, `labels`, `row_keys`), idempotency keys,
 //! the audit chain, runs (`runs`, `run_index`), messages, the outbox,
-//! quarantine, marks; and checking it all (`verify`).
+//! quarantine, marks; the commits as records for the log (`log`) and the
+//! whole store as a snapshot (`snapshot`); and checking it all (`verify`).
 
 mod apply;
 mod audit;
@@ -49,6 +50,7 @@ mod row_keys;
 mod run_index;
 mod runs;
 mod settings;
+mod snapshot;
 mod submit;
 mod tasks;
 mod tx;
@@ -71,6 +73,7 @@ pub use outbox::{CALLBACK, GaveUp, PushAuth, PushDelivery, PushTarget, Target};
 pub use quarantine::Quarantined;
 pub use runs::{NewRun, ScheduleCursor, StepLink};
 pub use settings::StoreSettings;
+pub use snapshot::SnapshotSize;
 pub use submit::NewTask;
 use tx::{Abort, Tx};
 pub use verify::IndexReport;

@@ -109,6 +109,22 @@ type All<'a> = (
 );
 
 impl Trees {
+    /// The tree `id` names.
+    pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
+        match id {
+            TreeId::Tasks => &self.tasks,
+            TreeId::Envelopes => &self.envelopes,
+            TreeId::Idempotency => &self.idempotency,
+            TreeId::ByCorrelation => &self.by_correlation,
+            TreeId::ByState => &self.by_state,
+            TreeId::ByLabel => &self.by_label,
+            TreeId::Audit => &self.audit,
+            TreeId::AuditByTask => &self.audit_by_task,
+            TreeId::Meta => &self.meta,
+            TreeId::Runs => &self.runs,
+        }
+    }
+
     /// Every tree, in [`TreeId::ALL`]'s order, for one transaction over
     /// them all.
     pub(crate) fn all(&self) -> All<'_> {
