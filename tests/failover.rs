@@ -43,7 +43,8 @@ fn node(
     let data = shared.join(name);
     std::fs::create_dir_all(&data).unwrap();
     let settings = json!({
-        "replication": {"enabled": true, "lease_ttl": lease_ttl, "renew_every": "200ms", "name": name},
+        "replication": {"enabled": true, "lease_ttl": lease_ttl, "renew_every": "200ms", "name": name,
+                        "snapshot_every": "300ms", "snapshots_kept": 1},
         "api_auth": {"api_keys": [key]}
     });
     let config = data.join("settings.json");
@@ -85,6 +86,7 @@ struct Pair {
     shared: tempfile::TempDir,
     slow: orchestrator::agent::AgentCard,
     key: String,
+    entry: ApiKeyEntry,
     a: Proc,
     b_url: String,
     a_url: String,
@@ -119,6 +121,7 @@ async fn start_pair(nats: &NatsServer, lease_ttl: &str) -> Pair {
         shared,
         slow,
         key,
+        entry,
         a,
         a_url,
         b_url,
@@ -137,6 +140,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
         a_url,
         b_url,
         _b,
+        ..
     } = start_pair(&nats, "2s").await;
     let (stop, worker) = in_process_worker(&nats, shared.path(), slow, Arc::new(Slow), 4).await;
     let http = common::system::client_with(Some(&key));
@@ -157,18 +161,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
     eprintln!("failover: {failover:?} from SIGKILL to the standby answering /readyz");
     // Every task acknowledged by the dead leader completes on the new one,
     // and a retried submit names the same task.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for (n, id) in ids.iter().enumerate() {
-        loop {
-            let t = common::get_json(&http, &format!("{b_url}/v1/tasks/{id}")).await;
-            if t["state"] == "completed" {
-                assert_eq!(t["result"], json!({"n": n}));
-                break;
-            }
-            assert!(Instant::now() < deadline, "task {n} stuck: {t:#}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    all_completed(&http, &b_url, &ids).await;
     let body = json!({"to": "slow", "action": "work", "params": {"n": 7}, "idempotency_key": "k7"});
     let again = common::post_json(&http, &format!("{b_url}/v1/tasks"), &body).await;
     assert_eq!(again["task_id"], ids[7]);
@@ -235,4 +228,113 @@ async fn a_leader_that_stops_gives_its_lease_up() {
         ready(&b_url, Duration::from_secs(30)).await,
         "the standby waited for the lease to lapse"
     );
+}
+
+/// Waits until every task of `ids` has completed on `base` with its `n`.
+async fn all_completed(http: &reqwest::Client, base: &str, ids: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, id) in ids.iter().enumerate() {
+        loop {
+            let t = common::get_json(http, &format!("{base}/v1/tasks/{id}")).await;
+            if t["state"] == "completed" {
+                assert_eq!(t["result"], json!({"n": n}));
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {n} stuck: {t:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The leader killed and its data directory deleted (a lost disk or VM):
+/// the standby takes over, and a fresh process in the old one's place
+/// finds the log trimmed below the leaders' snapshots, loads the newest,
+/// follows the log from it, and takes over in turn with every task, key
+/// and audit record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
+    use orchestrator::replication::{entries_after, snapshots};
+    let nats = NatsServer::start();
+    let pair = start_pair(&nats, "2s").await;
+    let Pair {
+        shared,
+        slow,
+        key,
+        entry,
+        mut a,
+        a_url,
+        b_url,
+        _b: mut b,
+    } = pair;
+    let (stop, worker) = in_process_worker(&nats, shared.path(), slow, Arc::new(Slow), 4).await;
+    let http = common::system::client_with(Some(&key));
+    let submit = |n: usize, base: String| {
+        let http = http.clone();
+        async move {
+            let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
+            let t = common::post_json(&http, &format!("{base}/v1/tasks"), &body).await;
+            t["task_id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{t}"))
+                .to_string()
+        }
+    };
+    let mut ids = Vec::new();
+    for n in 0..30 {
+        ids.push(submit(n, a_url.clone()).await);
+    }
+    a.kill();
+    std::fs::remove_dir_all(shared.path().join("a")).unwrap();
+    assert!(
+        ready(&b_url, Duration::from_secs(30)).await,
+        "the standby never took over"
+    );
+    for n in 30..40 {
+        ids.push(submit(n, b_url.clone()).await);
+    }
+    all_completed(&http, &b_url, &ids).await;
+    // The new leader's snapshots trim the log: the start is gone.
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let first = entries_after(&bus, 0, 0).await.unwrap()[0].seq;
+        if first > 1 && !snapshots(&bus, 0).await.unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the log was never trimmed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let agents = shared.path().join("agents");
+    let (_fresh, fresh_url) = node("a", shared.path(), &agents, &nats.url(), &entry, "2s");
+    let log = shared.path().join("a.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("standing by")
+    {
+        assert!(Instant::now() < deadline, "the fresh node never stood by");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("loading the newest snapshot"),
+        "the fresh node did not load a snapshot:\n{said}"
+    );
+    b.kill();
+    assert!(
+        ready(&fresh_url, Duration::from_secs(30)).await,
+        "the fresh node never took over"
+    );
+    all_completed(&http, &fresh_url, &ids).await;
+    let again = submit(7, fresh_url.clone()).await;
+    assert_eq!(again, ids[7], "a retried key names the task made before");
+    let more = submit(40, fresh_url.clone()).await;
+    ids.push(more);
+    all_completed(&http, &fresh_url, &ids).await;
+    let verify = common::get_json(&http, &format!("{fresh_url}/v1/audit/verify")).await;
+    assert_eq!(verify["ok"], true, "{verify}");
+    stop.cancel();
+    let _ = worker.await;
 }

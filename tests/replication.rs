@@ -259,3 +259,67 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
         Taken::Held(_)
     ));
 }
+
+/// The leader's snapshot trims the log below it; a store with nothing
+/// (a lost disk) cannot follow the trimmed log from its start, and is
+/// made from the newest snapshot and the log after it, byte for byte the
+/// leader's.
+#[tokio::test]
+async fn a_store_joins_a_trimmed_log_from_a_snapshot() {
+    use orchestrator::replication::{restore, snapshots, take};
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (leader, replica) = (dir.path().join("leader"), dir.path().join("replica"));
+    let (store, appender) = leading(&bus, &leader).await;
+    live(&store).await;
+    let first = take(&bus, 0, &store, dir.path(), 1).await.unwrap().unwrap();
+    assert_eq!(first.position, store.log_position().unwrap());
+    // Nothing committed since: no second snapshot of the same position.
+    assert!(
+        take(&bus, 0, &store, dir.path(), 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The log starts at the snapshot's message now.
+    let kept = entries_after(&bus, 0, 0).await.unwrap();
+    assert_eq!(kept[0].seq, first.after_seq, "the log was not trimmed");
+    for n in 0..3 {
+        let env = envelope("echo", "echo", json!({"later": n}), &format!("later{n}"));
+        store.submit(new_task(env)).await.unwrap();
+    }
+    let second = take(&bus, 0, &store, dir.path(), 1).await.unwrap().unwrap();
+    assert!(second.position > first.position);
+    assert_eq!(snapshots(&bus, 0).await.unwrap(), vec![second.clone()]);
+    let env = envelope("echo", "echo", json!({"last": true}), "last");
+    store.submit(new_task(env)).await.unwrap();
+    drop(store);
+    drop(appender);
+
+    let settings = StoreSettings::new(&replica);
+    let empty = Store::open(&settings).unwrap();
+    let behind = catch_up(&bus, 0, &empty, 0).await.unwrap_err();
+    assert!(
+        matches!(
+            behind,
+            ReplicationError::Apply {
+                source: StoreError::Behind { applied: 0, .. },
+                ..
+            }
+        ),
+        "{behind}"
+    );
+    drop(empty);
+    let newest = snapshots(&bus, 0).await.unwrap().pop().unwrap();
+    restore(&bus, &newest, &settings).await.unwrap();
+    let joined = Store::open(&settings).unwrap();
+    assert_eq!(joined.log_position().unwrap(), second.position);
+    catch_up(&bus, 0, &joined, newest.after_seq).await.unwrap();
+    joined.flush().await.unwrap();
+    drop(joined);
+    assert!(
+        sled_trees(&leader) == sled_trees(&replica),
+        "the snapshot and the log after it make the leader's store"
+    );
+}

@@ -68,6 +68,11 @@ impl Names {
         format!("{}_LEASES", self.upper)
     }
 
+    /// The object store of the store's snapshots.
+    pub fn snapshots_bucket(&self) -> String {
+        format!("{}_SNAPSHOTS", self.upper)
+    }
+
     /// Every partition's subject in the store's log.
     pub fn all_store(&self) -> String {
         format!("{}.store.>", self.prefix)

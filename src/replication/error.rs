@@ -43,6 +43,33 @@ pub enum ReplicationError {
         /// The sequence this one expected to follow.
         after: u64,
     },
+    /// The snapshots' bucket cannot be made, read or written.
+    #[error("the store's snapshots {bucket}: {source}")]
+    Snapshots {
+        /// The bucket.
+        bucket: String,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
+    /// The log no longer holds what a store needs (it was trimmed below a
+    /// snapshot) and no snapshot covers it.
+    #[error(
+        "the store's log no longer holds the records after position {position} and no snapshot covers them"
+    )]
+    NoSnapshot {
+        /// The store's position.
+        position: u64,
+    },
+    /// A snapshot cannot be written or loaded.
+    #[error("the store's snapshot {name}: {source}")]
+    Snapshot {
+        /// The snapshot's name.
+        name: String,
+        /// The store's failure.
+        #[source]
+        source: crate::store::StoreError,
+    },
     /// A commit of the log cannot be applied to the store.
     #[error("applying the store's log, message {seq}: {source}")]
     Apply {

@@ -8,9 +8,10 @@
 //! message (`frame`: the commits it carries), the leader's appender
 //! (`appender`: fenced, so a deposed leader can never append after its
 //! successor, and stops writing once refused, and seals the log when it
-//! starts), reading the log back and following it (`follow`), and the
-//! lease that says who should lead (`lease`). Running `orchestrator run`
-//! as a leader or a standby, snapshots and forwarding are not built yet.
+//! starts), reading the log back and following it (`follow`), the lease
+//! that says who should lead (`lease`), and snapshots in the object
+//! store with the log trimmed below them (`snapshot`). Leading and
+//! standing by are `service::leadership`'s; forwarding is not built yet.
 
 mod appender;
 mod error;
@@ -18,6 +19,7 @@ mod follow;
 mod frame;
 mod lease;
 mod settings;
+mod snapshot;
 mod stream;
 
 pub use appender::Appender;
@@ -26,4 +28,5 @@ pub use follow::{Entry, catch_up, entries_after};
 pub use frame::{Frame, FrameError, decode_frame, encode_frame};
 pub use lease::{Holder, Lease, Leases, Taken};
 pub use settings::ReplicationSettings;
+pub use snapshot::{Snapshot, restore, snapshots, take};
 pub use stream::provision;

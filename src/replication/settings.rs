@@ -26,6 +26,13 @@ pub struct ReplicationSettings {
     /// This process's name in the lease (default: host name and process
     /// id).
     pub name: Option<String>,
+    /// How often the leader writes a snapshot of its store, when it
+    /// committed anything since the last (default 10m).
+    #[serde(with = "humantime_serde")]
+    pub snapshot_every: Duration,
+    /// How many snapshots are kept; the log is trimmed below the oldest
+    /// (default 2, at least 1).
+    pub snapshots_kept: usize,
 }
 
 impl Default for ReplicationSettings {
@@ -36,6 +43,8 @@ impl Default for ReplicationSettings {
             lease_ttl: Duration::from_secs(5),
             renew_every: Duration::from_secs(1),
             name: None,
+            snapshot_every: Duration::from_secs(600),
+            snapshots_kept: 2,
         }
     }
 }

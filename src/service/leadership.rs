@@ -11,7 +11,7 @@ use super::{ServiceError, ServiceSettings};
 use crate::bus::Bus;
 use crate::envelope::Timestamp;
 use crate::replication::{self, Appender, Holder, Lease, Leases, ReplicationError, Taken};
-use crate::store::{CommitSink, Store};
+use crate::store::{CommitSink, Store, StoreError, StoreSettings};
 
 /// What the leader holds: the lease, and the appender its store's
 /// commits go through.
@@ -47,34 +47,13 @@ pub async fn lead(
     // by the orchestrator.
     let mut store = Store::open(&standby)?;
     if store.log_position()? == 0 && store.holds_data() {
-        return Err(ServiceError::Store(crate::store::StoreError::Open {
+        return Err(ServiceError::Store(StoreError::Open {
             path: standby.path.clone(),
             message: "it holds tasks written before replication was turned on, which the log does not have; moving an existing store into the log is not built yet: start replication.enabled on an empty data directory".into(),
         }));
     }
     loop {
-        seq = match replication::catch_up(bus, r.partition, &store, seq).await {
-            Ok(seq) => seq,
-            // It led once and committed what the log then refused: it is
-            // made again from the log, the old one kept aside.
-            Err(ReplicationError::Apply {
-                source: crate::store::StoreError::Diverged { position },
-                ..
-            }) => {
-                let aside = standby
-                    .path
-                    .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
-                tracing::warn!(position, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
-                drop(store);
-                std::fs::rename(&standby.path, &aside).map_err(|e| {
-                    crate::store::StoreError::Io(format!("{}: {e}", standby.path.display()))
-                })?;
-                store = Store::open(&standby)?;
-                seq = 0;
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
+        (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
         let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
             Taken::Elsewhere(by) => {
@@ -89,7 +68,7 @@ pub async fn lead(
         if let Some(lease) = lease {
             loop {
                 // Everything the last leader wrote, then the seal.
-                seq = replication::catch_up(bus, r.partition, &store, seq).await?;
+                (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
                 let position = store.log_position()?;
                 match Appender::start(bus, r.partition, position).await {
                     Ok((appender, commits)) => {
@@ -116,6 +95,61 @@ pub async fn lead(
         tokio::select! {
             () = tokio::time::sleep(r.renew_every) => {}
             () = stop.cancelled() => return Ok(None),
+        }
+    }
+}
+
+/// Applies the log after stream sequence `seq` to `store`; the store and
+/// the sequence of the last message read. A store that cannot follow is
+/// made again: one that left the log (it led and committed what the log
+/// then refused) is set aside and read from the log's start; one the
+/// trimmed log has left behind (an empty one joining, or a standby far
+/// behind) is loaded from the newest snapshot and follows the log from
+/// there.
+async fn follow(
+    bus: &Bus,
+    partition: u32,
+    mut store: Store,
+    settings: &StoreSettings,
+    mut seq: u64,
+) -> Result<(Store, u64), ServiceError> {
+    loop {
+        match replication::catch_up(bus, partition, &store, seq).await {
+            Ok(last) => return Ok((store, last)),
+            Err(ReplicationError::Apply {
+                source: StoreError::Diverged { position },
+                ..
+            }) => {
+                let aside = settings
+                    .path
+                    .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
+                tracing::warn!(position, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
+                drop(store);
+                std::fs::rename(&settings.path, &aside)
+                    .map_err(|e| StoreError::Io(format!("{}: {e}", settings.path.display())))?;
+                store = Store::open(settings)?;
+                seq = 0;
+            }
+            Err(ReplicationError::Apply {
+                source: StoreError::Behind { applied, .. },
+                ..
+            }) => {
+                let Some(snapshot) = replication::snapshots(bus, partition).await?.pop() else {
+                    return Err(ReplicationError::NoSnapshot { position: applied }.into());
+                };
+                tracing::info!(
+                    partition,
+                    store_position = applied,
+                    snapshot = %snapshot.name,
+                    bytes = snapshot.bytes,
+                    "the log no longer holds what this store lacks: loading the newest snapshot"
+                );
+                drop(store);
+                replication::restore(bus, &snapshot, settings).await?;
+                store = Store::open(settings)?;
+                seq = snapshot.after_seq;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

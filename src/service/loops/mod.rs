@@ -2,7 +2,8 @@
 //! every loop (the publisher, the applier of workers' events, the
 //! dead-letter handler, the orphan sweep, the reaper, the workflow engine's
 //! driver, schedules, event triggers, readiness, the push outbox's sender,
-//! and the watches of trigger and agent files), until told to stop.
+//! the watches of trigger and agent files, and a replicated store's
+//! snapshots), until told to stop.
 
 pub(in crate::service) mod applier;
 mod background;
@@ -15,6 +16,7 @@ mod readiness;
 pub(in crate::service) mod reaper;
 mod reload;
 mod schedules;
+mod snapshots;
 mod start;
 
 use publisher::PublishQueue;

@@ -8,7 +8,7 @@ use super::publisher::{self, PublishSettings};
 use super::reaper::{ReapSettings, Reaper};
 use super::{
     Background, PushBodies, dead_letters, event_triggers, orphans, push, readiness, reload,
-    schedules,
+    schedules, snapshots,
 };
 use crate::service::{Orchestrator, ServiceError, lock};
 use crate::task::TaskState;
@@ -94,6 +94,9 @@ impl Orchestrator {
             stop.clone(),
         ));
         background.spawn(push::sender(self.clone(), bodies, stop.clone()));
+        if inner.config.replication.enabled {
+            background.spawn(snapshots::take(self.clone(), stop.clone()));
+        }
         if let Some(dir) = self.triggers().dir.clone() {
             background.spawn(reload::watch(
                 self.clone(),

@@ -1,0 +1,230 @@
+//! Snapshots of a partition's store in the JetStream object store
+//! `<PREFIX>_SNAPSHOTS` (`bus.replicas` copies), and trimming the log
+//! below the oldest one kept: a node with an empty data directory, or a
+//! standby the trimmed log has left behind, loads the newest snapshot and
+//! follows the log from the message it names.
+//!
+//! An object is named `store.<partition>.<position, 20 digits>` and its
+//! metadata say the log position it follows (`position`) and the stream
+//! sequence to read the log after (`after_seq`): the last message of the
+//! partition when the snapshot began, every record in a later message is
+//! after `position`. The snapshot is read while the leader goes on
+//! writing (see `store::snapshot`), and is stored only once the log holds
+//! everything it read, so a store made from it and the log after
+//! `after_seq` is the leader's.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use futures::StreamExt;
+
+use super::ReplicationError;
+use crate::bus::Bus;
+use crate::store::{SnapshotSize, Store, StoreSettings};
+
+/// A snapshot kept in the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Its object's name.
+    pub name: String,
+    /// The log position it follows.
+    pub position: u64,
+    /// The stream sequence to read the log after.
+    pub after_seq: u64,
+    /// Its length in bytes.
+    pub bytes: u64,
+}
+
+fn bucket_error(bus: &Bus, source: impl Into<crate::bus::Cause>) -> ReplicationError {
+    ReplicationError::Snapshots {
+        bucket: bus.names().snapshots_bucket(),
+        source: source.into(),
+    }
+}
+
+/// The snapshots' bucket, made when it is missing.
+async fn bucket(bus: &Bus) -> Result<ObjectStore, ReplicationError> {
+    let config = object_store::Config {
+        bucket: bus.names().snapshots_bucket(),
+        description: Some("snapshots of the orchestrator's store".into()),
+        num_replicas: bus.settings().replicas,
+        ..Default::default()
+    };
+    bus.jetstream()
+        .create_object_store(config)
+        .await
+        .map_err(|e| bucket_error(bus, e))
+}
+
+/// Partition `partition`'s snapshots, oldest first.
+pub async fn snapshots(bus: &Bus, partition: u32) -> Result<Vec<Snapshot>, ReplicationError> {
+    let bucket = bucket(bus).await?;
+    let prefix = format!("store.{partition}.");
+    let mut list = bucket.list().await.map_err(|e| bucket_error(bus, e))?;
+    let mut out = Vec::new();
+    while let Some(info) = list.next().await {
+        let info = info.map_err(|e| bucket_error(bus, e))?;
+        if info.deleted || !info.name.starts_with(&prefix) {
+            continue;
+        }
+        let number = |key: &str| info.metadata.get(key).and_then(|v| v.parse::<u64>().ok());
+        let (Some(position), Some(after_seq)) = (number("position"), number("after_seq")) else {
+            tracing::warn!(name = %info.name, "a snapshot without its position: left alone");
+            continue;
+        };
+        out.push(Snapshot {
+            name: info.name.clone(),
+            position,
+            after_seq,
+            bytes: info.size as u64,
+        });
+    }
+    out.sort_by_key(|s| s.position);
+    Ok(out)
+}
+
+/// Writes a snapshot of `store` (the leader's, partition `partition`) to
+/// the bucket, once the log holds everything it read; keeps the newest
+/// `keep` and trims the log below the oldest of them. `scratch` is a
+/// directory for the file it is written to first. `None` when the newest
+/// snapshot is at the log's position already.
+pub async fn take(
+    bus: &Bus,
+    partition: u32,
+    store: &Store,
+    scratch: &Path,
+    keep: usize,
+) -> Result<Option<Snapshot>, ReplicationError> {
+    let (after_seq, position) = super::follow::last(bus, partition).await?;
+    let kept = snapshots(bus, partition).await?;
+    if kept.last().is_some_and(|s| s.position >= position) {
+        return Ok(None);
+    }
+    let name = format!("store.{partition}.{position:020}");
+    let failed = |source| ReplicationError::Snapshot {
+        name: name.clone(),
+        source,
+    };
+    let file = tempfile::NamedTempFile::new_in(scratch)
+        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?;
+    let (into, reader) = (
+        file.reopen()
+            .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?,
+        store.clone(),
+    );
+    let size = tokio::task::spawn_blocking(move || reader.write_snapshot(position, into))
+        .await
+        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?
+        .map_err(failed)?;
+    // Everything it read is in the log before anyone may load it.
+    store.settled().await.map_err(failed)?;
+    let mut from = tokio::fs::File::open(file.path())
+        .await
+        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?;
+    let meta = ObjectMetadata {
+        name: name.clone(),
+        description: Some(format!(
+            "partition {partition}'s store after log position {position}"
+        )),
+        metadata: HashMap::from([
+            ("position".to_string(), position.to_string()),
+            ("after_seq".to_string(), after_seq.to_string()),
+            ("entries".to_string(), size.entries.to_string()),
+        ]),
+        ..Default::default()
+    };
+    let bucket = bucket(bus).await?;
+    bucket
+        .put(meta, &mut from)
+        .await
+        .map_err(|e| bucket_error(bus, e))?;
+    let made = Snapshot {
+        name,
+        position,
+        after_seq,
+        bytes: size.bytes,
+    };
+    trim(bus, partition, &bucket, kept, &made, keep).await?;
+    Ok(Some(made))
+}
+
+/// Keeps the newest `keep` snapshots (`made` and the newest of `older`),
+/// deletes the rest, and purges the partition's log below the oldest one
+/// kept (its own message stays: the log's last position is never lost).
+async fn trim(
+    bus: &Bus,
+    partition: u32,
+    bucket: &ObjectStore,
+    mut older: Vec<Snapshot>,
+    made: &Snapshot,
+    keep: usize,
+) -> Result<(), ReplicationError> {
+    older.push(made.clone());
+    let cut = older.len().saturating_sub(keep.max(1));
+    for gone in &older[..cut] {
+        bucket
+            .delete(&gone.name)
+            .await
+            .map_err(|e| bucket_error(bus, e))?;
+    }
+    let oldest = &older[cut];
+    let stream = bus
+        .jetstream()
+        .get_stream_no_info(bus.names().store_stream())
+        .await
+        .map_err(|e| ReplicationError::Stream {
+            stream: bus.names().store_stream(),
+            source: e.into(),
+        })?;
+    stream
+        .purge()
+        .filter(bus.names().store_subject(partition))
+        .sequence(oldest.after_seq.max(1))
+        .await
+        .map_err(|e| ReplicationError::Stream {
+            stream: bus.names().store_stream(),
+            source: e.into(),
+        })?;
+    Ok(())
+}
+
+/// Makes the store at `settings.path` from `snapshot` (replacing what is
+/// there); the store then follows the log after `snapshot.after_seq`.
+pub async fn restore(
+    bus: &Bus,
+    snapshot: &Snapshot,
+    settings: &StoreSettings,
+) -> Result<SnapshotSize, ReplicationError> {
+    let failed = |source| ReplicationError::Snapshot {
+        name: snapshot.name.clone(),
+        source,
+    };
+    let io = |e: std::io::Error| failed(crate::store::StoreError::Io(e.to_string()));
+    let bucket = bucket(bus).await?;
+    let mut object = bucket
+        .get(&snapshot.name)
+        .await
+        .map_err(|e| bucket_error(bus, e))?;
+    let scratch = settings.path.parent().unwrap_or(Path::new("."));
+    crate::files::private_dir(scratch).map_err(io)?;
+    let file = tempfile::NamedTempFile::new_in(scratch).map_err(io)?;
+    let mut into = tokio::fs::File::from_std(file.reopen().map_err(io)?);
+    // The object's digest is checked as it is read to its end.
+    tokio::io::copy(&mut object, &mut into)
+        .await
+        .map_err(|e| bucket_error(bus, e))?;
+    into.sync_all().await.map_err(io)?;
+    let (settings, from) = (settings.clone(), file.reopen().map_err(io)?);
+    let size = tokio::task::spawn_blocking(move || Store::restore_snapshot(&settings, from))
+        .await
+        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?
+        .map_err(failed)?;
+    if size.position != snapshot.position {
+        return Err(failed(crate::store::StoreError::Snapshot(format!(
+            "it holds position {} where its name says {}",
+            size.position, snapshot.position
+        ))));
+    }
+    Ok(size)
+}
