@@ -189,7 +189,8 @@ enum Command {
     /// Offline tools for a store no process has open.
     #[command(subcommand)]
     #[command(after_help = "Examples:
-  orchestrator store verify --data-dir data")]
+  orchestrator store verify --data-dir data
+  orchestrator store verify --data-dir data --against-log --config settings.json")]
     Store(StoreCommand),
     /// Keys for task tokens and the API.
     #[command(subcommand)]
@@ -317,7 +318,7 @@ fn main() -> ExitCode {
             }
             Command::Store(StoreCommand::Verify(mut args)) => {
                 args.json = json;
-                cli::offline::verify(&args)
+                cli::offline::verify(&args).await
             }
             Command::Keys(KeysCommand::Generate(mut args)) => {
                 args.json = json;

@@ -323,3 +323,62 @@ async fn a_store_joins_a_trimmed_log_from_a_snapshot() {
         "the snapshot and the log after it make the leader's store"
     );
 }
+
+/// `store verify --against-log` on a stopped node's data directory: the
+/// store is the log's view (from the snapshot and the records after it);
+/// one entry changed behind the log's back is found and named.
+#[tokio::test]
+async fn store_verify_checks_a_store_against_the_log() {
+    use orchestrator::replication::take;
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("store");
+    let (store, appender) = leading(&bus, &path).await;
+    live(&store).await;
+    take(&bus, 0, &store, data.path(), 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let env = envelope("echo", "echo", json!({"after": true}), "after");
+    store.submit(new_task(env)).await.unwrap();
+    drop(store);
+    drop(appender);
+    let verify = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(["--json", "store", "verify", "--against-log", "--data-dir"])
+            .arg(data.path())
+            .args(["--nats-url", &nats.url()])
+            .output()
+            .unwrap();
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), said)
+    };
+    let (code, said) = verify();
+    assert_eq!(code, Some(0), "{said:#}");
+    assert_eq!(said["log"]["differing"], 0, "{said:#}");
+    assert!(said["log"]["snapshot"].is_string(), "{said:#}");
+    assert!(said["log"]["records"].as_u64().unwrap() >= 1, "{said:#}");
+    // One task's record changed where the log never saw it.
+    {
+        let db = sled::open(&path).unwrap();
+        let tasks = db.open_tree("tasks").unwrap();
+        let (key, value) = tasks.first().unwrap().unwrap();
+        let mut changed = value.to_vec();
+        changed.push(b' ');
+        tasks.insert(key, changed).unwrap();
+        db.flush().unwrap();
+    }
+    let (code, said) = verify();
+    assert_eq!(code, Some(1), "{said:#}");
+    assert_eq!(said["ok"], false);
+    assert_eq!(said["log"]["differing"], 1, "{said:#}");
+    assert!(
+        said["log"]["differences"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("`tasks`"),
+        "{said:#}"
+    );
+}

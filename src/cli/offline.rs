@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use orchestrator::bus::{Bus, Servers};
 use orchestrator::codec::{DEFAULT_MAX_BYTES, DecodeError};
+use orchestrator::replication::LogCheck;
+use orchestrator::service::DEFAULT_NATS_URL;
 use orchestrator::{Envelope, Store, StoreSettings, WorkerEvent};
 use serde_json::json;
 
@@ -31,6 +34,17 @@ pub struct VerifyArgs {
     /// The orchestrator's data directory (the store is its `store/`).
     #[arg(long, env = "ORCH_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
+    /// Also check the store against the replicated log
+    /// (`replication.enabled`): it must be the log's view at its position,
+    /// entry for entry. Needs the broker (`--nats-url`, `--config`).
+    #[arg(long)]
+    against_log: bool,
+    /// The settings file the node runs with (its `bus` and `replication`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The broker, with `--against-log` (overrides the settings file).
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<Servers>,
     /// Print JSON (the global `--json`).
     #[arg(skip)]
     pub json: bool,
@@ -94,7 +108,25 @@ fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
     }
 }
 
-pub fn verify(args: &VerifyArgs) -> ExitCode {
+/// Compares `store` with the log, for `store verify --against-log`.
+async fn against_log(args: &VerifyArgs, store: &Store) -> Result<LogCheck, Failure> {
+    let settings = super::serve::load_config(args.config.as_deref())
+        .map_err(|e| Failure::new(2, "invalid_config", e))?;
+    let config = settings.service;
+    let url = args
+        .nats_url
+        .clone()
+        .or(config.nats_url.clone())
+        .map_or_else(|| DEFAULT_NATS_URL.to_string(), |s| s.to_string());
+    let bus = Bus::connect_now(&url, config.bus.clone())
+        .await
+        .map_err(|e| Failure::new(2, "bus_unavailable", e.to_string()))?;
+    orchestrator::replication::verify(&bus, config.replication.partition, store, &args.data_dir)
+        .await
+        .map_err(|e| Failure::new(2, "log_unavailable", e.to_string()))
+}
+
+pub async fn verify(args: &VerifyArgs) -> ExitCode {
     let config = StoreSettings::in_data_dir(&args.data_dir);
     // Looked at before opening: opening makes the store private.
     let exposed: Vec<serde_json::Value> = orchestrator::files::exposed(&config.path)
@@ -115,12 +147,20 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         Ok(list) => list.into_iter().map(|(q, _)| q).collect(),
         Err(e) => return fail(args.json, e.code(), &e.to_string()),
     };
-    let ok = audit.ok && indexes.ok();
+    let log = match args.against_log {
+        true => match against_log(args, &store).await {
+            Ok(check) => Some(check),
+            Err(failure) => return failure.report(args.json),
+        },
+        false => None,
+    };
+    let ok = audit.ok && indexes.ok() && log.as_ref().is_none_or(LogCheck::ok);
     if args.json {
-        outln!(
-            "{}",
-            json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined, "exposed": exposed})
-        );
+        let mut out = json!({"ok": ok, "audit": audit, "indexes": indexes, "quarantined": quarantined, "exposed": exposed});
+        if let Some(log) = &log {
+            out["log"] = json!(log);
+        }
+        outln!("{out}");
     } else {
         outln!("store {}", store.path().display());
         if !exposed.is_empty() {
@@ -155,6 +195,31 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             );
             for p in &indexes.problems {
                 outln!("  - {p}");
+            }
+        }
+        if let Some(log) = &log {
+            let from = log
+                .snapshot
+                .as_deref()
+                .map_or("the log from its start".to_string(), |s| {
+                    format!("snapshot {s}")
+                });
+            if log.ok() {
+                outln!(
+                    "log: ok, the store is the log's view at position {} ({from} and {} records)",
+                    log.position,
+                    log.records
+                );
+            } else {
+                outln!(
+                    "log: {} entries differ from the log's view at position {} ({from} and {} records):",
+                    log.differing,
+                    log.position,
+                    log.records
+                );
+                for d in &log.differences {
+                    outln!("  - {d}");
+                }
             }
         }
         if !quarantined.is_empty() {

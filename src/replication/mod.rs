@@ -28,5 +28,5 @@ pub use follow::{Entry, catch_up, entries_after};
 pub use frame::{Frame, FrameError, decode_frame, encode_frame};
 pub use lease::{Holder, Lease, Leases, Taken};
 pub use settings::ReplicationSettings;
-pub use snapshot::{Snapshot, restore, snapshots, take};
+pub use snapshot::{LogCheck, Snapshot, restore, snapshots, take, verify};
 pub use stream::provision;

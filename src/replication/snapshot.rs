@@ -8,7 +8,8 @@
 //! metadata say the log position it follows (`position`) and the stream
 //! sequence to read the log after (`after_seq`): the last message of the
 //! partition when the snapshot began, every record in a later message is
-//! after `position`. The snapshot is read while the leader goes on
+//! after `position`; and `until`, the store's position once it had been
+//! read (a store made from it is exact from there on). The snapshot is read while the leader goes on
 //! writing (see `store::snapshot`), and is stored only once the log holds
 //! everything it read, so a store made from it and the log after
 //! `after_seq` is the leader's.
@@ -32,6 +33,9 @@ pub struct Snapshot {
     pub position: u64,
     /// The stream sequence to read the log after.
     pub after_seq: u64,
+    /// The store's position when it had been read: a store made from it
+    /// is the log's view from this position on.
+    pub until: u64,
     /// Its length in bytes.
     pub bytes: u64,
 }
@@ -77,6 +81,7 @@ pub async fn snapshots(bus: &Bus, partition: u32) -> Result<Vec<Snapshot>, Repli
             name: info.name.clone(),
             position,
             after_seq,
+            until: number("until").unwrap_or(u64::MAX),
             bytes: info.size as u64,
         });
     }
@@ -117,6 +122,7 @@ pub async fn take(
         .await
         .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?
         .map_err(failed)?;
+    let until = store.log_position().map_err(failed)?;
     // Everything it read is in the log before anyone may load it.
     store.settled().await.map_err(failed)?;
     let mut from = tokio::fs::File::open(file.path())
@@ -130,6 +136,7 @@ pub async fn take(
         metadata: HashMap::from([
             ("position".to_string(), position.to_string()),
             ("after_seq".to_string(), after_seq.to_string()),
+            ("until".to_string(), until.to_string()),
             ("entries".to_string(), size.entries.to_string()),
         ]),
         ..Default::default()
@@ -143,6 +150,7 @@ pub async fn take(
         name,
         position,
         after_seq,
+        until,
         bytes: size.bytes,
     };
     trim(bus, partition, &bucket, kept, &made, keep).await?;
@@ -227,4 +235,94 @@ pub async fn restore(
         ))));
     }
     Ok(size)
+}
+
+/// What [`verify`] found comparing a store with the log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogCheck {
+    /// The store's position in the log.
+    pub position: u64,
+    /// The snapshot the log's view was made from (none: the log from its
+    /// start).
+    pub snapshot: Option<String>,
+    /// Records of the log applied on top of it.
+    pub records: u64,
+    /// How many entries differ.
+    pub differing: u64,
+    /// The first of them (or why the store cannot be the log's view).
+    pub differences: Vec<String>,
+}
+
+impl LogCheck {
+    /// Whether the store is the log's view at its position.
+    pub fn ok(&self) -> bool {
+        self.differing == 0
+    }
+}
+
+/// Checks `replica` (a stopped node's store) against partition
+/// `partition`'s log: makes the log's view at the store's position in a
+/// directory under `scratch` (from the newest snapshot that is exact by
+/// then, and the records after it) and compares them entry by entry.
+pub async fn verify(
+    bus: &Bus,
+    partition: u32,
+    replica: &Store,
+    scratch: &Path,
+) -> Result<LogCheck, ReplicationError> {
+    let store_error = |source| ReplicationError::Apply { seq: 0, source };
+    let position = replica.log_position().map_err(store_error)?;
+    let dir = tempfile::tempdir_in(scratch)
+        .map_err(|e| store_error(crate::store::StoreError::Io(e.to_string())))?;
+    let settings = StoreSettings {
+        collect_keys: false,
+        ..StoreSettings::new(dir.path().join("store"))
+    };
+    let base = snapshots(bus, partition)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|s| s.until <= position);
+    let mut seq = 0;
+    if let Some(s) = &base {
+        restore(bus, s, &settings).await?;
+        seq = s.after_seq;
+    }
+    let view = Store::open(&settings).map_err(store_error)?;
+    let mut records = 0;
+    'read: for entry in super::entries_after(bus, partition, seq).await? {
+        for commit in &entry.commits {
+            if commit.position > position {
+                break 'read;
+            }
+            let applied = view.apply_commit(commit).map_err(|source| match source {
+                crate::store::StoreError::Behind { .. } => {
+                    ReplicationError::NoSnapshot { position }
+                }
+                source => ReplicationError::Apply {
+                    seq: entry.seq,
+                    source,
+                },
+            })?;
+            records += u64::from(applied);
+        }
+    }
+    let reached = view.log_position().map_err(store_error)?;
+    let (differing, differences) = if reached < position {
+        (
+            1,
+            vec![format!(
+                "the log ends at position {reached} and this store is at {position}: it holds commits the log does not (it led and committed what the log refused)"
+            )],
+        )
+    } else {
+        replica.differences(&view, 20).map_err(store_error)?
+    };
+    Ok(LogCheck {
+        position,
+        snapshot: base.map(|s| s.name),
+        records,
+        differing,
+        differences,
+    })
 }

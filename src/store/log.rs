@@ -58,6 +58,22 @@ impl TreeId {
         TreeId::Runs,
     ];
 
+    /// The tree's name in sled.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TreeId::Tasks => "tasks",
+            TreeId::Envelopes => "envelopes",
+            TreeId::Idempotency => "idempotency",
+            TreeId::ByCorrelation => "by_correlation",
+            TreeId::ByState => "by_state",
+            TreeId::ByLabel => "by_label",
+            TreeId::Audit => "audit",
+            TreeId::AuditByTask => "audit_by_task",
+            TreeId::Meta => "meta",
+            TreeId::Runs => "runs",
+        }
+    }
+
     pub(crate) fn from_byte(b: u8) -> Option<TreeId> {
         TreeId::ALL.into_iter().find(|t| *t as u8 == b)
     }

@@ -22,7 +22,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 
 use sha2::{Digest, Sha256};
 
-use super::log::{APPLIED_KEY, DIGEST_KEY, TreeId};
+use super::log::{APPLIED_KEY, TreeId};
 use super::{Store, StoreError, StoreSettings};
 
 const MAGIC: &[u8; 8] = b"ORCHSNAP";
@@ -62,11 +62,8 @@ impl Store {
         w.put(&position.to_be_bytes())?;
         let mut entries = 0u64;
         for id in TreeId::ALL {
-            for item in self.inner.trees.tree(id).iter() {
+            for item in self.inner.trees.entries(id) {
                 let (key, value) = item?;
-                if id == TreeId::Meta && (key == APPLIED_KEY || key == DIGEST_KEY) {
-                    continue;
-                }
                 w.put(&[id as u8])?;
                 w.sized(&key)?;
                 w.sized(&value)?;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::idempotency::Claim;
+use super::log::TreeId;
 use super::{Store, StoreError, audit, row_keys};
 use crate::envelope::{Envelope, TaskId};
 use crate::task::TaskStatus;
@@ -221,5 +222,64 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// Where this store and `other` differ, entry by entry, every tree
+    /// but the log's own position keys: how many differences there are,
+    /// and the first `limit` described.
+    pub fn differences(
+        &self,
+        other: &Store,
+        limit: usize,
+    ) -> Result<(u64, Vec<String>), StoreError> {
+        let mut found = 0u64;
+        let mut said = Vec::new();
+        for id in TreeId::ALL {
+            let tree = id.name();
+            let mut differ = |key: &[u8], how: &str| {
+                found += 1;
+                if said.len() < limit {
+                    said.push(format!("`{tree}` {}: {how}", shown(key)));
+                }
+            };
+            let (mut mine, mut theirs) =
+                (self.inner.trees.entries(id), other.inner.trees.entries(id));
+            let (mut a, mut b) = (mine.next().transpose()?, theirs.next().transpose()?);
+            loop {
+                match (&a, &b) {
+                    (None, None) => break,
+                    (Some((ka, va)), Some((kb, vb))) if ka == kb => {
+                        if va != vb {
+                            differ(ka, "another value");
+                        }
+                        a = mine.next().transpose()?;
+                        b = theirs.next().transpose()?;
+                    }
+                    (Some((ka, _)), Some((kb, _))) if ka < kb => {
+                        differ(ka, "only in this store");
+                        a = mine.next().transpose()?;
+                    }
+                    (Some((ka, _)), None) => {
+                        differ(ka, "only in this store");
+                        a = mine.next().transpose()?;
+                    }
+                    (_, Some((kb, _))) => {
+                        differ(kb, "missing from this store");
+                        b = theirs.next().transpose()?;
+                    }
+                }
+            }
+        }
+        Ok((found, said))
+    }
+}
+
+/// A key as text when it is printable, else as hex.
+fn shown(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) if text.chars().all(|c| c.is_ascii_graphic() || c == ' ') => format!("`{text}`"),
+        _ => key.iter().map(|b| format!("{b:02x}")).collect(),
     }
 }

@@ -125,6 +125,19 @@ impl Trees {
         }
     }
 
+    /// Tree `id`'s entries in key order, but for `meta`'s log position
+    /// keys (what a store holds, whatever log position it is at).
+    pub(crate) fn entries(
+        &self,
+        id: TreeId,
+    ) -> impl Iterator<Item = Result<(sled::IVec, sled::IVec), sled::Error>> {
+        self.tree(id).iter().filter(move |e| {
+            !(id == TreeId::Meta
+                && e.as_ref()
+                    .is_ok_and(|(k, _)| k == log::APPLIED_KEY || k == log::DIGEST_KEY))
+        })
+    }
+
     /// Every tree, in [`TreeId::ALL`]'s order, for one transaction over
     /// them all.
     pub(crate) fn all(&self) -> All<'_> {
