@@ -19,7 +19,12 @@ async fn bus(nats: &NatsServer) -> Bus {
 
 /// A store at `path` whose commits go to partition 0 of the log.
 async fn leading(bus: &Bus, path: &std::path::Path) -> (Store, Appender) {
-    let (appender, sink) = Appender::start(bus, 0, 0).await.unwrap();
+    leading_in(bus, 0, path).await
+}
+
+/// A store at `path` whose commits go to partition `partition`.
+async fn leading_in(bus: &Bus, partition: u32, path: &std::path::Path) -> (Store, Appender) {
+    let (appender, sink) = Appender::start(bus, partition, 0).await.unwrap();
     let settings = StoreSettings {
         commits: Some(sink),
         ..StoreSettings::new(path)
@@ -380,5 +385,90 @@ async fn store_verify_checks_a_store_against_the_log() {
             .unwrap()
             .starts_with("`tasks`"),
         "{said:#}"
+    );
+}
+
+/// Two partitions led by one process: each store's commits go to its own
+/// subject, numbered from 1; a successor fencing one leaves the other
+/// writing; a snapshot trims only its own partition's log; each log makes
+/// its own store again.
+#[tokio::test]
+async fn two_partitions_on_one_leader_stay_independent() {
+    use orchestrator::replication::take;
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path0 = dir.path().join("p0");
+    let (zero, _appender0) = leading_in(&bus, 0, &path0).await;
+    let (one, appender1) = leading_in(&bus, 1, &dir.path().join("p1")).await;
+    tokio::join!(live(&zero), live(&one));
+    for (partition, store) in [(0, &zero), (1, &one)] {
+        let commits: Vec<u64> = entries_after(&bus, partition, 0)
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(|e| e.commits.iter().map(|c| c.position))
+            .collect();
+        let position = store.log_position().unwrap();
+        assert_eq!(
+            commits,
+            (1..=position).collect::<Vec<_>>(),
+            "partition {partition}"
+        );
+    }
+    // Partition 0's snapshot trims partition 0's log only.
+    let first_of_one = entries_after(&bus, 1, 0).await.unwrap()[0].seq;
+    take(&bus, 0, &zero, dir.path(), 1).await.unwrap().unwrap();
+    assert!(entries_after(&bus, 0, 0).await.unwrap()[0].seq > 1);
+    assert_eq!(
+        entries_after(&bus, 1, 0).await.unwrap()[0].seq,
+        first_of_one
+    );
+    // A successor on partition 1 fences its leader there, not partition 0's.
+    bus.jetstream()
+        .publish(
+            bus.names().store_subject(1),
+            orchestrator::replication::encode_frame(one.log_position().unwrap(), &[]).into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let refused = one
+        .submit(new_task(envelope("echo", "echo", json!({}), "fenced")))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::NotLeader(_)), "{refused:?}");
+    assert!(appender1.acked().refused.is_some());
+    zero.submit(new_task(envelope("echo", "echo", json!({}), "goes on")))
+        .await
+        .unwrap();
+    // Each log makes its own store again: partition 1's without the
+    // commit it refused.
+    let position = one.log_position().unwrap();
+    drop(one);
+    let remade = Store::open(&StoreSettings::new(dir.path().join("again1"))).unwrap();
+    catch_up(&bus, 1, &remade, 0).await.unwrap();
+    assert_eq!(remade.log_position().unwrap(), position - 1);
+    drop(remade);
+    let position = zero.log_position().unwrap();
+    let settings = StoreSettings::new(dir.path().join("again0"));
+    let newest = orchestrator::replication::snapshots(&bus, 0)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    orchestrator::replication::restore(&bus, &newest, &settings)
+        .await
+        .unwrap();
+    let remade = Store::open(&settings).unwrap();
+    catch_up(&bus, 0, &remade, newest.after_seq).await.unwrap();
+    assert_eq!(remade.log_position().unwrap(), position);
+    drop(remade);
+    zero.flush().await.unwrap();
+    drop(zero);
+    assert!(
+        sled_trees(&path0) == sled_trees(&settings.path),
+        "partition 0's snapshot and log make its store"
     );
 }
