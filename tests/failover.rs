@@ -66,17 +66,26 @@ fn node(
     (proc, format!("http://127.0.0.1:{port}"))
 }
 
-async fn ready(base: &str, patience: Duration) -> bool {
+/// What `base`'s `/readyz` says, within `patience`, once it answers
+/// with `role` `role`; `None` if it never does.
+async fn readyz_as(base: &str, role: &str, patience: Duration) -> Option<serde_json::Value> {
     let deadline = Instant::now() + patience;
     while Instant::now() < deadline {
         if let Ok(r) = reqwest::get(format!("{base}/readyz")).await
             && r.status().is_success()
+            && let Ok(said) = r.json::<serde_json::Value>().await
+            && said["role"] == role
         {
-            return true;
+            return Some(said);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    false
+    None
+}
+
+/// Whether `base` leads within `patience`.
+async fn leads(base: &str, patience: Duration) -> bool {
+    readyz_as(base, "leader", patience).await.is_some()
 }
 
 /// Two nodes started in turn, the first leading, the second standing by
@@ -108,15 +117,16 @@ async fn start_pair(nats: &NatsServer, lease_ttl: &str) -> Pair {
     let (key, entry) = key_for("admin", &["*"]);
     let (a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, lease_ttl);
     assert!(
-        ready(&a_url, Duration::from_secs(30)).await,
+        leads(&a_url, Duration::from_secs(30)).await,
         "the first node leads"
     );
     let (b, b_url) = node("b", shared.path(), &agents, &nats.url(), &entry, lease_ttl);
-    // The standby does not serve while it stands by.
-    assert!(
-        !ready(&b_url, Duration::from_secs(2)).await,
-        "a standby serves"
-    );
+    // The standby is ready once it knows whom to forward to.
+    let said = readyz_as(&b_url, "standby", Duration::from_secs(30))
+        .await
+        .expect("the second node stands by");
+    assert_eq!(said["leader"]["name"], "a", "{said}");
+    assert_eq!(said["leader"]["url"], a_url.as_str(), "{said}");
     Pair {
         shared,
         slow,
@@ -146,15 +156,17 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
     let http = common::system::client_with(Some(&key));
     let mut ids = Vec::new();
     for n in 0..60 {
+        // Half through the standby, which forwards them.
+        let base = if n % 2 == 0 { &a_url } else { &b_url };
         let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
-        let t = common::post_json(&http, &format!("{a_url}/v1/tasks"), &body).await;
+        let t = common::post_json(&http, &format!("{base}/v1/tasks"), &body).await;
         let id = t["task_id"].as_str().unwrap_or_else(|| panic!("{t}"));
         ids.push(id.to_string());
     }
     a.kill();
     let killed = Instant::now();
     assert!(
-        ready(&b_url, Duration::from_secs(30)).await,
+        leads(&b_url, Duration::from_secs(30)).await,
         "the standby never took over"
     );
     let failover = killed.elapsed();
@@ -191,7 +203,8 @@ async fn a_store_from_before_replication_is_not_led() {
     drop(store);
     config.replication.enabled = true;
     let stop = tokio_util::sync::CancellationToken::new();
-    let refused = orchestrator::service::lead(&config, &bus, &stop)
+    let (tell, _leader) = tokio::sync::watch::channel(None);
+    let refused = orchestrator::service::lead(&config, &bus, &stop, &tell)
         .await
         .err()
         .expect("refused");
@@ -225,7 +238,7 @@ async fn a_leader_that_stops_gives_its_lease_up() {
         "a leader stopped by SIGTERM exits 0: {status}"
     );
     assert!(
-        ready(&b_url, Duration::from_secs(30)).await,
+        leads(&b_url, Duration::from_secs(30)).await,
         "the standby waited for the lease to lapse"
     );
 }
@@ -286,7 +299,7 @@ async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
     a.kill();
     std::fs::remove_dir_all(shared.path().join("a")).unwrap();
     assert!(
-        ready(&b_url, Duration::from_secs(30)).await,
+        leads(&b_url, Duration::from_secs(30)).await,
         "the standby never took over"
     );
     for n in 30..40 {
@@ -312,7 +325,7 @@ async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
-        .contains("standing by")
+        .contains("another orchestrator leads the store")
     {
         assert!(Instant::now() < deadline, "the fresh node never stood by");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -324,7 +337,7 @@ async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
     );
     b.kill();
     assert!(
-        ready(&fresh_url, Duration::from_secs(30)).await,
+        leads(&fresh_url, Duration::from_secs(30)).await,
         "the fresh node never took over"
     );
     all_completed(&http, &fresh_url, &ids).await;
@@ -335,6 +348,65 @@ async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
     all_completed(&http, &fresh_url, &ids).await;
     let verify = common::get_json(&http, &format!("{fresh_url}/v1/audit/verify")).await;
     assert_eq!(verify["ok"], true, "{verify}");
+    stop.cancel();
+    let _ = worker.await;
+}
+
+/// A standby answers every request by forwarding it to the leader: a
+/// submit, a long poll, a stream of server-sent events; its own probes
+/// and metrics it answers itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_forwards_every_request_to_the_leader() {
+    let nats = NatsServer::start();
+    let pair = start_pair(&nats, "2s").await;
+    let (stop, worker) = in_process_worker(
+        &nats,
+        pair.shared.path(),
+        pair.slow.clone(),
+        Arc::new(Slow),
+        2,
+    )
+    .await;
+    let http = common::system::client_with(Some(&pair.key));
+    let b = &pair.b_url;
+    // A stream opened through the standby hears what the leader does.
+    let mut changes = http.get(format!("{b}/v1/changes")).send().await.unwrap();
+    assert_eq!(changes.status(), 200);
+    assert_eq!(changes.headers()["orch-forwarded-to"], "a");
+    assert_eq!(changes.headers()["content-type"], "text/event-stream");
+    let submitted = http
+        .post(format!("{b}/v1/tasks"))
+        .json(&json!({"to": "slow", "action": "work", "params": {"n": 0}, "idempotency_key": "f1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submitted.status(), 201);
+    assert_eq!(submitted.headers()["orch-forwarded-to"], "a");
+    let id = submitted.json::<serde_json::Value>().await.unwrap()["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut heard = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !heard.contains(&id) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, changes.chunk())
+            .await
+            .expect("the forwarded stream said nothing of the task")
+            .unwrap()
+            .expect("the forwarded stream ended");
+        heard.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // A long poll through the standby answers when the task ends there.
+    let t = common::get_json(&http, &format!("{b}/v1/tasks/{id}?wait=20s")).await;
+    assert_eq!(t["state"], "completed", "{t}");
+    // The caller's credential goes through: without it, the leader's 401.
+    let anonymous = reqwest::get(format!("{b}/v1/tasks/{id}")).await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    // Its own metrics, not forwarded.
+    let metrics = reqwest::get(format!("{b}/metrics")).await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.headers().get("orch-forwarded-to").is_none());
     stop.cancel();
     let _ = worker.await;
 }

@@ -216,9 +216,10 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
         Err(e) => return fail(e),
     };
     let shutdown = shutdown_signal();
-    // One of several sharing the store's log: a standby until it leads.
+    // One of several sharing the store's log: a standby until it leads,
+    // forwarding the API to the leader meanwhile.
     let (commits, lost, kept) = match config.replication.enabled {
-        true => match orchestrator::service::lead(&config, &bus, &shutdown).await {
+        true => match stand_by(&mut config, &http, &bus, &shutdown).await {
             Ok(Some(leading)) => {
                 let lost = CancellationToken::new();
                 let commits = leading.commits.clone();
@@ -261,6 +262,32 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
         }
         (Ok(()), _) => ExitCode::SUCCESS,
     }
+}
+
+/// Stands by until this node leads (`None`: stopped first), serving the
+/// standby's face on the API's address meanwhile.
+async fn stand_by(
+    config: &mut ServiceSettings,
+    http: &orchestrator::http::HttpSettings,
+    bus: &Bus,
+    shutdown: &CancellationToken,
+) -> Result<Option<orchestrator::service::Leading>, String> {
+    orchestrator::service::name_node(config, http.addr);
+    let (tell, leader) = tokio::sync::watch::channel(None);
+    let listener = tokio::net::TcpListener::bind(http.addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", http.addr))?;
+    let standing = shutdown.child_token();
+    let face = tokio::spawn(orchestrator::server::stand_by(
+        leader,
+        http.clone(),
+        listener,
+        standing.clone(),
+    ));
+    let led = orchestrator::service::lead(config, bus, shutdown, &tell).await;
+    standing.cancel();
+    let _ = face.await;
+    led.map_err(|e| e.to_string())
 }
 
 /// Takes `<dir>/run.lock` (an exclusive lock, held until the file is

@@ -26,6 +26,10 @@ pub struct ReplicationSettings {
     /// This process's name in the lease (default: host name and process
     /// id).
     pub name: Option<String>,
+    /// The base URL other nodes forward requests to while this one leads
+    /// (default `http://<http_addr>`, the host's name for an unspecified
+    /// address such as `0.0.0.0`).
+    pub advertise_url: Option<String>,
     /// How often the leader writes a snapshot of its store, when it
     /// committed anything since the last (default 10m).
     #[serde(with = "humantime_serde")]
@@ -43,6 +47,7 @@ impl Default for ReplicationSettings {
             lease_ttl: Duration::from_secs(5),
             renew_every: Duration::from_secs(1),
             name: None,
+            advertise_url: None,
             snapshot_every: Duration::from_secs(600),
             snapshots_kept: 2,
         }

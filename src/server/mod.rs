@@ -33,7 +33,23 @@ pub async fn serve(
     // the push config.
     let bodies = crate::http::push_bodies(&http);
     let background = orchestrator.start(stop.clone(), bodies).await?;
-    let bounds = crate::http::listen::Bounds {
+    // A long poll answers within the request timeout.
+    let bounds = bounds(&http, http.request_timeout + Duration::from_secs(1));
+    let probes = crate::http::probes_router(orchestrator.clone(), http.clone());
+    let app = crate::http::router(orchestrator, http, access, shutdown.clone());
+    info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
+    crate::http::listen::serve(listener, app, probes, bounds, shutdown.cancelled_owned()).await;
+    stop.cancel();
+    background.join().await
+}
+
+/// How the API's listener bounds its connections; `shutdown_grace` for
+/// the requests in progress at shutdown.
+fn bounds(
+    http: &crate::http::HttpSettings,
+    shutdown_grace: Duration,
+) -> crate::http::listen::Bounds {
+    crate::http::listen::Bounds {
         header_timeout: http.header_timeout,
         header_timeout_under_pressure: http.header_timeout_under_pressure,
         max_connections: crate::http::listen::fit_connections(
@@ -42,13 +58,22 @@ pub async fn serve(
         ),
         probe_connections: http.probe_connections,
         max_connections_per_peer: http.max_connections_per_peer,
-        // A long poll answers within the request timeout.
-        shutdown_grace: http.request_timeout + Duration::from_secs(1),
-    };
-    let probes = crate::http::probes_router(orchestrator.clone(), http.clone());
-    let app = crate::http::router(orchestrator, http, access, shutdown.clone());
-    info!(addr = ?listener.local_addr().ok(), "HTTP API listening");
-    crate::http::listen::serve(listener, app, probes, bounds, shutdown.cancelled_owned()).await;
-    stop.cancel();
-    background.join().await
+        shutdown_grace,
+    }
+}
+
+/// Serves a standby's face on `listener` until `stop` fires: its own
+/// probes and metrics, every other request forwarded to the leader
+/// `leader` names. Requests in progress get a second once it stops (the
+/// leader they went to is gone when this node takes over).
+pub async fn stand_by(
+    leader: tokio::sync::watch::Receiver<Option<crate::service::Leader>>,
+    http: crate::http::HttpSettings,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) {
+    let app = crate::http::standby_router(leader);
+    info!(addr = ?listener.local_addr().ok(), "the API forwards to the leader while this node stands by");
+    let bounds = bounds(&http, Duration::from_secs(1));
+    crate::http::listen::serve(listener, app.clone(), app, bounds, stop.cancelled_owned()).await;
 }

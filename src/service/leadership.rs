@@ -13,6 +13,36 @@ use crate::envelope::Timestamp;
 use crate::replication::{self, Appender, Holder, Lease, Leases, ReplicationError, Taken};
 use crate::store::{CommitSink, Store, StoreError, StoreSettings};
 
+/// Who leads, as a standby last read it from the lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Leader {
+    /// Its `replication.name`.
+    pub name: String,
+    /// Where its API answers (`replication.advertise_url`).
+    pub url: Option<String>,
+}
+
+/// Fills in this node's name (host name and process id) and the URL
+/// others forward to (`http://<http_addr>`, the host's name for an
+/// unspecified address) where the settings leave them out.
+pub fn name_node(config: &mut ServiceSettings, http_addr: std::net::SocketAddr) {
+    let r = &mut config.replication;
+    if r.name.is_none() {
+        r.name = Some(default_name());
+    }
+    if r.advertise_url.is_none() {
+        let host = match http_addr.ip().is_unspecified() {
+            true => host_name(),
+            false => http_addr.ip().to_string(),
+        };
+        let host = match http_addr.ip() {
+            std::net::IpAddr::V6(ip) if !ip.is_unspecified() => format!("[{host}]"),
+            _ => host,
+        };
+        r.advertise_url = Some(format!("http://{host}:{}", http_addr.port()));
+    }
+}
+
 /// What the leader holds: the lease, and the appender its store's
 /// commits go through.
 pub struct Leading {
@@ -24,16 +54,17 @@ pub struct Leading {
 
 /// Waits as a standby until this process holds the lease (its store
 /// following the log), then seals the log; `None` when `stop` fires
-/// first.
+/// first. Meanwhile `leader` says who leads, as last read.
 pub async fn lead(
     config: &ServiceSettings,
     bus: &Bus,
     stop: &CancellationToken,
+    leader: &tokio::sync::watch::Sender<Option<Leader>>,
 ) -> Result<Option<Leading>, ServiceError> {
     let r = &config.replication;
     let holder = Holder {
         holder: r.name.clone().unwrap_or_else(default_name),
-        address: None,
+        address: r.advertise_url.clone(),
         since: Timestamp::now(),
     };
     // Made once: each try below is then one request to the broker.
@@ -57,11 +88,20 @@ pub async fn lead(
         let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
             Taken::Elsewhere(by) => {
+                let now = by.map(|h| Leader {
+                    name: h.holder,
+                    url: h.address,
+                });
                 if !said_standby {
-                    let leader = by.map(|h| h.holder).unwrap_or_default();
-                    tracing::info!(partition = r.partition, %leader, "standing by: another orchestrator leads the store; following its log");
+                    let name = now.as_ref().map(|l| l.name.clone()).unwrap_or_default();
+                    tracing::info!(partition = r.partition, leader = %name, "standing by: another orchestrator leads the store; following its log");
                     said_standby = true;
                 }
+                leader.send_if_modified(|was| {
+                    let changed = *was != now;
+                    *was = now;
+                    changed
+                });
                 None
             }
         };
@@ -226,8 +266,14 @@ impl Leading {
 
 /// The host's name and this process's id.
 fn default_name() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
+    format!("{}-{}", host_name(), std::process::id())
+}
+
+/// The host's name (`orchestrator` when it cannot be read).
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "orchestrator".into());
-    format!("{host}-{}", std::process::id())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "orchestrator".into())
 }

@@ -234,6 +234,11 @@ impl Orchestrator {
         let ok = bus && store;
         detail["store"] = store.into();
         detail["ok"] = ok.into();
+        let r = &self.inner.config.replication;
+        if r.enabled {
+            detail["role"] = "leader".into();
+            detail["leader"] = serde_json::json!({"name": r.name, "url": r.advertise_url});
+        }
         (ok, detail)
     }
 }
