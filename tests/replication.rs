@@ -472,3 +472,81 @@ async fn two_partitions_on_one_leader_stay_independent() {
         "partition 0's snapshot and log make its store"
     );
 }
+
+/// Commits larger than the broker takes in one message go in parts, and
+/// batches larger than a message in several; a leader that died half way
+/// through a commit's parts leaves them unfinished, and its successor and
+/// every reader pass over them.
+#[tokio::test]
+async fn commits_larger_than_a_message_go_in_parts() {
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let limit = bus.max_payload();
+    let dir = tempfile::tempdir().unwrap();
+    let (leader, replica) = (dir.path().join("leader"), dir.path().join("replica"));
+    let (store, appender) = leading(&bus, &leader).await;
+    // Two and a half messages' worth in one task.
+    let big = "x".repeat(limit * 5 / 2);
+    let submit = store.submit(new_task(envelope(
+        "echo",
+        "echo",
+        json!({"big": big}),
+        "big",
+    )));
+    tokio::time::timeout(std::time::Duration::from_secs(30), submit)
+        .await
+        .expect("a commit larger than a message was never appended")
+        .unwrap();
+    // Many at once, so batches outgrow a message.
+    let mut at_once = Vec::new();
+    for i in 0..48 {
+        let store = store.clone();
+        let params = json!({"i": i, "pad": "y".repeat(limit / 16)});
+        at_once.push(tokio::spawn(async move {
+            store
+                .submit(new_task(envelope("echo", "echo", params, &format!("k{i}"))))
+                .await
+        }));
+    }
+    for s in at_once {
+        s.await.unwrap().unwrap();
+    }
+    let position = store.log_position().unwrap();
+    assert_eq!(appender.acked().position, position);
+    let entries = entries_after(&bus, 0, 0).await.unwrap();
+    let commits: Vec<u64> = entries
+        .iter()
+        .flat_map(|e| e.commits.iter().map(|c| c.position))
+        .collect();
+    assert_eq!(commits, (1..=position).collect::<Vec<_>>());
+    let last_seq = entries.last().unwrap().seq;
+    assert!(
+        last_seq > entries.len() as u64,
+        "the big commit was not sent in parts"
+    );
+    // A leader dies after the first part of its next commit.
+    drop(store);
+    drop(appender);
+    bus.jetstream()
+        .publish(
+            bus.names().store_subject(0),
+            orchestrator::replication::encode_part(position + 1, 0, 2, b"half").into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // Its successor's store is at the last whole commit: it takes over.
+    let remade = Store::open(&StoreSettings::new(&replica)).unwrap();
+    let seq = catch_up(&bus, 0, &remade, 0).await.unwrap();
+    assert_eq!(seq, last_seq, "the unfinished commit was read as one");
+    assert_eq!(remade.log_position().unwrap(), position);
+    let (_successor, _sink) = Appender::start(&bus, 0, position).await.unwrap();
+    catch_up(&bus, 0, &remade, seq).await.unwrap();
+    remade.flush().await.unwrap();
+    drop(remade);
+    assert!(
+        sled_trees(&leader) == sled_trees(&replica),
+        "the log in parts makes the store again"
+    );
+}

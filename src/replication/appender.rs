@@ -49,11 +49,12 @@ impl Appender {
         store_position: u64,
     ) -> Result<(Appender, CommitSink), ReplicationError> {
         super::provision(bus).await?;
-        let (last_seq, log_position) = super::follow::last(bus, partition).await?;
-        if log_position != store_position {
+        let end = super::follow::last(bus, partition).await?;
+        let last_seq = end.seq;
+        if end.position != store_position {
             return Err(ReplicationError::NotAtEnd {
                 store: store_position,
-                log: log_position,
+                log: end.position,
             });
         }
         let queue = Arc::new(Queue::default());
@@ -74,6 +75,7 @@ impl Appender {
             acked.clone(),
         );
         let mut run = Run {
+            limit: bus.max_payload().saturating_sub(HEADER_ROOM),
             bus: bus.clone(),
             subject: bus.names().store_subject(partition),
             partition,
@@ -84,7 +86,7 @@ impl Appender {
             stop: stop.clone(),
         };
         match run.append(store_position, &[]).await {
-            Appended::At(seq) => run.last_seq = seq,
+            Appended::At(_) => {}
             Appended::Refused(_) | Appended::Stopped => {
                 return Err(ReplicationError::Overtaken { after: last_seq });
             }
@@ -105,8 +107,14 @@ impl Drop for Appender {
     }
 }
 
+/// Room left in a message for its headers (the message id and the
+/// expected sequence).
+const HEADER_ROOM: usize = 4096;
+
 /// The appending task's state.
 struct Run {
+    /// The most bytes of one message's payload.
+    limit: usize,
     bus: Bus,
     subject: String,
     partition: u32,
@@ -146,10 +154,7 @@ impl Run {
                 }
             };
             match self.append(last, &batch).await {
-                Appended::At(seq) => {
-                    self.last_seq = seq;
-                    self.tell.send_modify(|a| a.position = last);
-                }
+                Appended::At(_) => {}
                 Appended::Refused(why) => {
                     tracing::warn!(partition = self.partition, position = batch[0].position, %why, "the store's log refused an append: another orchestrator leads it; this one writes nothing more");
                     self.tell.send_modify(|a| a.refused = Some(Arc::from(why)));
@@ -160,11 +165,32 @@ impl Run {
         }
     }
 
-    /// Appends `batch` as one message ending at `position` after
-    /// `last_seq`, trying again while the broker does not answer.
-    async fn append(&self, position: u64, batch: &[Commit]) -> Appended {
-        let payload = bytes::Bytes::from(super::encode_frame(position, batch));
-        let first = batch.first().map_or(position, |c| c.position);
+    /// Appends `batch` after `last_seq`, in as many messages as it takes
+    /// (the seal at `position` for an empty batch), moving `last_seq` on
+    /// and telling the store each position the log holds; the sequence of
+    /// the last.
+    async fn append(&mut self, position: u64, batch: &[Commit]) -> Appended {
+        for message in super::frame::messages(position, batch, self.limit) {
+            let held = message.position;
+            match self.append_one(message).await {
+                Appended::At(seq) => {
+                    self.last_seq = seq;
+                    self.tell.send_if_modified(|a| {
+                        let moved = held > a.position;
+                        a.position = a.position.max(held);
+                        moved
+                    });
+                }
+                other => return other,
+            }
+        }
+        Appended::At(self.last_seq)
+    }
+
+    /// Appends one message after `last_seq`, trying again while the
+    /// broker does not answer.
+    async fn append_one(&self, message: super::frame::Message) -> Appended {
+        let payload = bytes::Bytes::from(message.payload);
         let mut headers = HeaderMap::new();
         headers.insert(
             "Nats-Expected-Last-Subject-Sequence",
@@ -172,7 +198,7 @@ impl Run {
         );
         headers.insert(
             "Nats-Msg-Id",
-            format!("{}.{}.{first}", self.partition, self.appender).as_str(),
+            format!("{}.{}.{}", self.partition, self.appender, message.id).as_str(),
         );
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
         let js = self.bus.jetstream();

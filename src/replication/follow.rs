@@ -3,7 +3,7 @@
 
 use async_nats::jetstream::stream::DirectGetErrorKind;
 
-use super::{ReplicationError, decode_frame};
+use super::{FrameError, ReplicationError, decode_frame};
 use crate::bus::Bus;
 use crate::store::Commit;
 
@@ -31,8 +31,18 @@ pub struct Entry {
     pub commits: Vec<Commit>,
 }
 
+/// A commit's parts read so far.
+struct Parts {
+    position: u64,
+    count: u32,
+    next: u32,
+    bytes: Vec<u8>,
+}
+
 /// Every message of partition `partition` after stream sequence `after`,
-/// oldest first.
+/// oldest first; a commit sent in parts is one entry, at its last part's
+/// sequence, once every part is read (parts of a commit that was never
+/// finished, a leader dying half way, are passed over).
 pub async fn entries_after(
     bus: &Bus,
     partition: u32,
@@ -42,22 +52,13 @@ pub async fn entries_after(
     let subject = bus.names().store_subject(partition);
     let mut out = Vec::new();
     let mut next = after + 1;
+    let mut parts: Option<Parts> = None;
     loop {
-        match stream
+        let msg = match stream
             .direct_get_next_for_subject(&subject, Some(next))
             .await
         {
-            Ok(msg) => {
-                let seq = msg.sequence;
-                let frame = decode_frame(&msg.payload)
-                    .map_err(|source| ReplicationError::Frame { seq, source })?;
-                out.push(Entry {
-                    seq,
-                    position: frame.position,
-                    commits: frame.commits,
-                });
-                next = seq + 1;
-            }
+            Ok(msg) => msg,
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(out),
             Err(e) => {
                 return Err(ReplicationError::Stream {
@@ -65,13 +66,78 @@ pub async fn entries_after(
                     source: e.into(),
                 });
             }
+        };
+        let seq = msg.sequence;
+        next = seq + 1;
+        let frame =
+            decode_frame(&msg.payload).map_err(|source| ReplicationError::Frame { seq, source })?;
+        let Some(part) = frame.part else {
+            parts = None;
+            out.push(Entry {
+                seq,
+                position: frame.position,
+                commits: frame.commits,
+            });
+            continue;
+        };
+        let mut held = match parts.take() {
+            _ if part.index == 0 => Parts {
+                position: frame.position,
+                count: part.count,
+                next: 0,
+                bytes: Vec::new(),
+            },
+            Some(p)
+                if p.position == frame.position
+                    && p.next == part.index
+                    && p.count == part.count =>
+            {
+                p
+            }
+            // A part without those before it.
+            _ => continue,
+        };
+        held.bytes.extend_from_slice(&part.bytes);
+        held.next += 1;
+        if held.next < held.count {
+            parts = Some(held);
+            continue;
         }
+        let commit = Commit::decode(&held.bytes).map_err(|source| ReplicationError::Frame {
+            seq,
+            source: FrameError::Record { index: 0, source },
+        })?;
+        if commit.position != held.position {
+            return Err(ReplicationError::Frame {
+                seq,
+                source: FrameError::Position {
+                    stated: held.position,
+                    last: commit.position,
+                },
+            });
+        }
+        out.push(Entry {
+            seq,
+            position: commit.position,
+            commits: vec![commit],
+        });
     }
 }
 
-/// The last message of partition `partition`: its sequence and the last
-/// position it carries (`(0, 0)` for an empty log).
-pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), ReplicationError> {
+/// Where a partition's log ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct End {
+    /// The sequence of its last message (0: none).
+    pub(super) seq: u64,
+    /// The position of its last whole commit (0: none).
+    pub(super) position: u64,
+    /// The sequence to read after to find every commit after `position`
+    /// (before a commit whose parts are not all there).
+    pub(super) after: u64,
+}
+
+/// Where partition `partition`'s log ends.
+pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationError> {
     let stream = stream(bus).await?;
     let subject = bus.names().store_subject(partition);
     match stream.direct_get_last_for_subject(subject).await {
@@ -79,9 +145,24 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<(u64, u64), Replic
             let seq = msg.sequence;
             let frame = decode_frame(&msg.payload)
                 .map_err(|source| ReplicationError::Frame { seq, source })?;
-            Ok((seq, frame.position))
+            Ok(match frame.part {
+                Some(p) if p.index + 1 < p.count => End {
+                    seq,
+                    position: frame.position - 1,
+                    after: seq.saturating_sub(u64::from(p.index) + 1),
+                },
+                _ => End {
+                    seq,
+                    position: frame.position,
+                    after: seq,
+                },
+            })
         }
-        Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok((0, 0)),
+        Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok(End {
+            seq: 0,
+            position: 0,
+            after: 0,
+        }),
         Err(e) => Err(ReplicationError::Stream {
             stream: bus.names().store_stream(),
             source: e.into(),

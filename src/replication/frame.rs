@@ -1,10 +1,16 @@
 //! One message of the store's log: the log position it ends at and the
-//! commits it carries, in order (the appender sends every commit waiting
-//! when the last append was acknowledged as one message; a new leader's
-//! first message carries none: it seals the log against its predecessor).
+//! commits it carries, in order (the appender sends the commits waiting
+//! when the last append was acknowledged together, in as few messages as
+//! the broker's payload limit allows; a new leader's first message carries
+//! none: it seals the log against its predecessor), or one part of a
+//! commit too large for one message.
 //! Wire form, integers big-endian: the position (u64), the number of
 //! commits (u32), then for each its length (u32) and its record
 //! (`store::Commit`'s wire form); the last commit is at the position.
+//! A part: the position of its commit (u64), `0xFFFFFFFF`, the part's
+//! index from 0 (u32), the number of parts (u32), then the part's bytes:
+//! the commit's record is its parts' bytes in order, sent in consecutive
+//! messages.
 
 use crate::store::{Commit, RecordError};
 
@@ -46,23 +52,135 @@ pub enum FrameError {
 /// One message of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
-    /// The log position after it.
+    /// The log position after it (for a part, its commit's position).
     pub position: u64,
-    /// The commits it carries (none for a seal).
+    /// The commits it carries (none for a seal or a part).
     pub commits: Vec<Commit>,
+    /// A part of the commit at `position`.
+    pub part: Option<Part>,
+}
+
+/// A part of a commit too large for one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Its index, from 0.
+    pub index: u32,
+    /// How many parts the commit has.
+    pub count: u32,
+    /// Its bytes of the commit's record.
+    pub bytes: Vec<u8>,
+}
+
+/// The count that marks a part.
+const PART: u32 = u32::MAX;
+
+/// Bytes of a message before a part's bytes.
+pub(super) const PART_HEADER: usize = 16;
+
+/// The message carrying part `index` of `count` of the record of the
+/// commit at `position`.
+pub fn encode_part(position: u64, index: u32, count: u32, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PART_HEADER + bytes.len());
+    out.extend_from_slice(&position.to_be_bytes());
+    out.extend_from_slice(&PART.to_be_bytes());
+    out.extend_from_slice(&index.to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(bytes);
+    out
 }
 
 /// The message carrying `commits`, ending at `position` (the last
 /// commit's, or the log's position for a seal).
 pub fn encode_frame(position: u64, commits: &[Commit]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let records: Vec<Vec<u8>> = commits.iter().map(Commit::encode).collect();
+    frame_of(position, &records)
+}
+
+/// The message carrying the commits whose records are `records`.
+fn frame_of(position: u64, records: &[Vec<u8>]) -> Vec<u8> {
+    let size = 12 + records.iter().map(|r| 4 + r.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&position.to_be_bytes());
-    out.extend_from_slice(&(commits.len() as u32).to_be_bytes());
-    for c in commits {
-        let bytes = c.encode();
-        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        out.extend_from_slice(&bytes);
+    out.extend_from_slice(&(records.len() as u32).to_be_bytes());
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_be_bytes());
+        out.extend_from_slice(r);
     }
+    out
+}
+
+/// One message to append.
+#[derive(Debug)]
+pub(super) struct Message {
+    /// Its bytes.
+    pub(super) payload: Vec<u8>,
+    /// The log position once it is appended (a part but the last: the
+    /// position before its commit).
+    pub(super) position: u64,
+    /// What names it among the appender's messages: its first commit's
+    /// position, `<position>.<part>` for a part.
+    pub(super) id: String,
+}
+
+/// The messages carrying `batch` in order, each at most `limit` bytes
+/// (whole commits together while they fit, a commit larger than a
+/// message in parts); for an empty batch, the seal at `position`.
+pub(super) fn messages(position: u64, batch: &[Commit], limit: usize) -> Vec<Message> {
+    let mut out = Vec::new();
+    if batch.is_empty() {
+        out.push(Message {
+            payload: frame_of(position, &[]),
+            position,
+            id: position.to_string(),
+        });
+        return out;
+    }
+    let limit = limit.max(PART_HEADER + 1024);
+    let mut pack: Vec<Vec<u8>> = Vec::new();
+    let (mut size, mut first, mut last) = (12, 0, 0);
+    let flush = |pack: &mut Vec<Vec<u8>>, out: &mut Vec<Message>, first: u64, last: u64| {
+        if !pack.is_empty() {
+            out.push(Message {
+                payload: frame_of(last, pack),
+                position: last,
+                id: first.to_string(),
+            });
+            pack.clear();
+        }
+    };
+    for c in batch {
+        let record = c.encode();
+        if 12 + 4 + record.len() > limit {
+            flush(&mut pack, &mut out, first, last);
+            size = 12;
+            let chunk = limit - PART_HEADER;
+            let count = record.len().div_ceil(chunk) as u32;
+            for (i, piece) in record.chunks(chunk).enumerate() {
+                let i = i as u32;
+                out.push(Message {
+                    payload: encode_part(c.position, i, count, piece),
+                    position: if i + 1 == count {
+                        c.position
+                    } else {
+                        c.position - 1
+                    },
+                    id: format!("{}.{i}", c.position),
+                });
+            }
+            continue;
+        }
+        if size + 4 + record.len() > limit {
+            flush(&mut pack, &mut out, first, last);
+            size = 12;
+        }
+        if pack.is_empty() {
+            first = c.position;
+        }
+        size += 4 + record.len();
+        last = c.position;
+        pack.push(record);
+    }
+    flush(&mut pack, &mut out, first, last);
     out
 }
 
@@ -78,6 +196,22 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame, FrameError> {
         Ok(u32::from_be_bytes([word[0], word[1], word[2], word[3]]) as usize)
     };
     let count = u32_at(&mut at)?;
+    if count == PART as usize {
+        let index = u32_at(&mut at)? as u32;
+        let parts = u32_at(&mut at)? as u32;
+        if index >= parts {
+            return Err(FrameError::Framing(12));
+        }
+        return Ok(Frame {
+            position,
+            commits: Vec::new(),
+            part: Some(Part {
+                index,
+                count: parts,
+                bytes: bytes[at..].to_vec(),
+            }),
+        });
+    }
     let mut commits: Vec<Commit> = Vec::with_capacity(count.min(1024));
     for index in 0..count {
         let len = u32_at(&mut at)?;
@@ -108,5 +242,9 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame, FrameError> {
             last: last.position,
         });
     }
-    Ok(Frame { position, commits })
+    Ok(Frame {
+        position,
+        commits,
+        part: None,
+    })
 }

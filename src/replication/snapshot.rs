@@ -101,7 +101,8 @@ pub async fn take(
     scratch: &Path,
     keep: usize,
 ) -> Result<Option<Snapshot>, ReplicationError> {
-    let (after_seq, position) = super::follow::last(bus, partition).await?;
+    let end = super::follow::last(bus, partition).await?;
+    let (after_seq, position) = (end.after, end.position);
     let kept = snapshots(bus, partition).await?;
     if kept.last().is_some_and(|s| s.position >= position) {
         return Ok(None);
