@@ -184,27 +184,70 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
 }
 
 /// A data directory whose store was written before replication was
-/// turned on holds what the log does not: it is refused, not led.
+/// turned on is moved into the log when it leads (as the log's first
+/// snapshot); an empty node that joins loads it before the first commit
+/// and leads with every task; a second such store, once the log holds
+/// commits, is refused.
 #[tokio::test]
-async fn a_store_from_before_replication_is_not_led() {
+async fn a_store_from_before_replication_is_moved_into_the_log() {
     use orchestrator::service::{ServiceError, ServiceSettings};
     let nats = NatsServer::start();
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
         .await
         .unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let mut config = ServiceSettings {
-        data_dir: data.path().to_path_buf(),
-        ..ServiceSettings::default()
+    let settings = |dir: &Path| {
+        let mut config = ServiceSettings {
+            data_dir: dir.to_path_buf(),
+            ..ServiceSettings::default()
+        };
+        config.replication.enabled = true;
+        config.replication.renew_every = Duration::from_millis(100);
+        config
     };
-    let store = orchestrator::Store::open(&config.store_settings()).unwrap();
-    let env = common::envelope("echo", "echo", json!({}), "k");
-    store.submit(common::new_task(env)).await.unwrap();
-    drop(store);
-    config.replication.enabled = true;
+    let old_store = |dir: &Path, key: &str| {
+        let store = orchestrator::Store::open(&settings(dir).store_settings()).unwrap();
+        let env = common::envelope("echo", "echo", json!({"key": key}), key);
+        futures::executor::block_on(store.submit(common::new_task(env))).unwrap();
+    };
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    old_store(a.path(), "a");
     let stop = tokio_util::sync::CancellationToken::new();
     let (tell, _leader) = tokio::sync::watch::channel(None);
-    let refused = orchestrator::service::lead(&config, &bus, &stop, &tell)
+    let config_a = settings(a.path());
+    let leading = orchestrator::service::lead(&config_a, &bus, &stop, &tell)
+        .await
+        .unwrap()
+        .expect("the old store leads");
+    // One commit after the move.
+    let logged = orchestrator::StoreSettings {
+        commits: Some(leading.commits.clone()),
+        ..config_a.store_settings()
+    };
+    let store = orchestrator::Store::open(&logged).unwrap();
+    let env = common::envelope("echo", "echo", json!({"after": true}), "after");
+    store.submit(common::new_task(env)).await.unwrap();
+    drop(store);
+    leading
+        .keep(&config_a, tokio_util::sync::CancellationToken::new())
+        .release()
+        .await;
+    // An empty node loads the moved store, then the commit, and leads.
+    let leading = orchestrator::service::lead(&settings(b.path()), &bus, &stop, &tell)
+        .await
+        .unwrap()
+        .expect("the empty node leads");
+    drop(leading);
+    assert!(
+        common::sled_trees(&a.path().join("store")) == common::sled_trees(&b.path().join("store")),
+        "the node that joined holds what the old store and the log do"
+    );
+    // A second old store cannot join a log that holds commits.
+    old_store(c.path(), "c");
+    let refused = orchestrator::service::lead(&settings(c.path()), &bus, &stop, &tell)
         .await
         .err()
         .expect("refused");
@@ -218,7 +261,8 @@ async fn a_store_from_before_replication_is_not_led() {
     assert!(
         refused
             .to_string()
-            .contains("before replication was turned on")
+            .contains("already holds another store's commits"),
+        "{refused}"
     );
 }
 

@@ -136,6 +136,12 @@ pub(super) struct End {
     pub(super) after: u64,
 }
 
+/// The position of partition `partition`'s last whole commit (0: the
+/// log holds none).
+pub async fn log_position(bus: &Bus, partition: u32) -> Result<u64, ReplicationError> {
+    Ok(last(bus, partition).await?.position)
+}
+
 /// Where partition `partition`'s log ends.
 pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationError> {
     let stream = stream(bus).await?;

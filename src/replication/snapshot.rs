@@ -92,8 +92,8 @@ pub async fn snapshots(bus: &Bus, partition: u32) -> Result<Vec<Snapshot>, Repli
 /// Writes a snapshot of `store` (the leader's, partition `partition`) to
 /// the bucket, once the log holds everything it read; keeps the newest
 /// `keep` and trims the log below the oldest of them. `scratch` is a
-/// directory for the file it is written to first. `None` when the newest
-/// snapshot is at the log's position already.
+/// directory for the file it is written to first. `None` when the log
+/// holds no commit yet or the newest snapshot is at its position already.
 pub async fn take(
     bus: &Bus,
     partition: u32,
@@ -102,23 +102,56 @@ pub async fn take(
     keep: usize,
 ) -> Result<Option<Snapshot>, ReplicationError> {
     let end = super::follow::last(bus, partition).await?;
-    let (after_seq, position) = (end.after, end.position);
     let kept = snapshots(bus, partition).await?;
-    if kept.last().is_some_and(|s| s.position >= position) {
+    if end.position == 0 || kept.last().is_some_and(|s| s.position >= end.position) {
         return Ok(None);
     }
+    let bucket = bucket(bus).await?;
+    let made = write(bus, &bucket, partition, store, scratch, end).await?;
+    trim(bus, partition, &bucket, kept, &made, keep).await?;
+    Ok(Some(made))
+}
+
+/// Moves `store`, written before replication was turned on, into
+/// partition `partition`'s log, which must hold no commit: the store is
+/// the snapshot at position 0, which a store that is empty loads before
+/// it applies the log's first commit. For the node about to lead, before
+/// it seals the log.
+pub async fn move_in(
+    bus: &Bus,
+    partition: u32,
+    store: &Store,
+    scratch: &Path,
+) -> Result<Snapshot, ReplicationError> {
+    let end = super::follow::last(bus, partition).await?;
+    if end.position != 0 || store.log_position().unwrap_or(1) != 0 {
+        return Err(ReplicationError::NotAtEnd {
+            store: store.log_position().unwrap_or(0),
+            log: end.position,
+        });
+    }
+    let bucket = bucket(bus).await?;
+    write(bus, &bucket, partition, store, scratch, end).await
+}
+
+/// Writes a snapshot of `store`, whose log ends at `end`, to `bucket`.
+async fn write(
+    bus: &Bus,
+    bucket: &ObjectStore,
+    partition: u32,
+    store: &Store,
+    scratch: &Path,
+    end: super::follow::End,
+) -> Result<Snapshot, ReplicationError> {
+    let (after_seq, position) = (end.after, end.position);
     let name = format!("store.{partition}.{position:020}");
     let failed = |source| ReplicationError::Snapshot {
         name: name.clone(),
         source,
     };
-    let file = tempfile::NamedTempFile::new_in(scratch)
-        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?;
-    let (into, reader) = (
-        file.reopen()
-            .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?,
-        store.clone(),
-    );
+    let io = |e: std::io::Error| failed(crate::store::StoreError::Io(e.to_string()));
+    let file = tempfile::NamedTempFile::new_in(scratch).map_err(io)?;
+    let (into, reader) = (file.reopen().map_err(io)?, store.clone());
     let size = tokio::task::spawn_blocking(move || reader.write_snapshot(position, into))
         .await
         .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?
@@ -126,9 +159,7 @@ pub async fn take(
     let until = store.log_position().map_err(failed)?;
     // Everything it read is in the log before anyone may load it.
     store.settled().await.map_err(failed)?;
-    let mut from = tokio::fs::File::open(file.path())
-        .await
-        .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?;
+    let mut from = tokio::fs::File::open(file.path()).await.map_err(io)?;
     let meta = ObjectMetadata {
         name: name.clone(),
         description: Some(format!(
@@ -142,20 +173,17 @@ pub async fn take(
         ]),
         ..Default::default()
     };
-    let bucket = bucket(bus).await?;
     bucket
         .put(meta, &mut from)
         .await
         .map_err(|e| bucket_error(bus, e))?;
-    let made = Snapshot {
+    Ok(Snapshot {
         name,
         position,
         after_seq,
         until,
         bytes: size.bytes,
-    };
-    trim(bus, partition, &bucket, kept, &made, keep).await?;
-    Ok(Some(made))
+    })
 }
 
 /// Keeps the newest `keep` snapshots (`made` and the newest of `older`),

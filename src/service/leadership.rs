@@ -77,14 +77,16 @@ pub async fn lead(
     // Open while it follows: the leader's is opened again, with the log,
     // by the orchestrator.
     let mut store = Store::open(&standby)?;
-    if store.log_position()? == 0 && store.holds_data() {
-        return Err(ServiceError::Store(StoreError::Open {
-            path: standby.path.clone(),
-            message: "it holds tasks written before replication was turned on, which the log does not have; moving an existing store into the log is not built yet: start replication.enabled on an empty data directory".into(),
-        }));
+    // Written before replication was turned on: it is moved into the log
+    // once this node leads, if the log holds nothing yet.
+    let unlogged = store.log_position()? == 0 && store.holds_data();
+    if unlogged {
+        refuse_unless_log_empty(bus, r.partition, &standby).await?;
     }
     loop {
-        (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
+        if !unlogged {
+            (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
+        }
         let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
             Taken::Elsewhere(by) => {
@@ -106,6 +108,28 @@ pub async fn lead(
             }
         };
         if let Some(lease) = lease {
+            if unlogged {
+                // The store is the log's snapshot at position 0, then the
+                // log is sealed: a store that is empty loads the snapshot
+                // before the first commit.
+                refuse_unless_log_empty(bus, r.partition, &standby).await?;
+                let snapshot =
+                    replication::move_in(bus, r.partition, &store, &config.data_dir).await?;
+                let (appender, commits) = Appender::start(bus, r.partition, 0).await?;
+                store.flush().await?;
+                drop(store);
+                tracing::info!(
+                    partition = r.partition,
+                    snapshot = %snapshot.name,
+                    bytes = snapshot.bytes,
+                    "moved the store written before replication into the log as its first snapshot"
+                );
+                return Ok(Some(Leading {
+                    lease,
+                    appender,
+                    commits,
+                }));
+            }
             loop {
                 // Everything the last leader wrote, then the seal.
                 (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
@@ -139,6 +163,25 @@ pub async fn lead(
     }
 }
 
+/// Refuses a store written before replication when the log holds another
+/// store's commits already: the two cannot be one.
+async fn refuse_unless_log_empty(
+    bus: &Bus,
+    partition: u32,
+    settings: &StoreSettings,
+) -> Result<(), ServiceError> {
+    let log = replication::log_position(bus, partition).await?;
+    if log == 0 {
+        return Ok(());
+    }
+    Err(ServiceError::Store(StoreError::Open {
+        path: settings.path.clone(),
+        message: format!(
+            "it holds tasks written before replication was turned on, and the log already holds another store's commits (to position {log}); it cannot join that log: move it aside and start this node on an empty data directory to follow the log, or start it against a log of its own"
+        ),
+    }))
+}
+
 /// Applies the log after stream sequence `seq` to `store`; the store and
 /// the sequence of the last message read. A store that cannot follow is
 /// made again: one that left the log (it led and committed what the log
@@ -153,6 +196,17 @@ async fn follow(
     settings: &StoreSettings,
     mut seq: u64,
 ) -> Result<(Store, u64), ServiceError> {
+    // An empty store starts from the newest snapshot once the log holds
+    // commits: the log may start after a snapshot (trimmed, or a store
+    // moved into the log as its first snapshot).
+    if seq == 0
+        && store.log_position()? == 0
+        && !store.holds_data()
+        && replication::log_position(bus, partition).await? > 0
+        && let Some(snapshot) = replication::snapshots(bus, partition).await?.pop()
+    {
+        (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
+    }
     loop {
         match replication::catch_up(bus, partition, &store, seq).await {
             Ok(last) => return Ok((store, last)),
@@ -177,21 +231,32 @@ async fn follow(
                 let Some(snapshot) = replication::snapshots(bus, partition).await?.pop() else {
                     return Err(ReplicationError::NoSnapshot { position: applied }.into());
                 };
-                tracing::info!(
-                    partition,
-                    store_position = applied,
-                    snapshot = %snapshot.name,
-                    bytes = snapshot.bytes,
-                    "the log no longer holds what this store lacks: loading the newest snapshot"
-                );
-                drop(store);
-                replication::restore(bus, &snapshot, settings).await?;
-                store = Store::open(settings)?;
-                seq = snapshot.after_seq;
+                (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Makes `store` (replaced) from `snapshot`; the store and the sequence to
+/// read the log after.
+async fn load(
+    bus: &Bus,
+    partition: u32,
+    store: Store,
+    settings: &StoreSettings,
+    snapshot: &replication::Snapshot,
+) -> Result<(Store, u64), ServiceError> {
+    tracing::info!(
+        partition,
+        store_position = store.log_position()?,
+        snapshot = %snapshot.name,
+        bytes = snapshot.bytes,
+        "loading the newest snapshot: the log does not hold everything this store lacks"
+    );
+    drop(store);
+    replication::restore(bus, snapshot, settings).await?;
+    Ok((Store::open(settings)?, snapshot.after_seq))
 }
 
 /// A lease being kept; [`Kept::release`] gives it up when the leader
