@@ -61,12 +61,28 @@ impl Deployment {
         ack_wait: &str,
         sleep: &str,
     ) -> Deployment {
+        Deployment::start_with(urls, worker_urls, replicas, ack_wait, sleep, json!({})).await
+    }
+
+    /// [`Deployment::start`], with the members of `extra` in the settings
+    /// file too.
+    async fn start_with(
+        urls: &str,
+        worker_urls: &[String],
+        replicas: usize,
+        ack_wait: &str,
+        sleep: &str,
+        extra: Value,
+    ) -> Deployment {
         let agents = tempfile::tempdir().unwrap();
         let agent = work_agent(agents.path(), ack_wait, sleep);
         let data = tempfile::tempdir().unwrap();
         let logs = tempfile::tempdir().unwrap();
         let config = logs.path().join("settings.json");
-        let settings = json!({"bus": {"replicas": replicas, "retry_delay": "500ms"}, "ready_stall_after": "0s"});
+        let mut settings = json!({"bus": {"replicas": replicas, "retry_delay": "500ms"}, "ready_stall_after": "0s"});
+        if let (Some(settings), Some(extra)) = (settings.as_object_mut(), extra.as_object()) {
+            settings.extend(extra.clone());
+        }
         std::fs::write(&config, settings.to_string()).unwrap();
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
@@ -742,4 +758,39 @@ async fn a_waiting_worker_answers_not_ready() {
     };
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("\"checked\":false"), "{body}");
+}
+
+/// With the store replicated (`replication.enabled`, its log `ORCH_STORE`
+/// on three nodes), the node leading the log is SIGKILLed while tasks
+/// flow and restarted a few seconds later: the leader's appends wait for
+/// the new stream leader, and every task completes, none dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_logs_leader_killed_under_load_loses_no_task() {
+    let mut cluster = NatsCluster::start().await;
+    let (u0, u1, u2) = (cluster.url(0), cluster.url(1), cluster.url(2));
+    let replication =
+        json!({"replication": {"enabled": true, "lease_ttl": "15s", "renew_every": "500ms"}});
+    let d = Deployment::start_with(
+        &cluster.urls(),
+        &[format!("{u1},{u2},{u0}"), format!("{u2},{u0},{u1}")],
+        3,
+        "5s",
+        "0.05",
+        replication,
+    )
+    .await;
+    let load = d.load("store-log", 90, 30);
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let leader = cluster.wait_leader_of("ORCH_STORE").await;
+        cluster.kill(leader).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.restart(leader).await.unwrap();
+        leader
+    };
+    let (ids, leader) = tokio::join!(load, kill);
+    eprintln!("ORCH_STORE: killed its leader n{leader} under load, restarted it 3 s later");
+    check_nothing_failed(&d, &ids, "leader of ORCH_STORE killed").await;
+    let verify = common::get_json(&d.http, &format!("{}/v1/audit/verify", d.base)).await;
+    assert_eq!(verify["ok"], true, "{verify}");
 }
