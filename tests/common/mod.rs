@@ -200,6 +200,7 @@ pub mod cluster;
 pub mod dev;
 pub mod llm;
 pub mod nats;
+pub mod netns;
 pub mod process;
 pub mod receiver;
 pub mod system;
