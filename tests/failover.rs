@@ -656,3 +656,49 @@ async fn a_leader_cut_off_steps_down_and_what_it_took_after_is_nowhere() {
         });
     assert!(aside, "the store that left the log was not set aside");
 }
+
+/// A standby paused while the leader goes on (SIGSTOP: a slow or stalled
+/// machine) falls behind the log's trimmed start; resumed just as the
+/// leader is killed, it loads the newest snapshot and reads the log to its
+/// end before it leads, with every task the leader acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_far_behind_catches_up_before_it_leads() {
+    use nix::sys::signal::{Signal, kill};
+    use orchestrator::replication::entries_after;
+    let nats = NatsServer::start();
+    let mut pair = start_pair(&nats, "2s").await;
+    let b_pid = nix::unistd::Pid::from_raw(pair._b.0.id() as i32);
+    let http = common::system::client_with(Some(&pair.key));
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
+        .await
+        .unwrap();
+    kill(b_pid, Signal::SIGSTOP).unwrap();
+    let paused_at = entries_after(&bus, 0, 0).await.unwrap().last().unwrap().seq;
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
+        let t = common::post_json(&http, &format!("{}/v1/tasks", pair.a_url), &body).await;
+        ids.push(t["task_id"].as_str().unwrap().to_string());
+    }
+    // The leader's snapshots trim the log past where the standby stopped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while entries_after(&bus, 0, 0).await.unwrap()[0].seq <= paused_at {
+        assert!(Instant::now() < deadline, "the log was never trimmed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    kill(b_pid, Signal::SIGCONT).unwrap();
+    pair.a.kill();
+    assert!(
+        leads(&pair.b_url, Duration::from_secs(30)).await,
+        "the standby never took over"
+    );
+    for id in &ids {
+        let t = common::get_json(&http, &format!("{}/v1/tasks/{id}", pair.b_url)).await;
+        assert_eq!(t["task_id"], id.as_str(), "{t}");
+    }
+    let said = std::fs::read_to_string(pair.shared.path().join("b.log")).unwrap();
+    assert!(
+        said.contains("loading the newest snapshot"),
+        "the standby did not load a snapshot:\n{said}"
+    );
+}
