@@ -206,7 +206,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {
         "the standby never took over"
     );
     let failover = killed.elapsed();
-    eprintln!("failover: {failover:?} from SIGKILL to the standby answering /readyz");
+    eprintln!("failover: {failover:?} from SIGKILL to the standby leading (/readyz role leader)");
     // Every task acknowledged by the dead leader completes on the new one,
     // and a retried submit names the same task.
     all_completed(&http, &b_url, &ids).await;
