@@ -330,3 +330,89 @@ fn the_cluster_file_runs_the_same_services_on_three_replicated_nodes() {
     let config = orchestrator::server::Settings::decode(&settings).unwrap();
     assert_eq!(config.service.bus.replicas, 3);
 }
+
+/// docker-compose.cluster.yml runs two orchestrators sharing the store's
+/// log: the second is the first with its own data volume, port and
+/// advertised URL; both mount the keys `shared-keys` makes, whose command,
+/// run here against the real CLI, writes an administrator API key and an
+/// Ed25519 key for push deliveries (and keeps them when run again).
+#[test]
+fn the_cluster_file_runs_two_orchestrators_sharing_the_log_and_keys() {
+    let text = std::fs::read_to_string(root().join("docker-compose.cluster.yml")).unwrap();
+    let c: Value = serde_norway::from_str(&text).unwrap();
+    let base = compose();
+    let settings = std::fs::read(root().join("deploy/cluster.json")).unwrap();
+    let config = orchestrator::server::Settings::decode(&settings).unwrap();
+    assert!(config.service.replication.enabled);
+    let (a, b) = (
+        &c["services"]["orchestrator"],
+        &c["services"]["orchestrator-b"],
+    );
+    assert_eq!(command(a), command(b));
+    assert!(help("run").contains("ORCH_ADVERTISE_URL"));
+    assert_eq!(
+        a["environment"]["ORCH_ADVERTISE_URL"],
+        "http://orchestrator:8080"
+    );
+    assert_eq!(
+        b["environment"]["ORCH_ADVERTISE_URL"],
+        "http://orchestrator-b:8080"
+    );
+    // The second has every variable of the first (base and cluster file).
+    let first = &base["services"]["orchestrator"]["environment"];
+    for (name, value) in first.as_object().unwrap() {
+        let value = a["environment"].get(name).unwrap_or(value);
+        assert_eq!(&b["environment"][name], value, "{name}");
+    }
+    assert_eq!(b["ports"][0], "8081:8080");
+    let volumes = |s: &Value| -> Vec<String> {
+        s["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    for s in [a, b] {
+        assert!(volumes(s).contains(&"orchestrator-keys:/data/keys".to_string()));
+    }
+    assert!(volumes(b).contains(&"orchestrator-b-data:/data".to_string()));
+    // The keys' command, run here.
+    let script = command(&c["services"]["shared-keys"])[2].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let script = script
+        .replace("/keys/", &format!("{}/", keys.display()))
+        .replace("/tmp/made", &dir.path().join("made").display().to_string());
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for _ in 0..2 {
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let admin = std::fs::read_to_string(keys.join("admin.api-key")).unwrap();
+    assert!(
+        admin.trim().starts_with("orch_") && !admin.contains('"'),
+        "{admin}"
+    );
+    let (_, made) = orchestrator::task_token::push_key::PushKey::open_or_create(
+        &keys.join("delivery-signing.pem"),
+    )
+    .unwrap();
+    assert!(!made, "the push deliveries' key was not written");
+}

@@ -32,6 +32,11 @@ pub struct RunArgs {
     /// override its `bus.auth`.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// With `replication.enabled`: the base URL other orchestrators
+    /// forward requests to while this one leads (overrides the config
+    /// file's `replication.advertise_url`).
+    #[arg(long, env = "ORCH_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// Where the store lives (overrides the config file).
     #[arg(long, env = "ORCH_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -187,6 +192,9 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
     }
     if let Some(k) = args.signing_key {
         config.tokens.signing_key = Some(k);
+    }
+    if let Some(u) = args.advertise_url {
+        config.replication.advertise_url = Some(u);
     }
     let paths: Vec<PathBuf> = args.agents.iter().filter(|p| p.exists()).cloned().collect();
     if paths.is_empty() {
