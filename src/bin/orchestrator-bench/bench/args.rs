@@ -75,6 +75,16 @@ pub struct BenchArgs {
     /// that every accepted task completed.
     #[arg(long, value_name = "SECONDS", conflicts_with = "cluster")]
     pub(super) overload: Option<u64>,
+    /// Also measure the single process on the store's log path: the
+    /// deployed path again with `replication.enabled`, every commit of
+    /// the store appended to `<PREFIX>_STORE` on the same broker (one
+    /// replica) before it is reported.
+    #[arg(long, conflicts_with = "cluster")]
+    pub(super) log_path: bool,
+    /// Whether the deployed orchestrator runs with `replication.enabled`
+    /// (set by `--log-path`'s run, not a flag).
+    #[arg(skip)]
+    pub(super) replicated_store: bool,
     /// With `--overload`: the orchestrator's `max_backlog`.
     #[arg(long, default_value_t = 2000)]
     pub(super) overload_backlog: usize,

@@ -172,6 +172,9 @@ impl Deployed {
         if args.overload.is_some() {
             settings["max_backlog"] = json!(args.overload_backlog);
         }
+        if args.replicated_store {
+            settings["replication"] = json!({"enabled": true});
+        }
         if args.push && args.client == Client::A2a {
             // The bench's push receiver listens on loopback.
             settings["deliveries"] = json!({"allow_addresses": ["loopback"]});

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::cpu::{CpuPerTask, print_cpu};
-use super::{BenchArgs, Figures, a2a, console, llm, print_run, push};
+use super::{BenchArgs, Figures, a2a, console, llm, print_run, procs, push};
 use crate::cli::output::outln;
 
 /// What one sitting measured.
@@ -31,6 +31,8 @@ pub(super) struct Sitting {
     pub(super) llm: Option<llm::Measured>,
     /// The console, when asked for.
     pub(super) console: Option<console::Measured>,
+    /// The deployed path with the store on its log, when asked for.
+    pub(super) log_path: Option<procs::Measured>,
     /// The bench process's own RSS (MiB) at the end.
     pub(super) process_rss: Option<f64>,
 }
@@ -66,6 +68,13 @@ impl Sitting {
             "push": self.push.as_ref().map(|p| p.json(&self.cpu)),
             "llm": self.llm.as_ref().map(|l| l.json(&self.cpu)),
             "console": self.console.as_ref().map(console::Measured::json),
+            "log_path": self.log_path.as_ref().map(|m| json!({
+                "throughput": m.figures.0,
+                "low_load": m.figures.1,
+                "orchestrator_rss_mib": m.orchestrator_rss,
+                "cpu_per_task": m.cpu,
+                "throughput_of_processes": m.figures.0.per_second / self.deployed.0.per_second,
+            })),
         })
     }
 
@@ -111,6 +120,20 @@ impl Sitting {
             ),
         }
         print_cpu("CPU per task, as deployed", &self.cpu);
+        if let Some(m) = &self.log_path {
+            print_run(
+                "full path, as deployed, the store's commits through its JetStream log (replication.enabled, one replica)",
+                ("tasks", "tasks/s"),
+                args.concurrency,
+                &m.figures,
+            );
+            outln!(
+                "store on its log / as deployed: throughput {:.0} %, low-load p50 {:.0} %",
+                m.figures.0.per_second / self.deployed.0.per_second * 100.0,
+                m.figures.1.p50_ms / self.deployed.1.p50_ms * 100.0
+            );
+            print_cpu("CPU per task, the store on its log", &m.cpu);
+        }
         if let Some(a2a) = &self.a2a {
             a2a.print(args, &self.cpu);
         }

@@ -100,6 +100,27 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         true => Some(console::measure(&site, args).await?),
         false => None,
     };
+    let log_path = match args.log_path {
+        true => {
+            let logged = BenchArgs {
+                replicated_store: true,
+                ..args.clone()
+            };
+            let rest = procs::Deployed::start(
+                &url,
+                &format!("benchl{tag}"),
+                &dir.path().join("log-path"),
+                1,
+                &logged,
+                None,
+            )
+            .await?;
+            let measured = procs::full_path(&rest, &brokers, &logged).await?;
+            drop(rest);
+            Some(measured)
+        }
+        false => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -119,6 +140,7 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         push,
         llm,
         console,
+        log_path,
         process_rss: rss_mib_of(std::process::id()),
     };
     if args.json {
