@@ -108,59 +108,74 @@ pub async fn lead(
             }
         };
         if let Some(lease) = lease {
-            if unlogged {
-                // The store is the log's snapshot at position 0, then the
-                // log is sealed: a store that is empty loads the snapshot
-                // before the first commit.
-                refuse_unless_log_empty(bus, r.partition, &standby).await?;
-                let snapshot =
-                    replication::move_in(bus, r.partition, &store, &config.data_dir).await?;
-                let (appender, commits) = Appender::start(bus, r.partition, 0).await?;
-                store.flush().await?;
-                drop(store);
-                tracing::info!(
-                    partition = r.partition,
-                    snapshot = %snapshot.name,
-                    bytes = snapshot.bytes,
-                    "moved the store written before replication into the log as its first snapshot"
-                );
-                return Ok(Some(Leading {
-                    lease,
-                    appender,
-                    commits,
-                }));
-            }
-            loop {
-                // Everything the last leader wrote, then the seal.
-                (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
-                let position = store.log_position()?;
-                match Appender::start(bus, r.partition, position).await {
-                    Ok((appender, commits)) => {
-                        store.flush().await?;
-                        drop(store);
-                        tracing::info!(
-                            partition = r.partition,
-                            epoch = lease.epoch(),
-                            position,
-                            "leading the store: its log is sealed at this position"
-                        );
-                        return Ok(Some(Leading {
-                            lease,
-                            appender,
-                            commits,
-                        }));
-                    }
-                    // The last leader appended meanwhile: read that too.
-                    Err(ReplicationError::Overtaken { .. }) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            let taken = Won {
+                lease,
+                unlogged,
+                settings: &standby,
+            };
+            return take_over(config, bus, taken, store, seq).await.map(Some);
         }
         tokio::select! {
             () = tokio::time::sleep(r.renew_every) => {}
             () = stop.cancelled() => return Ok(None),
         }
     }
+}
+
+/// The lease this node took, and the store it takes over with.
+struct Won<'a> {
+    lease: Lease,
+    /// The store was written before replication.
+    unlogged: bool,
+    settings: &'a StoreSettings,
+}
+
+/// Makes `store` the log's end (a store written before replication moved
+/// into the log first, as its snapshot at position 0), then seals the
+/// log: this node leads.
+async fn take_over(
+    config: &ServiceSettings,
+    bus: &Bus,
+    taken: Won<'_>,
+    mut store: Store,
+    mut seq: u64,
+) -> Result<Leading, ServiceError> {
+    let partition = config.replication.partition;
+    let (appender, commits) = loop {
+        if taken.unlogged {
+            refuse_unless_log_empty(bus, partition, taken.settings).await?;
+            let snapshot = replication::move_in(bus, partition, &store, &config.data_dir).await?;
+            tracing::info!(
+                partition,
+                snapshot = %snapshot.name,
+                bytes = snapshot.bytes,
+                "moved the store written before replication into the log as its first snapshot"
+            );
+            break Appender::start(bus, partition, 0).await?;
+        }
+        // Everything the last leader wrote, then the seal.
+        (store, seq) = follow(bus, partition, store, taken.settings, seq).await?;
+        match Appender::start(bus, partition, store.log_position()?).await {
+            Ok(started) => break started,
+            // The last leader appended meanwhile: read that too.
+            Err(ReplicationError::Overtaken { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let position = store.log_position()?;
+    store.flush().await?;
+    drop(store);
+    tracing::info!(
+        partition,
+        epoch = taken.lease.epoch(),
+        position,
+        "leading the store: its log is sealed at this position"
+    );
+    Ok(Leading {
+        lease: taken.lease,
+        appender,
+        commits,
+    })
 }
 
 /// Refuses a store written before replication when the log holds another

@@ -201,6 +201,7 @@ pub mod dev;
 pub mod llm;
 pub mod nats;
 pub mod netns;
+pub mod pair;
 pub mod process;
 pub mod receiver;
 pub mod system;
