@@ -9,8 +9,10 @@
 //! user send them), task requests, trigger files, every agent format
 //! (`agent.json`, AgentCards in Markdown and YAML, PromptPacks), step
 //! templates, the codec's depth and canonical-form checks. The A2A face's
-//! JSON-RPC envelope and `Last-Event-ID` are tried in their own modules
-//! with the strategies here ([`json`], [`edited`]).
+//! JSON-RPC envelope and `Last-Event-ID`, the store's log messages
+//! (`replication::frame`) and snapshots (`store::snapshot`) are tried in
+//! their own modules, with the strategies here ([`json`], [`edited`]) or
+//! their own.
 //!
 //! Budget: `PROPTEST_CASES` cases per property (256 when unset, the CI
 //! budget); the long mode is `PROPTEST_CASES=20000 cargo test --lib fuzz`

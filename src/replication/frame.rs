@@ -75,7 +75,7 @@ pub struct Part {
 const PART: u32 = u32::MAX;
 
 /// Bytes of a message before a part's bytes.
-pub(super) const PART_HEADER: usize = 16;
+pub(super) const PART_HEADER: usize = 20;
 
 /// The message carrying part `index` of `count` of the record of the
 /// commit at `position`.
@@ -247,4 +247,114 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame, FrameError> {
         commits,
         part: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A record in its documented wire form: position, then per write the
+    /// tree, remove or insert, the key, and an insert's value.
+    fn record(position: u64, writes: &[(u8, bool, Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut out = vec![1];
+        out.extend_from_slice(&position.to_be_bytes());
+        out.extend_from_slice(&(writes.len() as u32).to_be_bytes());
+        for (tree, insert, key, value) in writes {
+            out.push(*tree);
+            out.push(u8::from(*insert));
+            out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            out.extend_from_slice(key);
+            if *insert {
+                out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                out.extend_from_slice(value);
+            }
+        }
+        out
+    }
+
+    fn writes() -> impl Strategy<Value = Vec<(u8, bool, Vec<u8>, Vec<u8>)>> {
+        proptest::collection::vec(
+            (
+                1u8..=10,
+                any::<bool>(),
+                proptest::collection::vec(any::<u8>(), 0..16),
+                proptest::collection::vec(any::<u8>(), 0..600),
+            ),
+            0..6,
+        )
+    }
+
+    /// Commits `first..` made of `each`'s writes.
+    fn commits(first: u64, each: &[Vec<(u8, bool, Vec<u8>, Vec<u8>)>]) -> Vec<Commit> {
+        each.iter()
+            .enumerate()
+            .map(|(i, w)| Commit::decode(&record(first + i as u64, w)).unwrap())
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Any bytes are a message or a typed refusal, never a panic.
+        #[test]
+        fn any_bytes_are_a_message_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_frame(&bytes);
+        }
+
+        /// Messages of commits, packed within a limit or split in parts,
+        /// decode to what was sent; one byte changed decodes or is
+        /// refused, never a panic.
+        #[test]
+        fn messages_decode_to_their_commits(
+            first in 1u64..1000,
+            each in proptest::collection::vec(writes(), 1..5),
+            limit in 40usize..400,
+            at in any::<usize>(),
+            byte in any::<u8>(),
+        ) {
+            let batch = commits(first, &each);
+            let mut whole = Vec::new();
+            let mut parts = Vec::new();
+            for m in messages(0, &batch, limit) {
+                prop_assert!(m.payload.len() <= limit.max(PART_HEADER + 1024));
+                let frame = decode_frame(&m.payload).unwrap();
+                match frame.part {
+                    None => whole.extend(frame.commits),
+                    Some(part) => {
+                        prop_assert_eq!(part.index as usize, parts.len());
+                        parts.push(part.bytes);
+                        if part.index + 1 == part.count {
+                            whole.push(Commit::decode(&parts.concat()).unwrap());
+                            parts.clear();
+                        }
+                    }
+                }
+                let mut edited = m.payload.clone();
+                let i = at % edited.len();
+                edited[i] = byte;
+                let _ = decode_frame(&edited);
+            }
+            prop_assert_eq!(whole, batch);
+        }
+    }
+
+    /// A commit larger than the limit goes in parts, each within it; a
+    /// seal is one message at the position.
+    #[test]
+    fn a_large_commit_goes_in_parts_within_the_limit() {
+        let big = vec![(1u8, true, b"k".to_vec(), vec![7u8; 5000])];
+        let batch = commits(9, &[big]);
+        let sent = messages(9, &batch, 2048);
+        assert_eq!(sent.len(), 3);
+        assert!(sent.iter().all(|m| m.payload.len() <= 2048));
+        assert_eq!(
+            sent.iter().map(|m| m.position).collect::<Vec<_>>(),
+            [8, 8, 9]
+        );
+        let seal = messages(4, &[], 2048);
+        assert_eq!(seal.len(), 1);
+        assert_eq!(decode_frame(&seal[0].payload).unwrap().position, 4);
+    }
 }
