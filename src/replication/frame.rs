@@ -255,9 +255,12 @@ mod tests {
 
     use super::*;
 
+    /// A write: its tree, insert (or remove), key and value.
+    type Written = (u8, bool, Vec<u8>, Vec<u8>);
+
     /// A record in its documented wire form: position, then per write the
     /// tree, remove or insert, the key, and an insert's value.
-    fn record(position: u64, writes: &[(u8, bool, Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    fn record(position: u64, writes: &[Written]) -> Vec<u8> {
         let mut out = vec![1];
         out.extend_from_slice(&position.to_be_bytes());
         out.extend_from_slice(&(writes.len() as u32).to_be_bytes());
@@ -274,7 +277,7 @@ mod tests {
         out
     }
 
-    fn writes() -> impl Strategy<Value = Vec<(u8, bool, Vec<u8>, Vec<u8>)>> {
+    fn writes() -> impl Strategy<Value = Vec<Written>> {
         proptest::collection::vec(
             (
                 1u8..=10,
@@ -287,7 +290,7 @@ mod tests {
     }
 
     /// Commits `first..` made of `each`'s writes.
-    fn commits(first: u64, each: &[Vec<(u8, bool, Vec<u8>, Vec<u8>)>]) -> Vec<Commit> {
+    fn commits(first: u64, each: &[Vec<Written>]) -> Vec<Commit> {
         each.iter()
             .enumerate()
             .map(|(i, w)| Commit::decode(&record(first + i as u64, w)).unwrap())
