@@ -166,7 +166,8 @@ fn a_console_bench_times_the_pages_and_the_task_path_beside_a_console() {
 
 /// `--cluster`: R1 and R3 measured, the ratio given, and the leader-kill
 /// run's tasks all completed across a kill that did happen (another
-/// leader was named after it).
+/// leader was named after it); two orchestrators sharing the store's log
+/// measured, and their leader's kill survived.
 #[test]
 fn a_cluster_bench_measures_both_layouts_and_a_leader_kill() {
     let got = bench(&[
@@ -199,6 +200,25 @@ fn a_cluster_bench_measures_both_layouts_and_a_leader_kill() {
     assert_eq!(count(kill, "/completed"), tasks, "{kill:#}");
     assert_eq!(count(kill, "/failed"), 0, "{kill:#}");
     assert_eq!(count(kill, "/other"), 0, "{kill:#}");
+    // Two orchestrators sharing the store's log: measured, the standby's
+    // CPU counted, and the leader killed under load with every task
+    // completed through the standby, which took over.
+    let replicated = &got["replicated_orchestrators"];
+    assert_eq!(
+        count(replicated, "/processes/throughput/count"),
+        100,
+        "{replicated:#}"
+    );
+    assert!(
+        replicated["processes"]["standby_cpu_per_task_us"].as_f64() >= Some(0.0),
+        "{replicated:#}"
+    );
+    let failover = &replicated["failover"];
+    assert!(failover["took_over_s"].as_f64() > Some(0.0), "{failover:#}");
+    let tasks = count(failover, "/throughput/count");
+    assert!(tasks > 0, "{failover:#}");
+    assert_eq!(count(failover, "/completed"), tasks, "{failover:#}");
+    assert_eq!(count(failover, "/failed"), 0, "{failover:#}");
 }
 
 /// A cluster the bench starts itself takes no broker URL.

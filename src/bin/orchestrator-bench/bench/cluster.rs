@@ -155,10 +155,18 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         args,
     )
     .await?;
+    let logged = replicated(
+        &cluster.urls(),
+        &cluster.pids(),
+        &dir.join("replicated"),
+        args,
+    )
+    .await?;
     cluster.stop().await;
     // A cluster of its own: no streams of the runs before to elect leaders
     // for.
     let kill = leader_kill(&dir.join("kill"), args).await?;
+    let failover = orchestrator_failover(&dir.join("failover"), args).await?;
     if on_terminal() {
         eprint!("\r\x1b[2K");
     }
@@ -177,6 +185,16 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
                     "bare_jetstream": bare_ratio,
                 },
                 "leader_kill": kill,
+                "replicated_orchestrators": {
+                    "processes": {
+                        "throughput": logged.deployed.0,
+                        "low_load": logged.deployed.1,
+                        "cpu_per_task": logged.cpu,
+                        "standby_cpu_per_task_us": logged.standby_us,
+                    },
+                    "throughput_ratio_to_single": logged.deployed.0.per_second / r1.deployed.0.per_second,
+                    "failover": failover,
+                },
                 "concurrency": args.concurrency,
                 "client": args.client,
             })
@@ -230,6 +248,44 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         kill.throughput.p50_ms,
         kill.throughput.p99_ms
     );
+    print_run(
+        &format!(
+            "two orchestrators sharing the store's log (replication.enabled) on the R{NODES} cluster: the leader's figures"
+        ),
+        ("tasks", "tasks/s"),
+        args.concurrency,
+        &logged.deployed,
+    );
+    print_cpu("  CPU per task, the leader's deployment", &logged.cpu);
+    if let (Some(us), Some(leader)) = (logged.standby_us, logged.cpu.orchestrator_us) {
+        outln!(
+            "  the standby (following the log): {us:.0} µs per task, {:.0} % of the leader's",
+            us / leader * 100.0
+        );
+    }
+    outln!(
+        "  replicated / single server R1 throughput: {:.0} %",
+        logged.deployed.0.per_second / r1.deployed.0.per_second * 100.0
+    );
+    outln!(
+        "orchestrator failover, R{NODES}, clients sending to the standby: {:.0} s of load, then the leading orchestrator SIGKILLed, {:.0} s more",
+        failover.warm_up_s,
+        failover.load_after_kill_s
+    );
+    outln!(
+        "  the standby led {:.1} s after the kill; longest time no task ended: {:.2} s (before it: {:.2} s)",
+        failover.took_over_s,
+        failover.stall_s,
+        failover.longest_gap_before_kill_s
+    );
+    outln!(
+        "  {} tasks: {} completed, {} failed, {} other; {} submits sent again",
+        failover.throughput.count,
+        failover.completed,
+        failover.failed,
+        failover.other,
+        failover.resubmits
+    );
     Ok(())
 }
 
@@ -253,38 +309,7 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
     // When each task ended, and how.
     let ended: Arc<Mutex<Vec<(Instant, Ended)>>> = Arc::default();
     let started = Instant::now();
-    let driven = async {
-        let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));
-        let mut handles = Vec::new();
-        while started.elapsed() < WARM_UP + after_kill {
-            let permit = Arc::clone(&slots)
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
-            let task = deployed.task(handles.len(), true);
-            let ended = Arc::clone(&ended);
-            handles.push(tokio::spawn(async move {
-                let e = task.await?;
-                drop(permit);
-                if let Ok(mut all) = ended.lock() {
-                    all.push((Instant::now(), e));
-                }
-                Ok::<(), String>(())
-            }));
-            if on_terminal() && handles.len().is_multiple_of(500) {
-                eprint!(
-                    "\rleader kill: {} tasks, {:.0} s   ",
-                    handles.len(),
-                    started.elapsed().as_secs_f64()
-                );
-            }
-        }
-        let stopped = Instant::now();
-        for h in handles {
-            h.await.map_err(|e| e.to_string())??;
-        }
-        Ok::<_, String>((stopped, started.elapsed()))
-    };
+    let driven = drive(&deployed, args, WARM_UP + after_kill, &ended, "leader kill");
     let killer = async {
         tokio::time::sleep(WARM_UP).await;
         let leader = cluster
@@ -331,6 +356,185 @@ async fn leader_kill(dir: &Path, args: &BenchArgs) -> Result<LeaderKill, String>
             .copied()
             .unwrap_or_default()
             .as_secs_f64(),
+        throughput: super::figures(latencies, elapsed),
+        completed,
+        failed,
+        other: all.len() - completed - failed,
+        resubmits: all.iter().map(|(_, e)| e.resubmits).sum(),
+    })
+}
+
+/// Keeps `concurrency` tasks in flight on `deployed` for `length`
+/// (submits sent again while not taken), recording when each ended in
+/// `ended`; when the load stopped, and how long until every task ended.
+async fn drive(
+    deployed: &Deployed,
+    args: &BenchArgs,
+    length: Duration,
+    ended: &Arc<Mutex<Vec<(Instant, Ended)>>>,
+    what: &str,
+) -> Result<(Instant, Duration), String> {
+    let started = Instant::now();
+    let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));
+    let mut handles = Vec::new();
+    while started.elapsed() < length {
+        let permit = Arc::clone(&slots)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let task = deployed.task(handles.len(), true);
+        let ended = Arc::clone(ended);
+        handles.push(tokio::spawn(async move {
+            let e = task.await?;
+            drop(permit);
+            if let Ok(mut all) = ended.lock() {
+                all.push((Instant::now(), e));
+            }
+            Ok::<(), String>(())
+        }));
+        if on_terminal() && handles.len().is_multiple_of(500) {
+            eprint!(
+                "\r{what}: {} tasks, {:.0} s   ",
+                handles.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let stopped = Instant::now();
+    for h in handles {
+        h.await.map_err(|e| e.to_string())??;
+    }
+    Ok((stopped, started.elapsed()))
+}
+
+/// The replicated layout: on the cluster (every stream in three
+/// replicas), the store's commits through its log, one orchestrator
+/// leading and one standing by.
+struct Replicated {
+    deployed: (Figures, Figures),
+    cpu: CpuPerTask,
+    /// The standby's CPU per task over the throughput and low-load runs.
+    standby_us: Option<f64>,
+}
+
+async fn replicated(
+    url: &str,
+    brokers: &[u32],
+    dir: &Path,
+    args: &BenchArgs,
+) -> Result<Replicated, String> {
+    let logged = BenchArgs {
+        replicated_store: true,
+        ..args.clone()
+    };
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let mut deployed =
+        Deployed::start(url, &format!("benchr{tag}"), dir, NODES, &logged, None).await?;
+    deployed.add_standby().await?;
+    let standby = deployed.standby_pid();
+    let before = standby.and_then(super::cpu::cpu_seconds_of);
+    let measured = procs::full_path(&deployed, brokers, &logged).await?;
+    let after = standby.and_then(super::cpu::cpu_seconds_of);
+    let tasks = (measured.figures.0.count + measured.figures.1.count).max(1) as f64;
+    let standby_us = before.zip(after).map(|(b, a)| (a - b) * 1e6 / tasks);
+    Ok(Replicated {
+        deployed: measured.figures,
+        cpu: measured.cpu,
+        standby_us,
+    })
+}
+
+/// What the orchestrator failover run saw.
+#[derive(serde::Serialize)]
+struct Failover {
+    /// Seconds of load before the leader was killed, and after.
+    warm_up_s: f64,
+    load_after_kill_s: f64,
+    /// From the SIGKILL of the leading orchestrator until the standby's
+    /// `/readyz` said it leads (polled every 50 ms).
+    took_over_s: f64,
+    /// The longest time no task ended, from the kill on, and before it.
+    stall_s: f64,
+    longest_gap_before_kill_s: f64,
+    throughput: Figures,
+    completed: usize,
+    failed: usize,
+    other: usize,
+    resubmits: usize,
+}
+
+/// On a cluster of its own, the replicated layout under steady load with
+/// every client sending to the standby (which forwards to the leader):
+/// [`WARM_UP`], then the leading orchestrator SIGKILLed, then 15 s more.
+async fn orchestrator_failover(dir: &Path, args: &BenchArgs) -> Result<Failover, String> {
+    let cluster = LocalCluster::start(&dir.join("cluster"), NODES, "127.0.0.1", "")
+        .await
+        .map_err(|e| e.to_string())?;
+    let logged = BenchArgs {
+        replicated_store: true,
+        ..args.clone()
+    };
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let mut deployed = Deployed::start(
+        &cluster.urls(),
+        &format!("benchf{tag}"),
+        dir,
+        NODES,
+        &logged,
+        None,
+    )
+    .await?;
+    deployed.add_standby().await?;
+    let standby = deployed
+        .through_standby()
+        .ok_or("the standby has no address")?;
+    let leader = deployed.orchestrator_pid().ok_or("the leader has no pid")?;
+    let after_kill = Duration::from_secs(15);
+    let ended: Arc<Mutex<Vec<(Instant, Ended)>>> = Arc::default();
+    let driven = drive(&deployed, &logged, WARM_UP + after_kill, &ended, "failover");
+    let killer = async {
+        tokio::time::sleep(WARM_UP).await;
+        let pid = nix::unistd::Pid::from_raw(leader as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
+            .map_err(|e| e.to_string())?;
+        let killed_at = Instant::now();
+        let deadline = killed_at + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = deployed
+                .client
+                .get(format!("{standby}/readyz"))
+                .send()
+                .await
+                && let Ok(said) = r.json::<Value>().await
+                && said["role"] == "leader"
+            {
+                return Ok::<_, String>((killed_at, killed_at.elapsed()));
+            }
+            if Instant::now() > deadline {
+                return Err("the standby never took over".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (driven, killed) = tokio::join!(driven, killer);
+    let ((stopped, elapsed), (killed_at, took_over)) = (driven?, killed?);
+    deployed.kill_leader();
+    drop(deployed);
+    cluster.stop().await;
+    let all = std::mem::take(&mut *ended.lock().map_err(|e| e.to_string())?);
+    let mut times: Vec<Instant> = all.iter().map(|(t, _)| *t).collect();
+    times.sort();
+    let under_load = &times[..times.partition_point(|t| *t <= stopped)];
+    let (stall, usual) = gaps(under_load, killed_at);
+    let state = |s: &str| all.iter().filter(|(_, e)| e.state == s).count();
+    let (completed, failed) = (state("completed"), state("failed"));
+    let latencies: Vec<Duration> = all.iter().map(|(_, e)| e.latency).collect();
+    Ok(Failover {
+        warm_up_s: WARM_UP.as_secs_f64(),
+        load_after_kill_s: after_kill.as_secs_f64(),
+        took_over_s: took_over.as_secs_f64(),
+        stall_s: stall.as_secs_f64(),
+        longest_gap_before_kill_s: usual.as_secs_f64(),
         throughput: super::figures(latencies, elapsed),
         completed,
         failed,

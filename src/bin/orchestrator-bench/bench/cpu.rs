@@ -5,7 +5,7 @@
 use crate::cli::output::outln;
 
 /// CPU seconds (user and system, every thread) a process has used so far.
-fn cpu_seconds_of(pid: u32) -> Option<f64> {
+pub(super) fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
     Some(cpu_ticks(&stat)? / ticks as f64)

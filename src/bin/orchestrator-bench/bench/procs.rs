@@ -17,6 +17,10 @@ use super::{BenchArgs, Client, Figures, echo_card, measure};
 /// are killed when this is dropped.
 pub(super) struct Deployed {
     run: Child,
+    /// A second `run` standing by beside it (`add_standby`), and its API.
+    standby: Option<(Child, String)>,
+    /// What that second `run` is started with.
+    plan: Plan,
     worker: Child,
     /// With `llm_model`: the worker of the agent `asker`, a prompt for
     /// that model calling `echo`.
@@ -26,9 +30,76 @@ pub(super) struct Deployed {
     kind: Client,
 }
 
+/// What a `run` of the deployment is started with.
+struct Plan {
+    exe: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    agents: std::path::PathBuf,
+    triggers: std::path::PathBuf,
+    config: std::path::PathBuf,
+    signing: std::path::PathBuf,
+    url: String,
+}
+
+impl Plan {
+    /// Starts `orchestrator ARGS`, logging to `log` in the directory.
+    fn spawn(&self, args: &[&dyn AsRef<std::ffi::OsStr>], log: &str) -> Result<Child, String> {
+        let log = std::fs::File::create(self.dir.join(log)).map_err(|e| e.to_string())?;
+        Command::new(&self.exe)
+            .args(args.iter().map(|a| a.as_ref()))
+            .env("RUST_LOG", "warn")
+            // The settings file alone decides what is traced.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .env_remove("OTEL_TRACES_SAMPLER_ARG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))
+    }
+
+    /// Starts `orchestrator run` on `port` with its store in `data`.
+    fn run(&self, data: &Path, port: u16, log: &str) -> Result<Child, String> {
+        let addr = format!("127.0.0.1:{port}");
+        self.spawn(
+            &[
+                &"run",
+                &"--agents",
+                &self.agents,
+                &"--triggers",
+                &self.triggers,
+                &"--config",
+                &self.config,
+                &"--data-dir",
+                &data,
+                &"--http-addr",
+                &addr,
+                &"--nats-url",
+                &self.url,
+                &"--signing-key",
+                &self.signing,
+            ],
+            log,
+        )
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
 impl Drop for Deployed {
     fn drop(&mut self) {
         let _ = self.run.start_kill();
+        if let Some((standby, _)) = &mut self.standby {
+            let _ = standby.start_kill();
+        }
         let _ = self.worker.start_kill();
         if let Some(w) = &mut self.llm_worker {
             let _ = w.start_kill();
@@ -82,6 +153,51 @@ pub(super) async fn full_path(
 }
 
 impl Deployed {
+    /// Starts a second `orchestrator run` with the same settings and keys
+    /// and a store of its own (`replicated_store`), and waits until it
+    /// stands by.
+    pub(super) async fn add_standby(&mut self) -> Result<(), String> {
+        let port = free_port()?;
+        let http = format!("http://127.0.0.1:{port}");
+        let child = self
+            .plan
+            .run(&self.plan.dir.join("standby-data"), port, "standby.log")?;
+        self.standby = Some((child, http.clone()));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = self.client.get(format!("{http}/readyz")).send().await
+                && let Ok(said) = r.json::<Value>().await
+                && said["role"] == "standby"
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log =
+                    std::fs::read_to_string(self.plan.dir.join("standby.log")).unwrap_or_default();
+                return Err(format!("the standby never stood by:\n{log}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The standby's process id.
+    pub(super) fn standby_pid(&self) -> Option<u32> {
+        self.standby.as_ref().and_then(|(c, _)| c.id())
+    }
+
+    /// Sends every later request to the standby (which forwards it while
+    /// it stands by); its API's address.
+    pub(super) fn through_standby(&mut self) -> Option<String> {
+        let (_, http) = self.standby.as_ref()?;
+        self.http = http.clone();
+        Some(http.clone())
+    }
+
+    /// Kills the first `run` (SIGKILL).
+    pub(super) fn kill_leader(&mut self) {
+        let _ = self.run.start_kill();
+    }
+
     /// The orchestrator process's id.
     pub(super) fn orchestrator_pid(&self) -> Option<u32> {
         self.run.id()
@@ -192,49 +308,20 @@ impl Deployed {
             false,
         )
         .map_err(|e| e.to_string())?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = free_port()?;
         let http = format!("http://127.0.0.1:{port}");
-        let exe = orchestrator_exe()?;
-        let spawn = |args: &[&dyn AsRef<std::ffi::OsStr>], log: &str| -> Result<Child, String> {
-            let log = std::fs::File::create(dir.join(log)).map_err(|e| e.to_string())?;
-            Command::new(&exe)
-                .args(args.iter().map(|a| a.as_ref()))
-                .env("RUST_LOG", "warn")
-                // The settings file alone decides what is traced.
-                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .env_remove("OTEL_TRACES_SAMPLER")
-                .env_remove("OTEL_TRACES_SAMPLER_ARG")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", exe.display()))
+        let plan = Plan {
+            exe: orchestrator_exe()?,
+            dir: dir.clone(),
+            agents: agents.clone(),
+            triggers: triggers.clone(),
+            config: config.clone(),
+            signing: keys.signing.clone(),
+            url: url.to_string(),
         };
-        let addr = format!("127.0.0.1:{port}");
-        let run = spawn(
-            &[
-                &"run",
-                &"--agents",
-                &agents,
-                &"--triggers",
-                &triggers,
-                &"--config",
-                &config,
-                &"--data-dir",
-                &data,
-                &"--http-addr",
-                &addr,
-                &"--nats-url",
-                &url,
-            ],
-            "run.log",
-        )?;
+        let run = plan.run(&data, port, "run.log")?;
         let worker_of = |agent: &str, log: &str| {
-            spawn(
+            plan.spawn(
                 &[
                     &"worker",
                     &"--agent",
@@ -266,6 +353,8 @@ impl Deployed {
         ready(&client, &http, &dir).await?;
         Ok(Deployed {
             run,
+            standby: None,
+            plan,
             worker,
             llm_worker,
             client,
