@@ -53,3 +53,65 @@ impl Default for ReplicationSettings {
         }
     }
 }
+
+impl ReplicationSettings {
+    /// Refuses timings that cannot work: a lease renewed no more often
+    /// than it lapses would pass from leader to leader, and snapshots need
+    /// an interval and one kept.
+    pub fn check(&self) -> Result<(), crate::codec::DecodeError> {
+        use crate::codec::DecodeError;
+        let positive = [
+            ("replication.renew_every", self.renew_every),
+            ("replication.snapshot_every", self.snapshot_every),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
+            return Err(DecodeError::invalid(*field, "must be positive"));
+        }
+        if self.lease_ttl <= self.renew_every {
+            return Err(DecodeError::invalid(
+                "replication.lease_ttl",
+                "must be longer than replication.renew_every (the leader renews its lease several times within it; 5s and 1s by default)",
+            ));
+        }
+        if self.snapshots_kept == 0 {
+            return Err(DecodeError::invalid(
+                "replication.snapshots_kept",
+                "must be at least 1 (the log is trimmed below the oldest kept)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::server::Settings;
+
+    /// Timings that cannot work are refused naming the member; the
+    /// defaults pass.
+    #[test]
+    fn impossible_timings_are_refused_naming_the_member() {
+        assert!(Settings::decode(br#"{"replication": {"enabled": true}}"#).is_ok());
+        for (json, field) in [
+            (
+                r#"{"replication": {"lease_ttl": "1s", "renew_every": "1s"}}"#,
+                "replication.lease_ttl",
+            ),
+            (
+                r#"{"replication": {"renew_every": "0s"}}"#,
+                "replication.renew_every",
+            ),
+            (
+                r#"{"replication": {"snapshot_every": "0s"}}"#,
+                "replication.snapshot_every",
+            ),
+            (
+                r#"{"replication": {"snapshots_kept": 0}}"#,
+                "replication.snapshots_kept",
+            ),
+        ] {
+            let e = Settings::decode(json.as_bytes()).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{json}: {e}");
+        }
+    }
+}

@@ -227,6 +227,7 @@ impl crate::codec::Validate for ServiceSettings {
             ));
         }
         self.bus.check()?;
+        self.replication.check()?;
         crate::codec::Validate::validate(&self.mcp)?;
         let timeouts = [
             ("deliveries.timeout", self.deliveries.timeout),
