@@ -1,7 +1,9 @@
 //! Reading the log back: the messages of a partition after a stream
 //! sequence, each with the commits it carries.
 
+use async_nats::jetstream::consumer;
 use async_nats::jetstream::stream::DirectGetErrorKind;
+use futures::StreamExt;
 
 use super::{FrameError, ReplicationError, decode_frame};
 use crate::bus::Bus;
@@ -42,86 +44,113 @@ struct Parts {
 /// Every message of partition `partition` after stream sequence `after`,
 /// oldest first; a commit sent in parts is one entry, at its last part's
 /// sequence, once every part is read (parts of a commit that was never
-/// finished, a leader dying half way, are passed over).
+/// finished, a leader dying half way, are passed over). Read up to the
+/// log's end when called, through one ordered consumer: the messages come
+/// pushed in order, not one request each.
 pub async fn entries_after(
     bus: &Bus,
     partition: u32,
     after: u64,
 ) -> Result<Vec<Entry>, ReplicationError> {
-    let stream = stream(bus).await?;
-    let subject = bus.names().store_subject(partition);
+    let end = last(bus, partition).await?;
     let mut out = Vec::new();
-    let mut next = after + 1;
+    if end.seq <= after {
+        return Ok(out);
+    }
+    let failed = |e: async_nats::Error| ReplicationError::Stream {
+        stream: bus.names().store_stream(),
+        source: e,
+    };
+    let stream = stream(bus).await?;
+    let consumer = stream
+        .create_consumer(consumer::push::OrderedConfig {
+            deliver_subject: bus.client().new_inbox(),
+            filter_subject: bus.names().store_subject(partition),
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: after + 1,
+            },
+            description: Some("a standby reading the store's log".into()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| failed(e.into()))?;
+    let name = consumer.cached_info().name.clone();
+    let mut messages = consumer.messages().await.map_err(|e| failed(e.into()))?;
     let mut parts: Option<Parts> = None;
-    loop {
-        let msg = match stream
-            .direct_get_next_for_subject(&subject, Some(next))
-            .await
-        {
-            Ok(msg) => msg,
-            Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(out),
-            Err(e) => {
-                return Err(ReplicationError::Stream {
-                    stream: bus.names().store_stream(),
-                    source: e.into(),
-                });
-            }
-        };
-        let seq = msg.sequence;
-        next = seq + 1;
+    while let Some(msg) = messages.next().await {
+        let msg = msg.map_err(|e| failed(e.into()))?;
+        let seq = msg.info().map_err(failed)?.stream_sequence;
         let frame =
             decode_frame(&msg.payload).map_err(|source| ReplicationError::Frame { seq, source })?;
-        let Some(part) = frame.part else {
-            parts = None;
-            out.push(Entry {
-                seq,
-                position: frame.position,
-                commits: frame.commits,
-            });
-            continue;
-        };
-        let mut held = match parts.take() {
-            _ if part.index == 0 => Parts {
-                position: frame.position,
-                count: part.count,
-                next: 0,
-                bytes: Vec::new(),
+        if let Some(entry) = assemble(seq, frame, &mut parts)? {
+            out.push(entry);
+        }
+        if seq >= end.seq {
+            break;
+        }
+    }
+    drop(messages);
+    // Gone now rather than when the server notices it idle.
+    let _ = stream.delete_consumer(&name).await;
+    Ok(out)
+}
+
+/// The entry message `seq` (`frame`) completes, given the parts read so
+/// far (`parts`, updated): a whole message is one; a part is one when it
+/// is the last of its commit; a part without those before it is passed
+/// over.
+fn assemble(
+    seq: u64,
+    frame: super::Frame,
+    parts: &mut Option<Parts>,
+) -> Result<Option<Entry>, ReplicationError> {
+    let Some(part) = frame.part else {
+        *parts = None;
+        return Ok(Some(Entry {
+            seq,
+            position: frame.position,
+            commits: frame.commits,
+        }));
+    };
+    let mut held = match parts.take() {
+        _ if part.index == 0 => Parts {
+            position: frame.position,
+            count: part.count,
+            next: 0,
+            bytes: Vec::new(),
+        },
+        Some(p)
+            if p.position == frame.position && p.next == part.index && p.count == part.count =>
+        {
+            p
+        }
+        // A part without those before it.
+        _ => return Ok(None),
+    };
+    held.bytes.extend_from_slice(&part.bytes);
+    held.next += 1;
+    if held.next < held.count {
+        *parts = Some(held);
+        return Ok(None);
+    }
+    let commit = Commit::decode(&held.bytes).map_err(|source| ReplicationError::Frame {
+        seq,
+        source: FrameError::Record { index: 0, source },
+    })?;
+    if commit.position != held.position {
+        return Err(ReplicationError::Frame {
+            seq,
+            source: FrameError::Position {
+                stated: held.position,
+                last: commit.position,
             },
-            Some(p)
-                if p.position == frame.position
-                    && p.next == part.index
-                    && p.count == part.count =>
-            {
-                p
-            }
-            // A part without those before it.
-            _ => continue,
-        };
-        held.bytes.extend_from_slice(&part.bytes);
-        held.next += 1;
-        if held.next < held.count {
-            parts = Some(held);
-            continue;
-        }
-        let commit = Commit::decode(&held.bytes).map_err(|source| ReplicationError::Frame {
-            seq,
-            source: FrameError::Record { index: 0, source },
-        })?;
-        if commit.position != held.position {
-            return Err(ReplicationError::Frame {
-                seq,
-                source: FrameError::Position {
-                    stated: held.position,
-                    last: commit.position,
-                },
-            });
-        }
-        out.push(Entry {
-            seq,
-            position: commit.position,
-            commits: vec![commit],
         });
     }
+    Ok(Some(Entry {
+        seq,
+        position: commit.position,
+        commits: vec![commit],
+    }))
 }
 
 /// Where a partition's log ends.
