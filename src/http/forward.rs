@@ -117,7 +117,9 @@ async fn forward(State(f): State<Forward>, request: Request) -> Response {
     let answer = match sent {
         Ok(answer) => answer,
         Err(e) => {
-            tracing::warn!(leader = %name, error = %e, "forwarding a request to the leader failed");
+            // Debug only: during a takeover every request fails this way,
+            // and each caller is told so (502).
+            tracing::debug!(leader = %name, error = %e, "forwarding a request to the leader failed");
             return ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "leader_unreachable",
