@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common;
-use common::pair::{leads, node, node_at, readyz_as};
+use common::pair::{Place, leads, node_at, readyz_as};
 use common::system::{card, key_for};
 use orchestrator::task_token::KeyKind;
 use serde_json::json;
@@ -51,25 +51,27 @@ async fn a_leader_cut_off_steps_down_and_what_it_took_after_is_nowhere() {
     let ns = netns.name.clone();
     let prefix = ["ip", "netns", "exec", ns.as_str()];
     let inside = format!("10.{n}.77.2");
-    let start_a = || {
-        node_at(
-            "a",
-            shared.path(),
-            &agents,
-            &across,
-            &entry,
-            "3s",
-            &prefix,
-            &inside,
-        )
+    // No snapshot trims the log during the test: the old leader, started
+    // again, must meet its own diverging commit in the log, not a snapshot
+    // (which would replace its store without a word about it).
+    let place_a = Place {
+        prefix: &prefix,
+        host: &inside,
+        snapshot_every: "1h",
     };
+    let start_a = || node_at("a", shared.path(), &agents, &across, &entry, "3s", &place_a);
     let (mut a, a_url) = start_a();
     assert!(
         leads(&a_url, Duration::from_secs(60)).await,
         "the node in the namespace never led:\n{}",
         std::fs::read_to_string(shared.path().join("a.log")).unwrap_or_default()
     );
-    let (_b, b_url) = node("b", shared.path(), &agents, &local, &entry, "3s");
+    let place_b = Place {
+        prefix: &[],
+        host: "127.0.0.1",
+        snapshot_every: "1h",
+    };
+    let (_b, b_url) = node_at("b", shared.path(), &agents, &local, &entry, "3s", &place_b);
     readyz_as(&b_url, "standby", Duration::from_secs(30))
         .await
         .expect("the second node stands by");

@@ -23,8 +23,9 @@ impl Netns {
     /// `None` when the machine does not allow it (no `ip`, not root).
     pub fn create(n: u8) -> Option<Netns> {
         let id = std::process::id() % 10000;
-        let name = format!("orch{id}");
-        let (host_link, ns_link) = (format!("oh{id}"), format!("on{id}"));
+        // `n` in the names too: two tests of one process may each hold one.
+        let name = format!("orch{id}n{n}");
+        let (host_link, ns_link) = (format!("oh{id}n{n}"), format!("on{id}n{n}"));
         if !ip(&["netns", "add", &name]) {
             return None;
         }

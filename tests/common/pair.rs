@@ -39,12 +39,24 @@ pub fn node(
     key: &ApiKeyEntry,
     lease_ttl: &str,
 ) -> (Proc, String) {
-    node_at(name, shared, agents, nats, key, lease_ttl, &[], "127.0.0.1")
+    let place = Place {
+        prefix: &[],
+        host: "127.0.0.1",
+        snapshot_every: "300ms",
+    };
+    node_at(name, shared, agents, nats, key, lease_ttl, &place)
 }
 
-/// [`node`], its command prefixed by `prefix` (`ip netns exec …`),
-/// listening on every address and reached at `host`.
-#[allow(clippy::too_many_arguments)]
+/// Where and how a node runs: its command's prefix (`ip netns exec …`,
+/// then it listens on every address), the host it is reached at, and how
+/// often it writes snapshots while it leads.
+pub struct Place<'a> {
+    pub prefix: &'a [&'a str],
+    pub host: &'a str,
+    pub snapshot_every: &'a str,
+}
+
+/// [`node`], run at `place`.
 pub fn node_at(
     name: &str,
     shared: &Path,
@@ -52,16 +64,16 @@ pub fn node_at(
     nats: &str,
     key: &ApiKeyEntry,
     lease_ttl: &str,
-    prefix: &[&str],
-    host: &str,
+    place: &Place<'_>,
 ) -> (Proc, String) {
+    let (prefix, host) = (place.prefix, place.host);
     let data = shared.join(name);
     std::fs::create_dir_all(&data).unwrap();
     let port = free_port();
     let base = format!("http://{host}:{port}");
     let settings = json!({
         "replication": {"enabled": true, "lease_ttl": lease_ttl, "renew_every": "200ms", "name": name,
-                        "snapshot_every": "300ms", "snapshots_kept": 1, "advertise_url": base},
+                        "snapshot_every": place.snapshot_every, "snapshots_kept": 1, "advertise_url": base},
         "api_auth": {"api_keys": [key]}
     });
     let config = data.join("settings.json");
