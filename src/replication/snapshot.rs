@@ -63,7 +63,15 @@ async fn bucket(bus: &Bus) -> Result<ObjectStore, ReplicationError> {
 
 /// Partition `partition`'s snapshots, oldest first.
 pub async fn snapshots(bus: &Bus, partition: u32) -> Result<Vec<Snapshot>, ReplicationError> {
-    let bucket = bucket(bus).await?;
+    listed(bus, &bucket(bus).await?, partition).await
+}
+
+/// Partition `partition`'s snapshots in `bucket`, oldest first.
+async fn listed(
+    bus: &Bus,
+    bucket: &ObjectStore,
+    partition: u32,
+) -> Result<Vec<Snapshot>, ReplicationError> {
     let prefix = format!("store.{partition}.");
     let mut list = bucket.list().await.map_err(|e| bucket_error(bus, e))?;
     let mut out = Vec::new();
@@ -102,11 +110,11 @@ pub async fn take(
     keep: usize,
 ) -> Result<Option<Snapshot>, ReplicationError> {
     let end = super::follow::last(bus, partition).await?;
-    let kept = snapshots(bus, partition).await?;
+    let bucket = bucket(bus).await?;
+    let kept = listed(bus, &bucket, partition).await?;
     if end.position == 0 || kept.last().is_some_and(|s| s.position >= end.position) {
         return Ok(None);
     }
-    let bucket = bucket(bus).await?;
     let made = write(bus, &bucket, partition, store, scratch, end).await?;
     trim(bus, partition, &bucket, kept, &made, keep).await?;
     Ok(Some(made))
@@ -124,9 +132,12 @@ pub async fn move_in(
     scratch: &Path,
 ) -> Result<Snapshot, ReplicationError> {
     let end = super::follow::last(bus, partition).await?;
-    if end.position != 0 || store.log_position().unwrap_or(1) != 0 {
+    let at = store
+        .log_position()
+        .map_err(|source| ReplicationError::Apply { seq: 0, source })?;
+    if end.position != 0 || at != 0 {
         return Err(ReplicationError::NotAtEnd {
-            store: store.log_position().unwrap_or(0),
+            store: at,
             log: end.position,
         });
     }
