@@ -276,6 +276,61 @@ async fn a_record_after_a_gap_is_refused() {
     assert_eq!(replica.log_position().unwrap(), 1);
 }
 
+/// Records applied many to a transaction make the same store as one by
+/// one; a batch that overlaps what is applied applies only the rest; a
+/// batch with a gap applies nothing; a batch meeting a store that wrote
+/// another record at its position is refused as diverged.
+#[tokio::test]
+async fn records_applied_together_make_the_same_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, commits) = recorded_store(&dir.path().join("first"));
+    live(&store).await;
+    store.flush().await.unwrap();
+    drop(store);
+    let commits = std::mem::take(&mut *commits.lock().unwrap());
+    let n = commits.len();
+    assert!(n > 4, "{n} commits");
+    let replica = Store::open(&StoreSettings::new(dir.path().join("second"))).unwrap();
+    // A gap inside the batch: nothing of it is applied.
+    let gapped: Vec<_> = commits[..3].iter().chain(&commits[4..]).cloned().collect();
+    let err = replica.apply_commits(&gapped).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            orchestrator::StoreError::Behind {
+                applied: 3,
+                position: 5
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(replica.log_position().unwrap(), 0);
+    assert_eq!(replica.apply_commits(&commits[..3]).unwrap(), 3);
+    // Overlapping what it holds: only the rest.
+    assert_eq!(replica.apply_commits(&commits[1..]).unwrap(), n - 3);
+    assert_eq!(replica.apply_commits(&commits).unwrap(), 0);
+    assert_eq!(replica.log_position().unwrap(), n as u64);
+    replica.flush().await.unwrap();
+    drop(replica);
+    assert_eq!(
+        sled_trees(&dir.path().join("first")),
+        sled_trees(&dir.path().join("second"))
+    );
+    // A store that holds another record at its position has left the log.
+    let (other, others) = recorded_store(&dir.path().join("other"));
+    let env = envelope("echo", "echo", json!({"other": true}), "other");
+    other.submit(new_task(env)).await.unwrap();
+    drop(other);
+    let left = Store::open(&StoreSettings::new(dir.path().join("left"))).unwrap();
+    assert!(left.apply_commit(&others.lock().unwrap()[0]).unwrap());
+    let err = left.apply_commits(&commits[..2]).unwrap_err();
+    assert!(
+        matches!(err, orchestrator::StoreError::Diverged { position: 1 }),
+        "{err}"
+    );
+    assert_eq!(left.log_position().unwrap(), 1);
+}
+
 /// A snapshot cut short, changed, followed by more or of another kind is
 /// refused, and the store it was to replace stays as it was.
 #[tokio::test]

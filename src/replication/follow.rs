@@ -42,57 +42,132 @@ struct Parts {
 }
 
 /// Every message of partition `partition` after stream sequence `after`,
-/// oldest first; a commit sent in parts is one entry, at its last part's
-/// sequence, once every part is read (parts of a commit that was never
-/// finished, a leader dying half way, are passed over). Read up to the
-/// log's end when called, through one ordered consumer: the messages come
-/// pushed in order, not one request each.
+/// oldest first, as [`Reading`] gives them.
 pub async fn entries_after(
     bus: &Bus,
     partition: u32,
     after: u64,
 ) -> Result<Vec<Entry>, ReplicationError> {
-    let end = last(bus, partition).await?;
+    let mut reading = Reading::after(bus, partition, after).await?;
     let mut out = Vec::new();
-    if end.seq <= after {
-        return Ok(out);
+    while let Some(entry) = reading.next().await? {
+        out.push(entry);
     }
-    let failed = |e: async_nats::Error| ReplicationError::Stream {
-        stream: bus.names().store_stream(),
-        source: e,
-    };
-    let stream = stream(bus).await?;
-    let consumer = stream
-        .create_consumer(consumer::push::OrderedConfig {
-            deliver_subject: bus.client().new_inbox(),
-            filter_subject: bus.names().store_subject(partition),
-            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: after + 1,
-            },
-            description: Some("a standby reading the store's log".into()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| failed(e.into()))?;
-    let name = consumer.cached_info().name.clone();
-    let mut messages = consumer.messages().await.map_err(|e| failed(e.into()))?;
-    let mut parts: Option<Parts> = None;
-    while let Some(msg) = messages.next().await {
-        let msg = msg.map_err(|e| failed(e.into()))?;
-        let seq = msg.info().map_err(failed)?.stream_sequence;
-        let frame =
-            decode_frame(&msg.payload).map_err(|source| ReplicationError::Frame { seq, source })?;
-        if let Some(entry) = assemble(seq, frame, &mut parts)? {
-            out.push(entry);
-        }
-        if seq >= end.seq {
-            break;
-        }
-    }
-    drop(messages);
-    // Gone now rather than when the server notices it idle.
-    let _ = stream.delete_consumer(&name).await;
+    reading.close().await;
     Ok(out)
+}
+
+/// The messages of a partition after a stream sequence, up to the log's
+/// end when reading began, read one at a time through one ordered
+/// consumer (pushed in order, not a request each); a commit sent in parts
+/// is one entry, at its last part's sequence, once every part is read
+/// (parts of a commit that was never finished, a leader dying half way,
+/// are passed over).
+pub struct Reading {
+    /// `None` once the log's end is read (or there was nothing to read).
+    open: Option<Open>,
+    end: u64,
+    parts: Option<Parts>,
+    stream_name: String,
+}
+
+/// The consumer a [`Reading`] reads through.
+struct Open {
+    stream: async_nats::jetstream::stream::Stream<()>,
+    consumer: String,
+    messages: consumer::push::Ordered,
+}
+
+impl Reading {
+    /// Starts reading partition `partition` after stream sequence `after`.
+    pub async fn after(bus: &Bus, partition: u32, after: u64) -> Result<Self, ReplicationError> {
+        let end = last(bus, partition).await?;
+        let stream_name = bus.names().store_stream();
+        let mut reading = Reading {
+            open: None,
+            end: end.seq,
+            parts: None,
+            stream_name,
+        };
+        if end.seq <= after {
+            return Ok(reading);
+        }
+        let stream = stream(bus).await?;
+        let consumer = stream
+            .create_consumer(consumer::push::OrderedConfig {
+                deliver_subject: bus.client().new_inbox(),
+                filter_subject: bus.names().store_subject(partition),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: after + 1,
+                },
+                description: Some("a standby reading the store's log".into()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| reading.failed(e.into()))?;
+        let name = consumer.cached_info().name.clone();
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| reading.failed(e.into()))?;
+        reading.open = Some(Open {
+            stream,
+            consumer: name,
+            messages,
+        });
+        Ok(reading)
+    }
+
+    fn failed(&self, source: async_nats::Error) -> ReplicationError {
+        ReplicationError::Stream {
+            stream: self.stream_name.clone(),
+            source,
+        }
+    }
+
+    /// The next entry; `None` past the log's end as it was when reading
+    /// began.
+    pub async fn next(&mut self) -> Result<Option<Entry>, ReplicationError> {
+        while let Some(open) = &mut self.open {
+            let Some(msg) = open.messages.next().await else {
+                break;
+            };
+            let msg = msg.map_err(|e| self.failed(e.into()))?;
+            let seq = msg.info().map_err(|e| self.failed(e))?.stream_sequence;
+            if seq >= self.end {
+                self.close().await;
+            }
+            let frame = decode_frame(&msg.payload)
+                .map_err(|source| ReplicationError::Frame { seq, source })?;
+            if let Some(entry) = assemble(seq, frame, &mut self.parts)? {
+                return Ok(Some(entry));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stops reading: the consumer is deleted now rather than when the
+    /// server notices it idle (dropped unclosed, it is deleted in the
+    /// background).
+    pub async fn close(&mut self) {
+        if let Some(open) = self.open.take() {
+            drop(open.messages);
+            let _ = open.stream.delete_consumer(&open.consumer).await;
+        }
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(open.messages);
+            runtime.spawn(async move {
+                let _ = open.stream.delete_consumer(&open.consumer).await;
+            });
+        }
+    }
 }
 
 /// The entry message `seq` (`frame`) completes, given the parts read so
@@ -205,27 +280,46 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationEr
     }
 }
 
+/// The most writes a standby applies in one transaction.
+const APPLY_WRITES: usize = 16_384;
+
 /// Applies to `store` every commit of partition `partition` in the
 /// messages after stream sequence `after` (a standby following the
-/// leader; commits it holds already change nothing); the sequence of the
-/// last message read (`after` when there was none).
+/// leader; commits it holds already change nothing), many in each
+/// transaction; the sequence of the last message applied (`after` when
+/// there was none).
 pub async fn catch_up(
     bus: &Bus,
     partition: u32,
     store: &crate::store::Store,
     after: u64,
 ) -> Result<u64, ReplicationError> {
-    let mut last = after;
-    for entry in entries_after(bus, partition, after).await? {
-        for commit in &entry.commits {
+    let mut reading = Reading::after(bus, partition, after).await?;
+    let mut applied = after;
+    let mut held: Vec<Commit> = Vec::new();
+    let mut writes = 0;
+    let mut held_until = after;
+    loop {
+        let entry = reading.next().await?;
+        let done = entry.is_none();
+        if let Some(entry) = entry {
+            writes += entry.commits.iter().map(|c| c.writes.len()).sum::<usize>();
+            held.extend(entry.commits);
+            held_until = entry.seq;
+        }
+        if (done || writes >= APPLY_WRITES) && held_until > applied {
             store
-                .apply_commit(commit)
+                .apply_commits(&held)
                 .map_err(|source| ReplicationError::Apply {
-                    seq: entry.seq,
+                    seq: held_until,
                     source,
                 })?;
+            held.clear();
+            writes = 0;
+            applied = held_until;
         }
-        last = entry.seq;
+        if done {
+            return Ok(applied);
+        }
     }
-    Ok(last)
 }

@@ -25,7 +25,7 @@ mod stream;
 
 pub use appender::Appender;
 pub use error::ReplicationError;
-pub use follow::{Entry, catch_up, entries_after, log_position};
+pub use follow::{Entry, Reading, catch_up, entries_after, log_position};
 pub use frame::{Frame, FrameError, Part, decode_frame, encode_frame, encode_part};
 pub use lease::{Holder, Lease, Leases, Taken};
 pub use partition::{MAX_PARTITIONS, Partitions};

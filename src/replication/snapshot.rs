@@ -330,7 +330,8 @@ pub async fn verify(
     }
     let view = Store::open(&settings).map_err(store_error)?;
     let mut records = 0;
-    'read: for entry in super::entries_after(bus, partition, seq).await? {
+    let mut reading = super::Reading::after(bus, partition, seq).await?;
+    'read: while let Some(entry) = reading.next().await? {
         for commit in &entry.commits {
             if commit.position > position {
                 break 'read;
@@ -347,6 +348,7 @@ pub async fn verify(
             records += u64::from(applied);
         }
     }
+    reading.close().await;
     let reached = view.log_position().map_err(store_error)?;
     let (differing, differences) = if reached < position {
         (
