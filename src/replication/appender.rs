@@ -153,8 +153,11 @@ impl Run {
                     () = self.stop.cancelled() => return,
                 }
             };
+            let started = std::time::Instant::now();
             match self.append(last, &batch).await {
-                Appended::At(_) => {}
+                Appended::At(_) => {
+                    crate::telemetry::metrics::store_log_appended(started.elapsed(), batch.len());
+                }
                 Appended::Refused(why) => {
                     tracing::warn!(partition = self.partition, position = batch[0].position, %why, "the store's log refused an append: another orchestrator leads it; this one writes nothing more");
                     self.tell.send_modify(|a| a.refused = Some(Arc::from(why)));

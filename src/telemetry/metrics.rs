@@ -112,6 +112,22 @@ static FLUSH_COMMITS: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "orch_store_log_append_seconds",
+        "How long one append of the store's commits to its replicated log takes, from the publish to the broker's acknowledgement (replication on).",
+        LATENCY,
+    )
+});
+
+static LOG_APPEND_COMMITS: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "orch_store_log_append_batch_size",
+        "Store transactions one append to the replicated log carries (group commit over the log).",
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+    )
+});
+
 static TRANSACTION_JOBS: LazyLock<Histogram> = LazyLock::new(|| {
     histogram(
         "orch_store_transaction_jobs",
@@ -334,6 +350,13 @@ pub fn event_redelivered() {
 pub fn store_flushed(took: Duration, commits: u64) {
     FLUSH_SECONDS.observe(took.as_secs_f64());
     FLUSH_COMMITS.observe(commits as f64);
+}
+
+/// An append to the store's log took `took` and carried `commits`
+/// transactions.
+pub fn store_log_appended(took: Duration, commits: usize) {
+    LOG_APPEND_SECONDS.observe(took.as_secs_f64());
+    LOG_APPEND_COMMITS.observe(commits as f64);
 }
 
 /// A store transaction wrote `jobs` changes.
