@@ -11,9 +11,53 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 use common::nats::NatsServer;
-use common::pair::{Pair, Slow, all_completed, leads, start_pair};
+use common::pair::{Pair, Shared, Slow, all_completed, leads, start_pair};
 use common::system::in_process_worker;
 use serde_json::json;
+
+/// A leader killed and started again on its own data directory, with no
+/// standby, leads again at once: the lease names the directory, and the
+/// process that held it is gone (it held the directory's lock). With a
+/// one-minute lease, waiting for it to lapse would take a minute; the
+/// tasks acknowledged before the kill then complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_started_again_on_its_directory_leads_at_once() {
+    let nats = NatsServer::start();
+    let shared = Shared::new();
+    let (mut a, a_url) = shared.node("a", &nats, "60s");
+    assert!(leads(&a_url, Duration::from_secs(30)).await, "a leads");
+    let http = common::system::client_with(Some(&shared.key));
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
+        let t = common::post_json(&http, &format!("{a_url}/v1/tasks"), &body).await;
+        ids.push(
+            t["task_id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{t}"))
+                .to_string(),
+        );
+    }
+    a.kill();
+    let killed = Instant::now();
+    let (_a, a_url) = shared.node("a", &nats, "60s");
+    assert!(
+        leads(&a_url, Duration::from_secs(40)).await,
+        "started again, it did not take its own lease before it lapsed"
+    );
+    eprintln!("led again {:?} after SIGKILL", killed.elapsed());
+    let (stop, worker) = in_process_worker(
+        &nats,
+        shared.dir.path(),
+        shared.slow.clone(),
+        Arc::new(Slow),
+        4,
+    )
+    .await;
+    all_completed(&http, &a_url, &ids).await;
+    stop.cancel();
+    let _ = worker.await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_a_killed_leader_and_no_task_is_lost() {

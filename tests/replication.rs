@@ -220,6 +220,7 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
         holder: name.into(),
         address: Some(format!("http://{name}:8080")),
         since: orchestrator::envelope::Timestamp::now(),
+        node: Some(format!("dir-{name}")),
     };
     let Taken::Held(mut a) = leases.take(0, &holder("a")).await.unwrap() else {
         panic!("the first taker holds the lease");
@@ -259,10 +260,21 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
     );
     // Given up, it is taken at once.
     b.release().await.unwrap();
-    assert!(matches!(
-        leases.take(0, &holder("c")).await.unwrap(),
-        Taken::Held(_)
-    ));
+    let Taken::Held(mut c) = leases.take(0, &holder("c")).await.unwrap() else {
+        panic!("a lease given up is taken at once");
+    };
+    // A process started again on the holder's data directory takes it at
+    // once (the one that held it is gone), at a later epoch; the old
+    // holder cannot renew it then.
+    let again = Holder {
+        holder: "c, started again".into(),
+        ..holder("c")
+    };
+    let Taken::Held(d) = leases.take(0, &again).await.unwrap() else {
+        panic!("the lease of this data directory is taken over");
+    };
+    assert!(d.epoch() > c.epoch());
+    assert!(!c.renew().await.unwrap());
 }
 
 /// The leader's snapshot trims the log below it; a store with nothing

@@ -27,6 +27,12 @@ pub struct Holder {
     pub address: Option<String>,
     /// When it took the lease.
     pub since: Timestamp,
+    /// The data directory it runs on (its `node-id` file): a process
+    /// started again on the directory whose process held the lease takes
+    /// the lease at once, the one that held it being gone (a directory is
+    /// run by one process at a time), instead of waiting for it to lapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// A lease this process holds.
@@ -86,30 +92,47 @@ impl Leases {
         })
     }
 
-    /// Tries to take partition `partition`'s lease for `holder`.
+    /// Tries to take partition `partition`'s lease for `holder`: free, or
+    /// held by an earlier process on `holder`'s data directory.
     pub async fn take(&self, partition: u32, holder: &Holder) -> Result<Taken, ReplicationError> {
         let kv = self.kv.clone();
         let key = format!("store.{partition}");
         let value = bytes::Bytes::from(serde_json::to_vec(holder).unwrap_or_default());
-        match kv.create(&key, value.clone()).await {
-            Ok(revision) => Ok(Taken::Held(Box::new(Lease {
-                kv,
-                key,
-                value,
+        let failed = |e: async_nats::Error| ReplicationError::Stream {
+            stream: format!("KV_{}", kv.name),
+            source: e,
+        };
+        let held = |revision| {
+            Taken::Held(Box::new(Lease {
+                kv: kv.clone(),
+                key: key.clone(),
+                value: value.clone(),
                 epoch: revision,
                 revision,
-            }))),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
-                let held = kv.entry(&key).await.ok().flatten();
-                Ok(Taken::Elsewhere(
-                    held.and_then(|e| serde_json::from_slice(&e.value).ok()),
-                ))
-            }
-            Err(e) => Err(ReplicationError::Stream {
-                stream: format!("KV_{}", kv.name),
-                source: e.into(),
-            }),
+            }))
+        };
+        match kv.create(&key, value.clone()).await {
+            Ok(revision) => return Ok(held(revision)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Err(failed(e.into())),
         }
+        let entry = kv.entry(&key).await.ok().flatten();
+        let by = entry
+            .as_ref()
+            .and_then(|e| serde_json::from_slice::<Holder>(&e.value).ok());
+        if let (Some(entry), Some(by)) = (&entry, &by)
+            && by.node.is_some()
+            && by.node == holder.node
+        {
+            // Its own directory's: taken over where it stands, unless
+            // another took it meanwhile.
+            match kv.update(&key, value.clone(), entry.revision).await {
+                Ok(revision) => return Ok(held(revision)),
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {}
+                Err(e) => return Err(failed(e.into())),
+            }
+        }
+        Ok(Taken::Elsewhere(by))
     }
 }
 

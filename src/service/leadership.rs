@@ -66,6 +66,7 @@ pub async fn lead(
         holder: r.name.clone().unwrap_or_else(default_name),
         address: r.advertise_url.clone(),
         since: Timestamp::now(),
+        node: Some(node_id(&config.data_dir)?),
     };
     // Made once: each try below is then one request to the broker.
     replication::provision(bus).await?;
@@ -342,6 +343,27 @@ impl Leading {
         });
         Kept { stop, task }
     }
+}
+
+/// The id of the data directory `dir`, kept in its `node-id` file (made
+/// once, a random UUID): the lease names it, so a process started again
+/// on the directory takes its predecessor's lease at once.
+fn node_id(dir: &std::path::Path) -> Result<String, ServiceError> {
+    let path = dir.join("node-id");
+    let io =
+        |e: std::io::Error| ServiceError::Store(StoreError::Io(format!("{}: {e}", path.display())));
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let fresh = dir.join("node-id.new");
+    std::fs::write(&fresh, format!("{id}\n")).map_err(io)?;
+    std::fs::rename(&fresh, &path).map_err(io)?;
+    Ok(id)
 }
 
 /// The host's name and this process's id.

@@ -376,7 +376,9 @@ pub(crate) fn apply(trees: &Trees, commits: &[Commit]) -> Result<usize, StoreErr
                 // log.
                 if commit.position == done
                     && last.is_none()
-                    && t.8.get(DIGEST_KEY)?.is_some_and(|d| differs(&d, &commit.digest()))
+                    && t.8
+                        .get(DIGEST_KEY)?
+                        .is_some_and(|d| differs(&d, &commit.digest()))
                 {
                     return Err(Abort(StoreError::Diverged {
                         position: commit.position,
@@ -405,9 +407,7 @@ pub(crate) fn apply(trees: &Trees, commits: &[Commit]) -> Result<usize, StoreErr
         };
         t.8.insert(APPLIED_KEY, &last.position.to_be_bytes()[..])?;
         t.8.insert(DIGEST_KEY, &last.digest()[..])?;
-        Ok::<_, sled::transaction::ConflictableTransactionError<StoreError>>(
-            (at - done) as usize,
-        )
+        Ok::<_, sled::transaction::ConflictableTransactionError<StoreError>>((at - done) as usize)
     });
     Ok(applied?)
 }

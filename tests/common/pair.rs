@@ -149,19 +149,59 @@ pub struct Pair {
     pub b: Proc,
 }
 
-pub async fn start_pair(nats: &NatsServer, lease_ttl: &str) -> Pair {
-    let shared = tempfile::tempdir().unwrap();
-    orchestrator::task_token::keys::generate(&shared.path().join("keys"), KeyKind::EdDsa, false)
+/// What the nodes share: a directory with the signing key (`keys/`) and
+/// the agent `slow` (`agents/`), and an admin API key.
+pub struct Shared {
+    pub dir: tempfile::TempDir,
+    pub slow: orchestrator::agent::AgentCard,
+    pub key: String,
+    pub entry: ApiKeyEntry,
+}
+
+impl Shared {
+    pub fn new() -> Shared {
+        let dir = tempfile::tempdir().unwrap();
+        orchestrator::task_token::keys::generate(&dir.path().join("keys"), KeyKind::EdDsa, false)
+            .unwrap();
+        let agents = dir.path().join("agents");
+        let slow = card("slow", &["work"]);
+        std::fs::create_dir_all(agents.join("slow")).unwrap();
+        std::fs::write(
+            agents.join("slow/agent.json"),
+            serde_json::to_string(&slow).unwrap(),
+        )
         .unwrap();
+        let (key, entry) = key_for("admin", &["*"]);
+        Shared {
+            dir,
+            slow,
+            key,
+            entry,
+        }
+    }
+
+    /// Node `name` (see [`node`]).
+    pub fn node(&self, name: &str, nats: &NatsServer, lease_ttl: &str) -> (Proc, String) {
+        let agents = self.dir.path().join("agents");
+        node(
+            name,
+            self.dir.path(),
+            &agents,
+            &nats.url(),
+            &self.entry,
+            lease_ttl,
+        )
+    }
+}
+
+pub async fn start_pair(nats: &NatsServer, lease_ttl: &str) -> Pair {
+    let Shared {
+        dir: shared,
+        slow,
+        key,
+        entry,
+    } = Shared::new();
     let agents = shared.path().join("agents");
-    let slow = card("slow", &["work"]);
-    std::fs::create_dir_all(agents.join("slow")).unwrap();
-    std::fs::write(
-        agents.join("slow/agent.json"),
-        serde_json::to_string(&slow).unwrap(),
-    )
-    .unwrap();
-    let (key, entry) = key_for("admin", &["*"]);
     let (a, a_url) = node("a", shared.path(), &agents, &nats.url(), &entry, lease_ttl);
     assert!(
         leads(&a_url, Duration::from_secs(30)).await,
