@@ -171,12 +171,48 @@ pub async fn run(args: RunArgs, format: LogFormat) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    let code = run_orchestrator(args, config).await;
+    let ended = run_orchestrator(args, config).await;
     stop_telemetry(telemetry).await;
-    code
+    match ended {
+        Ended::Exit(code) => code,
+        Ended::StandByAgain => start_again(),
+    }
 }
 
-async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
+/// How `run_orchestrator` ended.
+enum Ended {
+    /// Stopped: the process exits with this code.
+    Exit(ExitCode),
+    /// The leader lost the store's lease and stopped: it starts again,
+    /// to stand by.
+    StandByAgain,
+}
+
+impl From<ExitCode> for Ended {
+    fn from(code: ExitCode) -> Self {
+        Ended::Exit(code)
+    }
+}
+
+/// Runs this process again from the start, with the same arguments and
+/// environment and the same process id (what it held, the data
+/// directory's lock, the listeners, is closed on exec): a leader that lost
+/// the store's lease stands by again without a supervisor, its store
+/// following the log anew. Returns only when that fails.
+fn start_again() -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let error = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .exec(),
+        Err(e) => e,
+    };
+    fail(format!(
+        "this orchestrator lost the store's lease and stopped, and could not start again to stand by ({error}); start it again"
+    ))
+}
+
+async fn run_orchestrator(args: RunArgs, settings: Settings) -> Ended {
     let Settings {
         service: mut config,
         mut http,
@@ -211,17 +247,17 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
     let cards: Vec<AgentCard> = catalog.agents.values().cloned().collect();
     let access = match open_access(&config, http.addr) {
         Ok(a) => std::sync::Arc::new(a),
-        Err(e) => return fail(e),
+        Err(e) => return fail(e).into(),
     };
     // The settings hold; now a second `run` on this data directory stops
     // here, before it starts a broker or touches the store.
     let _lock = match lock_data_dir(&config.data_dir) {
         Ok(lock) => lock,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e).into(),
     };
     let (bus, managed) = match connect_or_start_broker(&config, &cards).await {
         Ok(pair) => pair,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e).into(),
     };
     let shutdown = shutdown_signal();
     // One of several sharing the store's log: a standby until it leads,
@@ -240,20 +276,20 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
                 });
                 (Some(commits), Some(lost), Some(kept))
             }
-            Ok(None) => return ExitCode::SUCCESS,
-            Err(e) => return fail(e),
+            Ok(None) => return ExitCode::SUCCESS.into(),
+            Err(e) => return fail(e).into(),
         },
         false => (None, None, None),
     };
     let listener = match tokio::net::TcpListener::bind(http.addr).await {
         Ok(l) => l,
-        Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)),
+        Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)).into(),
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
     let opened = Orchestrator::open_logged(config, bus, catalog, triggers, commits).await;
     let orchestrator = match opened {
         Ok(o) => o,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e).into(),
     };
     let result = orchestrator::server::serve(orchestrator, http, access, listener, shutdown).await;
     // Stopped and flushed: a standby may take over at once.
@@ -264,11 +300,18 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> ExitCode {
         broker.stop().await;
     }
     match (result, lost) {
-        (Err(e), _) => fail(e),
-        (Ok(()), Some(lost)) if lost.is_cancelled() => {
-            fail("this orchestrator lost the store's lease and stopped; start it again to stand by")
+        // What it could not finish (its store refused, no longer leading)
+        // is the log's, and the next leader's.
+        (result, Some(lost)) if lost.is_cancelled() => {
+            let left = result.err().map(|e| e.to_string());
+            warn!(
+                left = left.as_deref(),
+                "this orchestrator lost the store's lease and stopped: starting again, to stand by"
+            );
+            Ended::StandByAgain
         }
-        (Ok(()), _) => ExitCode::SUCCESS,
+        (Err(e), _) => fail(e).into(),
+        (Ok(()), _) => ExitCode::SUCCESS.into(),
     }
 }
 
