@@ -95,6 +95,159 @@ async fn a_store_from_before_replication_is_moved_into_the_log() {
     );
 }
 
+/// A leader's store ahead of the log, its own appender having written the
+/// log's last message: a commit it made but never appended (it stopped
+/// first) and one the broker lost after acknowledging it (a power cut
+/// before the broker's fsync). Leading again, the store becomes the
+/// snapshot at its own position and the log goes on from there: both
+/// tasks stay, and a standby behind that snapshot loads it and leads with
+/// them. A store ahead of a log
+/// another appended to last is set aside instead: what it holds past the
+/// log was never acknowledged.
+#[tokio::test]
+async fn a_store_ahead_of_the_log_goes_on_from_itself_when_no_one_appended_since() {
+    use orchestrator::service::ServiceSettings;
+    let nats = NatsServer::start();
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
+        .await
+        .unwrap();
+    let settings = |dir: &Path| {
+        let mut config = ServiceSettings {
+            data_dir: dir.to_path_buf(),
+            ..ServiceSettings::default()
+        };
+        config.replication.enabled = true;
+        config.replication.renew_every = Duration::from_millis(100);
+        config
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (tell, _leader) = tokio::sync::watch::channel(None);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config_a = settings(a.path());
+    let lead = |config: ServiceSettings| {
+        let (bus, stop, tell) = (bus.clone(), stop.clone(), tell.clone());
+        async move {
+            orchestrator::service::lead(&config, &bus, &stop, &tell)
+                .await
+                .unwrap()
+                .expect("leads")
+        }
+    };
+    let open = |config: &ServiceSettings, leading: &orchestrator::service::Leading| {
+        orchestrator::Store::open(&orchestrator::StoreSettings {
+            commits: Some(leading.commits.clone()),
+            ..config.store_settings()
+        })
+        .unwrap()
+    };
+    let submit = |store: &orchestrator::Store, key: &str| {
+        let env = common::envelope("echo", "echo", json!({"key": key}), key);
+        let id = env.header.task_id;
+        let store = store.clone();
+        async move { (id, store.submit(common::new_task(env)).await) }
+    };
+    let leading = lead(config_a.clone()).await;
+    let store = open(&config_a, &leading);
+    let (lost, said) = submit(&store, "lost").await;
+    said.expect("acknowledged: in the log");
+    // A standby follows that far.
+    let follower = orchestrator::Store::open(&settings(b.path()).store_settings()).unwrap();
+    orchestrator::replication::catch_up(&bus, 0, &follower, 0)
+        .await
+        .unwrap();
+    assert!(follower.get(lost).unwrap().is_some());
+    drop(follower);
+    // The leader stops appending; a commit made then is never in the log.
+    drop(leading);
+    let (unsent, said) = submit(&store, "unsent").await;
+    assert!(
+        said.is_err(),
+        "a commit the log never took was acknowledged"
+    );
+    drop(store);
+    // The broker loses its last acknowledged append.
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.names().store_stream())
+        .await
+        .unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
+    stream.delete_message(last).await.unwrap();
+    // Leading again, on its own directory: both stay.
+    let leading = lead(config_a.clone()).await;
+    let store = open(&config_a, &leading);
+    for id in [lost, unsent] {
+        assert!(store.get(id).unwrap().is_some(), "task {id} was lost");
+    }
+    drop(store);
+    leading
+        .keep(&config_a, tokio_util::sync::CancellationToken::new())
+        .release()
+        .await;
+    // The standby, behind a log that went on from a snapshot past it,
+    // loads the snapshot and leads with both.
+    let config_b = settings(b.path());
+    let leading = lead(config_b.clone()).await;
+    let store = open(&config_b, &leading);
+    for id in [lost, unsent] {
+        assert!(
+            store.get(id).unwrap().is_some(),
+            "task {id} missing on the standby"
+        );
+    }
+    let (after, said) = submit(&store, "after").await;
+    said.unwrap();
+    drop(store);
+    leading
+        .keep(&config_b, tokio_util::sync::CancellationToken::new())
+        .release()
+        .await;
+    let leading = lead(config_a.clone()).await;
+    let store = open(&config_a, &leading);
+    assert!(store.get(after).unwrap().is_some());
+    drop(store);
+    drop(leading);
+    assert!(
+        common::sled_trees(&a.path().join("store")) == common::sled_trees(&b.path().join("store")),
+        "the two nodes differ"
+    );
+    // A gives the lease up and then commits one more, never appended; b
+    // leads (its seal is the log's last message) and gives the lease up:
+    // a's store is ahead of a log another appended to last, so it is set
+    // aside and made from the log, without the commit never acknowledged.
+    let leading = lead(config_a.clone()).await;
+    let store = open(&config_a, &leading);
+    leading
+        .keep(&config_a, tokio_util::sync::CancellationToken::new())
+        .release()
+        .await;
+    let (never, said) = submit(&store, "never").await;
+    assert!(
+        said.is_err(),
+        "a commit the log never took was acknowledged"
+    );
+    drop(store);
+    let leading = lead(config_b.clone()).await;
+    leading
+        .keep(&config_b, tokio_util::sync::CancellationToken::new())
+        .release()
+        .await;
+    let leading = lead(config_a.clone()).await;
+    drop(leading);
+    let store = orchestrator::Store::open(&config_a.store_settings()).unwrap();
+    assert!(
+        store.get(never).unwrap().is_none(),
+        "a commit never acknowledged stayed"
+    );
+    assert!(store.get(after).unwrap().is_some());
+    let aside = std::fs::read_dir(a.path()).unwrap().flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .starts_with("store.diverged-")
+    });
+    assert!(aside, "the store ahead of another's log was not set aside");
+}
+
 /// The leader killed and its data directory deleted (a lost disk or VM):
 /// the standby takes over, and a fresh process in the old one's place
 /// finds the log trimmed below the leaders' snapshots, loads the newest,

@@ -153,7 +153,7 @@ async fn a_standby_that_followed_the_log_takes_over_and_fences_the_leader() {
     live(&a).await;
     // The standby follows: its store is the leader's, commit for commit.
     let standby = Store::open(&StoreSettings::new(&b_path)).unwrap();
-    let seq = catch_up(&bus, 0, &standby, 0).await.unwrap();
+    let seq = catch_up(&bus, 0, &standby, 0).await.unwrap().seq;
     assert_eq!(standby.log_position().unwrap(), a.log_position().unwrap());
     // More on the leader; the standby catches up from where it was.
     let more = envelope("echo", "echo", json!({"n": "more"}), "more");
@@ -550,7 +550,7 @@ async fn commits_larger_than_a_message_go_in_parts() {
         .unwrap();
     // Its successor's store is at the last whole commit: it takes over.
     let remade = Store::open(&StoreSettings::new(&replica)).unwrap();
-    let seq = catch_up(&bus, 0, &remade, 0).await.unwrap();
+    let seq = catch_up(&bus, 0, &remade, 0).await.unwrap().seq;
     assert_eq!(seq, last_seq, "the unfinished commit was read as one");
     assert_eq!(remade.log_position().unwrap(), position);
     let (_successor, _sink) = Appender::start(&bus, 0, position).await.unwrap();

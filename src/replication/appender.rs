@@ -37,6 +37,7 @@ struct Queue {
 pub struct Appender {
     stop: CancellationToken,
     acked: watch::Receiver<Acked>,
+    id: String,
 }
 
 impl Appender {
@@ -51,12 +52,20 @@ impl Appender {
         super::provision(bus).await?;
         let end = super::follow::last(bus, partition).await?;
         let last_seq = end.seq;
-        if end.position != store_position {
+        // A store ahead of the log goes on from the snapshot
+        // `carry_over` made at its position, or not at all.
+        let carried = store_position > end.position
+            && super::snapshots(bus, partition)
+                .await?
+                .last()
+                .is_some_and(|s| s.position == store_position && s.after_seq == end.after);
+        if end.position != store_position && !carried {
             return Err(ReplicationError::NotAtEnd {
                 store: store_position,
                 log: end.position,
             });
         }
+        let appender = uuid::Uuid::now_v7().simple().to_string();
         let queue = Arc::new(Queue::default());
         let (tell, acked) = watch::channel(Acked {
             position: store_position,
@@ -79,7 +88,7 @@ impl Appender {
             bus: bus.clone(),
             subject: bus.names().store_subject(partition),
             partition,
-            appender: uuid::Uuid::now_v7().simple().to_string(),
+            appender: appender.clone(),
             last_seq,
             queue,
             tell,
@@ -92,7 +101,21 @@ impl Appender {
             }
         }
         tokio::spawn(run.appending());
-        Ok((Appender { stop, acked }, sink))
+        Ok((
+            Appender {
+                stop,
+                acked,
+                id: appender,
+            },
+            sink,
+        ))
+    }
+
+    /// This appender's id, in its messages' `Nats-Msg-Id`s: kept beside
+    /// the store it appends for, so that store, when it finds itself ahead
+    /// of the log, can tell whether anyone appended after it.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// How far the log has taken the store's commits.

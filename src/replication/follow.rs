@@ -66,7 +66,10 @@ pub async fn entries_after(
 pub struct Reading {
     /// `None` once the log's end is read (or there was nothing to read).
     open: Option<Open>,
+    /// The sequence of the last message to read.
     end: u64,
+    /// The position of the last whole commit by then.
+    end_position: u64,
     parts: Option<Parts>,
     stream_name: String,
 }
@@ -86,6 +89,7 @@ impl Reading {
         let mut reading = Reading {
             open: None,
             end: end.seq,
+            end_position: end.position,
             parts: None,
             stream_name,
         };
@@ -116,6 +120,13 @@ impl Reading {
             messages,
         });
         Ok(reading)
+    }
+
+    /// The log's position when reading began: that of its last whole
+    /// commit, or of a seal after it (a leader whose store was ahead of
+    /// the log went on from a snapshot at its own position).
+    pub fn end_position(&self) -> u64 {
+        self.end_position
     }
 
     fn failed(&self, source: async_nats::Error) -> ReplicationError {
@@ -229,7 +240,7 @@ fn assemble(
 }
 
 /// Where a partition's log ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct End {
     /// The sequence of its last message (0: none).
     pub(super) seq: u64,
@@ -238,6 +249,9 @@ pub(super) struct End {
     /// The sequence to read after to find every commit after `position`
     /// (before a commit whose parts are not all there).
     pub(super) after: u64,
+    /// The appender that wrote the last message (from its `Nats-Msg-Id`,
+    /// `<partition>.<appender>.<id>`).
+    pub(super) appender: Option<String>,
 }
 
 /// The position of partition `partition`'s last whole commit (0: the
@@ -255,16 +269,23 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationEr
             let seq = msg.sequence;
             let frame = decode_frame(&msg.payload)
                 .map_err(|source| ReplicationError::Frame { seq, source })?;
+            let appender = msg
+                .headers
+                .get("Nats-Msg-Id")
+                .and_then(|id| id.as_str().split('.').nth(1))
+                .map(str::to_string);
             Ok(match frame.part {
                 Some(p) if p.index + 1 < p.count => End {
                     seq,
                     position: frame.position - 1,
                     after: seq.saturating_sub(u64::from(p.index) + 1),
+                    appender,
                 },
                 _ => End {
                     seq,
                     position: frame.position,
                     after: seq,
+                    appender,
                 },
             })
         }
@@ -272,6 +293,7 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationEr
             seq: 0,
             position: 0,
             after: 0,
+            appender: None,
         }),
         Err(e) => Err(ReplicationError::Stream {
             stream: bus.names().store_stream(),
@@ -283,18 +305,30 @@ pub(super) async fn last(bus: &Bus, partition: u32) -> Result<End, ReplicationEr
 /// The most writes a standby applies in one transaction.
 const APPLY_WRITES: usize = 16_384;
 
+/// How far [`catch_up`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caught {
+    /// The sequence of the last message applied (the one read after when
+    /// there was none).
+    pub seq: u64,
+    /// The log's position at the end it read to: above the store's once
+    /// caught up only where the log went on from a snapshot (a leader's
+    /// store that was ahead of the log), which the store must load.
+    pub log_position: u64,
+}
+
 /// Applies to `store` every commit of partition `partition` in the
 /// messages after stream sequence `after` (a standby following the
 /// leader; commits it holds already change nothing), many in each
-/// transaction; the sequence of the last message applied (`after` when
-/// there was none).
+/// transaction.
 pub async fn catch_up(
     bus: &Bus,
     partition: u32,
     store: &crate::store::Store,
     after: u64,
-) -> Result<u64, ReplicationError> {
+) -> Result<Caught, ReplicationError> {
     let mut reading = Reading::after(bus, partition, after).await?;
+    let log_position = reading.end_position();
     let mut applied = after;
     let mut held: Vec<Commit> = Vec::new();
     let mut writes = 0;
@@ -319,7 +353,10 @@ pub async fn catch_up(
             applied = held_until;
         }
         if done {
-            return Ok(applied);
+            return Ok(Caught {
+                seq: applied,
+                log_position,
+            });
         }
     }
 }

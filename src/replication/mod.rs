@@ -25,10 +25,10 @@ mod stream;
 
 pub use appender::Appender;
 pub use error::ReplicationError;
-pub use follow::{Entry, Reading, catch_up, entries_after, log_position};
+pub use follow::{Caught, Entry, Reading, catch_up, entries_after, log_position};
 pub use frame::{Frame, FrameError, Part, decode_frame, encode_frame, encode_part};
 pub use lease::{Holder, Lease, Leases, Taken};
 pub use partition::{MAX_PARTITIONS, Partitions};
 pub use settings::ReplicationSettings;
-pub use snapshot::{LogCheck, Snapshot, move_in, restore, snapshots, take, verify};
+pub use snapshot::{LogCheck, Snapshot, carry_over, move_in, restore, snapshots, take, verify};
 pub use stream::provision;

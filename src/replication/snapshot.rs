@@ -145,6 +145,41 @@ pub async fn move_in(
     write(bus, &bucket, partition, store, scratch, end).await
 }
 
+/// Makes `store`, the store of the node about to lead, whose position is
+/// past the end of partition `partition`'s log, the snapshot at its own
+/// position, for the log to go on from there (the leader then seals the
+/// log at that position). That is sound only when no one appended after
+/// this store's last leader, whose appender (`appender`, kept beside the
+/// store) must have written the log's last message: the commits the log
+/// lacks are then ones it never took (the leader died before their
+/// append: never reported) or lost (brokers that lost their last writes
+/// to a power cut: reported, and kept only here). Refused with
+/// [`ReplicationError::NotAtEnd`] otherwise.
+pub async fn carry_over(
+    bus: &Bus,
+    partition: u32,
+    store: &Store,
+    scratch: &Path,
+    appender: Option<&str>,
+) -> Result<Snapshot, ReplicationError> {
+    let end = super::follow::last(bus, partition).await?;
+    let at = store
+        .log_position()
+        .map_err(|source| ReplicationError::Apply { seq: 0, source })?;
+    if at <= end.position || appender.is_none() || end.appender.as_deref() != appender {
+        return Err(ReplicationError::NotAtEnd {
+            store: at,
+            log: end.position,
+        });
+    }
+    let bucket = bucket(bus).await?;
+    let ahead = super::follow::End {
+        position: at,
+        ..end
+    };
+    write(bus, &bucket, partition, store, scratch, ahead).await
+}
+
 /// Writes a snapshot of `store`, whose log ends at `end`, to `bucket`.
 async fn write(
     bus: &Bus,

@@ -152,12 +152,44 @@ async fn take_over(
                 bytes = snapshot.bytes,
                 "moved the store written before replication into the log as its first snapshot"
             );
-            break Appender::start(bus, partition, 0).await?;
+            let started = Appender::start(bus, partition, 0).await?;
+            keep_appender(taken.settings, started.0.id())?;
+            break started;
         }
         // Everything the last leader wrote, then the seal.
         (store, seq) = follow(bus, partition, store, taken.settings, seq).await?;
-        match Appender::start(bus, partition, store.log_position()?).await {
-            Ok(started) => break started,
+        let at = store.log_position()?;
+        if at > replication::log_position(bus, partition).await? {
+            // The log lacks this store's last commits.
+            let appender = last_appender(taken.settings);
+            match replication::carry_over(
+                bus,
+                partition,
+                &store,
+                &config.data_dir,
+                appender.as_deref(),
+            )
+            .await
+            {
+                Ok(snapshot) => tracing::warn!(
+                    partition,
+                    position = at,
+                    snapshot = %snapshot.name,
+                    "the log lacks this store's last commits (its leader died before their append, or the brokers lost them) and no one appended since: the store is the snapshot at its position, and the log goes on from there"
+                ),
+                Err(ReplicationError::NotAtEnd { log, .. }) => {
+                    store = set_aside(store, taken.settings, at, log)?;
+                    seq = 0;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match Appender::start(bus, partition, at).await {
+            Ok(started) => {
+                keep_appender(taken.settings, started.0.id())?;
+                break started;
+            }
             // The last leader appended meanwhile: read that too.
             Err(ReplicationError::Overtaken { .. }) => continue,
             Err(e) => return Err(e.into()),
@@ -225,19 +257,22 @@ async fn follow(
     }
     loop {
         match replication::catch_up(bus, partition, &store, seq).await {
-            Ok(last) => return Ok((store, last)),
+            Ok(caught) if caught.log_position > store.log_position()? => {
+                // The log went on from a snapshot past this store (a
+                // leader's store that was ahead of the log).
+                let newest = replication::snapshots(bus, partition).await?.pop();
+                let at = store.log_position()?;
+                let Some(snapshot) = newest.filter(|s| s.position > at) else {
+                    return Err(ReplicationError::NoSnapshot { position: at }.into());
+                };
+                (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
+            }
+            Ok(caught) => return Ok((store, caught.seq)),
             Err(ReplicationError::Apply {
                 source: StoreError::Diverged { position },
                 ..
             }) => {
-                let aside = settings
-                    .path
-                    .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
-                tracing::warn!(position, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
-                drop(store);
-                std::fs::rename(&settings.path, &aside)
-                    .map_err(|e| StoreError::Io(format!("{}: {e}", settings.path.display())))?;
-                store = Store::open(settings)?;
+                store = set_aside(store, settings, position, position)?;
                 seq = 0;
             }
             Err(ReplicationError::Apply {
@@ -252,6 +287,53 @@ async fn follow(
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Sets `store` aside (`<store>.diverged-<unix seconds>`), it having left
+/// the log (it led and committed what the log refused: at `at`, the log
+/// being at `log`), and opens an empty one in its place, to read the log
+/// from the start.
+fn set_aside(
+    store: Store,
+    settings: &StoreSettings,
+    at: u64,
+    log: u64,
+) -> Result<Store, ServiceError> {
+    let aside = settings
+        .path
+        .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
+    tracing::warn!(store_position = at, log_position = log, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
+    drop(store);
+    std::fs::rename(&settings.path, &aside)
+        .map_err(|e| StoreError::Io(format!("{}: {e}", settings.path.display())))?;
+    Ok(Store::open(settings)?)
+}
+
+/// Where the id of the appender of a store's last leadership is kept:
+/// beside the store, `<store>.appender`.
+fn appender_file(settings: &StoreSettings) -> std::path::PathBuf {
+    settings.path.with_extension("appender")
+}
+
+/// Keeps `id`, the appender this store's commits go through from now on,
+/// beside the store (written before any commit, synced).
+fn keep_appender(settings: &StoreSettings, id: &str) -> Result<(), ServiceError> {
+    let path = appender_file(settings);
+    let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
+    let fresh = path.with_extension("appender.new");
+    let mut file = std::fs::File::create(&fresh).map_err(io)?;
+    std::io::Write::write_all(&mut file, id.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&fresh, &path).map_err(io)?;
+    Ok(())
+}
+
+/// The appender of this store's last leadership, if it led.
+fn last_appender(settings: &StoreSettings) -> Option<String> {
+    std::fs::read_to_string(appender_file(settings))
+        .ok()
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty())
 }
 
 /// Makes `store` (replaced) from `snapshot`; the store and the sequence to
