@@ -178,7 +178,10 @@ async fn take_over(
                     "the log lacks this store's last commits (its leader died before their append, or the brokers lost them) and no one appended since: the store is the snapshot at its position, and the log goes on from there"
                 ),
                 Err(ReplicationError::NotAtEnd { log, .. }) => {
-                    store = set_aside(store, taken.settings, at, log)?;
+                    let found = format!(
+                        "the store is at position {at}, the log at {log}, and another appended to it last"
+                    );
+                    store = set_aside(store, taken.settings, &found)?;
                     seq = 0;
                     continue;
                 }
@@ -272,7 +275,8 @@ async fn follow(
                 source: StoreError::Diverged { position },
                 ..
             }) => {
-                store = set_aside(store, settings, position, position)?;
+                let found = format!("the log holds another record at position {position}");
+                store = set_aside(store, settings, &found)?;
                 seq = 0;
             }
             Err(ReplicationError::Apply {
@@ -290,19 +294,14 @@ async fn follow(
 }
 
 /// Sets `store` aside (`<store>.diverged-<unix seconds>`), it having left
-/// the log (it led and committed what the log refused: at `at`, the log
-/// being at `log`), and opens an empty one in its place, to read the log
+/// the log (it led and committed what the log refused; `found` says where
+/// that showed), and opens an empty one in its place, to read the log
 /// from the start.
-fn set_aside(
-    store: Store,
-    settings: &StoreSettings,
-    at: u64,
-    log: u64,
-) -> Result<Store, ServiceError> {
+fn set_aside(store: Store, settings: &StoreSettings, found: &str) -> Result<Store, ServiceError> {
     let aside = settings
         .path
         .with_extension(format!("diverged-{}", Timestamp::now().unix_seconds()));
-    tracing::warn!(store_position = at, log_position = log, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
+    tracing::warn!(found, aside = %aside.display(), "this store left the log (it led and committed what the log refused): setting it aside and reading the log from the start");
     drop(store);
     std::fs::rename(&settings.path, &aside)
         .map_err(|e| StoreError::Io(format!("{}: {e}", settings.path.display())))?;
@@ -319,13 +318,7 @@ fn appender_file(settings: &StoreSettings) -> std::path::PathBuf {
 /// beside the store (written before any commit, synced).
 fn keep_appender(settings: &StoreSettings, id: &str) -> Result<(), ServiceError> {
     let path = appender_file(settings);
-    let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
-    let fresh = path.with_extension("appender.new");
-    let mut file = std::fs::File::create(&fresh).map_err(io)?;
-    std::io::Write::write_all(&mut file, id.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&fresh, &path).map_err(io)?;
-    Ok(())
+    write_whole(&path, id).map_err(|e| StoreError::Io(format!("{}: {e}", path.display())).into())
 }
 
 /// The appender of this store's last leadership, if it led.
@@ -442,10 +435,22 @@ fn node_id(dir: &std::path::Path) -> Result<String, ServiceError> {
     }
     std::fs::create_dir_all(dir).map_err(io)?;
     let id = uuid::Uuid::new_v4().to_string();
-    let fresh = dir.join("node-id.new");
-    std::fs::write(&fresh, format!("{id}\n")).map_err(io)?;
-    std::fs::rename(&fresh, &path).map_err(io)?;
+    write_whole(&path, &id).map_err(io)?;
     Ok(id)
+}
+
+/// Writes `text` to `path` whole or not at all (a synced file renamed
+/// into place), the owner's alone.
+fn write_whole(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut fresh = path.as_os_str().to_owned();
+    fresh.push(".new");
+    let fresh = std::path::PathBuf::from(fresh);
+    crate::files::write_file(
+        &fresh,
+        format!("{text}\n").as_bytes(),
+        crate::files::PRIVATE,
+    )?;
+    std::fs::rename(&fresh, path)
 }
 
 /// The host's name and this process's id.
