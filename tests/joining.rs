@@ -10,7 +10,19 @@ use crate::common;
 use common::nats::NatsServer;
 use common::pair::{Pair, Slow, all_completed, leads, node, start_pair};
 use common::system::in_process_worker;
+use orchestrator::service::ServiceSettings;
 use serde_json::json;
+
+/// A node on `dir` sharing the store's log, trying the lease often.
+fn settings(dir: &Path) -> ServiceSettings {
+    let mut config = ServiceSettings {
+        data_dir: dir.to_path_buf(),
+        ..ServiceSettings::default()
+    };
+    config.replication.enabled = true;
+    config.replication.renew_every = Duration::from_millis(100);
+    config
+}
 
 /// A data directory whose store was written before replication was
 /// turned on is moved into the log when it leads (as the log's first
@@ -19,20 +31,11 @@ use serde_json::json;
 /// commits, is refused.
 #[tokio::test]
 async fn a_store_from_before_replication_is_moved_into_the_log() {
-    use orchestrator::service::{ServiceError, ServiceSettings};
+    use orchestrator::service::ServiceError;
     let nats = NatsServer::start();
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
         .await
         .unwrap();
-    let settings = |dir: &Path| {
-        let mut config = ServiceSettings {
-            data_dir: dir.to_path_buf(),
-            ..ServiceSettings::default()
-        };
-        config.replication.enabled = true;
-        config.replication.renew_every = Duration::from_millis(100);
-        config
-    };
     let old_store = |dir: &Path, key: &str| {
         let store = orchestrator::Store::open(&settings(dir).store_settings()).unwrap();
         let env = common::envelope("echo", "echo", json!({"key": key}), key);
@@ -101,25 +104,14 @@ async fn a_store_from_before_replication_is_moved_into_the_log() {
 /// before the broker's fsync). Leading again, the store becomes the
 /// snapshot at its own position and the log goes on from there: both
 /// tasks stay, and a standby behind that snapshot loads it and leads with
-/// them. A store ahead of a log
-/// another appended to last is set aside instead: what it holds past the
-/// log was never acknowledged.
+/// them. A store ahead of a log another appended to last is set aside
+/// instead: what it holds past the log was never acknowledged.
 #[tokio::test]
 async fn a_store_ahead_of_the_log_goes_on_from_itself_when_no_one_appended_since() {
-    use orchestrator::service::ServiceSettings;
     let nats = NatsServer::start();
     let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
         .await
         .unwrap();
-    let settings = |dir: &Path| {
-        let mut config = ServiceSettings {
-            data_dir: dir.to_path_buf(),
-            ..ServiceSettings::default()
-        };
-        config.replication.enabled = true;
-        config.replication.renew_every = Duration::from_millis(100);
-        config
-    };
     let stop = tokio_util::sync::CancellationToken::new();
     let (tell, _leader) = tokio::sync::watch::channel(None);
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
