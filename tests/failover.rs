@@ -15,6 +15,26 @@ use common::pair::{Pair, Shared, Slow, all_completed, leads, start_pair};
 use common::system::in_process_worker;
 use serde_json::json;
 
+/// A lone node takes the lease before it serves anything: the first
+/// answer on its address is the leader's, never a standby's (which would
+/// answer `no_leader` to every API call meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_node_answers_first_as_the_leader() {
+    let nats = NatsServer::start();
+    let shared = Shared::new();
+    let (_a, a_url) = shared.node("a", &nats, "5s");
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        if let Ok(r) = http.get(format!("{a_url}/readyz")).send().await {
+            break r.json::<serde_json::Value>().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the node never answered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert_eq!(first["role"], "leader", "its first answer: {first}");
+}
+
 /// A leader killed and started again on its own data directory, with no
 /// standby, leads again at once: the lease names the directory, and the
 /// process that held it is gone (it held the directory's lock). With a

@@ -262,9 +262,11 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> Ended {
     let shutdown = shutdown_signal();
     // One of several sharing the store's log: a standby until it leads,
     // forwarding the API to the leader meanwhile.
+    let mut listener = None;
     let (commits, lost, kept) = match config.replication.enabled {
         true => match stand_by(&mut config, &http, &bus, &shutdown).await {
-            Ok(Some(leading)) => {
+            Ok(Some((leading, unused))) => {
+                listener = unused;
                 let lost = CancellationToken::new();
                 let commits = leading.commits.clone();
                 let kept = leading.keep(&config, lost.clone());
@@ -281,9 +283,12 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> Ended {
         },
         false => (None, None, None),
     };
-    let listener = match tokio::net::TcpListener::bind(http.addr).await {
-        Ok(l) => l,
-        Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)).into(),
+    let listener = match listener {
+        Some(l) => l,
+        None => match tokio::net::TcpListener::bind(http.addr).await {
+            Ok(l) => l,
+            Err(e) => return fail(format!("cannot listen on {}: {e}", http.addr)).into(),
+        },
     };
     info!(agents = cards.len(), data_dir = %config.data_dir.display(), "orchestrator starting");
     let opened = Orchestrator::open_logged(config, bus, catalog, triggers, commits).await;
@@ -315,30 +320,63 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> Ended {
     }
 }
 
+/// How long a node waits to learn it leads before it serves the standby's
+/// face; at once when another node is found to lead.
+const FACE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Stands by until this node leads (`None`: stopped first), serving the
-/// standby's face on the API's address meanwhile.
+/// standby's face on the API's address meanwhile; with the listener when
+/// the face never served (a lone node takes the lease within
+/// [`FACE_AFTER`], and its first answer is then the leader's, not a
+/// standby's 503 `no_leader`).
 async fn stand_by(
     config: &mut ServiceSettings,
     http: &orchestrator::http::HttpSettings,
     bus: &Bus,
     shutdown: &CancellationToken,
-) -> Result<Option<orchestrator::service::Leading>, String> {
+) -> Result<
+    Option<(
+        orchestrator::service::Leading,
+        Option<tokio::net::TcpListener>,
+    )>,
+    String,
+> {
     orchestrator::service::name_node(config, http.addr);
     let (tell, leader) = tokio::sync::watch::channel(None);
-    let listener = tokio::net::TcpListener::bind(http.addr)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", http.addr))?;
+    // Bound now: a port in use is said at once.
+    let mut listener = Some(
+        tokio::net::TcpListener::bind(http.addr)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", http.addr))?,
+    );
     let standing = shutdown.child_token();
-    let face = tokio::spawn(orchestrator::server::stand_by(
-        leader,
-        http.clone(),
-        listener,
-        standing.clone(),
-    ));
-    let led = orchestrator::service::lead(config, bus, shutdown, &tell).await;
+    let mut face = None;
+    let mut known = leader.clone();
+    let led = orchestrator::service::lead(config, bus, shutdown, &tell);
+    tokio::pin!(led);
+    let patience = tokio::time::sleep(FACE_AFTER);
+    tokio::pin!(patience);
+    let led = loop {
+        tokio::select! {
+            led = &mut led => break led,
+            _ = known.changed(), if face.is_none() => {}
+            () = &mut patience, if face.is_none() => {}
+        }
+        if let Some(listener) = listener.take() {
+            face = Some(tokio::spawn(orchestrator::server::stand_by(
+                leader.clone(),
+                http.clone(),
+                listener,
+                standing.clone(),
+            )));
+        }
+    };
     standing.cancel();
-    let _ = face.await;
-    led.map_err(|e| e.to_string())
+    if let Some(face) = face {
+        let _ = face.await;
+    }
+    led.map(|l| l.map(|leading| (leading, listener)))
+        .map_err(|e| e.to_string())
 }
 
 /// Takes `<dir>/run.lock` (an exclusive lock, held until the file is
