@@ -562,3 +562,65 @@ async fn commits_larger_than_a_message_go_in_parts() {
         "the log in parts makes the store again"
     );
 }
+
+/// A leader's lease that lapsed with no one taking it (its entry gone, as
+/// when renewals fail through a broker election longer than the lease) is
+/// taken again, and the leader goes on writing; once another holds it,
+/// the leader steps down.
+#[tokio::test]
+async fn a_lapsed_lease_no_one_took_is_taken_again() {
+    use orchestrator::replication::{Holder, Leases, Taken};
+    use orchestrator::service::ServiceSettings;
+    use std::time::Duration;
+    let nats = NatsServer::start();
+    let bus = bus(&nats).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServiceSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..ServiceSettings::default()
+    };
+    config.replication.enabled = true;
+    config.replication.lease_ttl = Duration::from_secs(1);
+    config.replication.renew_every = Duration::from_millis(100);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (tell, _leader) = tokio::sync::watch::channel(None);
+    let leading = orchestrator::service::lead(&config, &bus, &stop, &tell)
+        .await
+        .unwrap()
+        .expect("leads");
+    let store = Store::open(&StoreSettings {
+        commits: Some(leading.commits.clone()),
+        ..config.store_settings()
+    })
+    .unwrap();
+    let lost = tokio_util::sync::CancellationToken::new();
+    let _kept = leading.keep(&config, lost.clone());
+    let kv = bus.jetstream().get_key_value("ORCH_LEASES").await.unwrap();
+    // Gone, as if it had lapsed: taken again at once.
+    kv.purge("store.0").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!lost.is_cancelled(), "the leader stepped down");
+    let env = envelope("echo", "echo", json!({}), "after-lapse");
+    store.submit(new_task(env)).await.unwrap();
+    // Gone and taken by another: the leader steps down.
+    kv.purge("store.0").await.unwrap();
+    let other = Holder {
+        holder: "other".into(),
+        address: None,
+        since: orchestrator::envelope::Timestamp::now(),
+        node: Some("other".into()),
+    };
+    let leases = Leases::open(&bus, Duration::from_secs(1)).await.unwrap();
+    let mut taken = false;
+    for _ in 0..50 {
+        if let Taken::Held(_) = leases.take(0, &other).await.unwrap() {
+            taken = true;
+            break;
+        }
+        kv.purge("store.0").await.unwrap();
+    }
+    assert!(taken, "the other never got the lease");
+    tokio::time::timeout(Duration::from_secs(10), lost.cancelled())
+        .await
+        .expect("the leader did not step down once another held its lease");
+}

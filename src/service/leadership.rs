@@ -47,6 +47,9 @@ pub fn name_node(config: &mut ServiceSettings, http_addr: std::net::SocketAddr) 
 /// commits go through.
 pub struct Leading {
     lease: Lease,
+    /// Where to take the lease again when it lapsed with no one taking
+    /// it: the bucket, what this node writes in it, the partition.
+    again: (Leases, Holder, u32),
     appender: Appender,
     /// The sink to open the store with.
     pub commits: CommitSink,
@@ -111,6 +114,7 @@ pub async fn lead(
         if let Some(lease) = lease {
             let taken = Won {
                 lease,
+                again: (leases.clone(), holder.clone(), r.partition),
                 unlogged,
                 settings: &standby,
             };
@@ -126,6 +130,7 @@ pub async fn lead(
 /// The lease this node took, and the store it takes over with.
 struct Won<'a> {
     lease: Lease,
+    again: (Leases, Holder, u32),
     /// The store was written before replication.
     unlogged: bool,
     settings: &'a StoreSettings,
@@ -209,6 +214,7 @@ async fn take_over(
     );
     Ok(Leading {
         lease: taken.lease,
+        again: taken.again,
         appender,
         commits,
     })
@@ -369,16 +375,19 @@ impl Kept {
 
 impl Leading {
     /// Keeps the lease while the orchestrator runs: renewed every
-    /// `renew_every`; `lost` fires once it is lost (another took it, or
-    /// it could not be renewed for `lease_ttl`), and the appender stops
-    /// then, so the store writes nothing more.
+    /// `renew_every` (taken again when it lapsed with no one taking it);
+    /// `lost` fires once it is lost (another took it, or it could be
+    /// neither renewed nor taken again for [`step_down_after`]), and the
+    /// appender stops then, so the store writes nothing more.
     pub fn keep(self, config: &ServiceSettings, lost: CancellationToken) -> Kept {
         let (every, ttl) = (config.replication.renew_every, config.replication.lease_ttl);
         let Leading {
             mut lease,
+            again: (leases, holder, partition),
             appender,
             ..
         } = self;
+        let bound = step_down_after(ttl);
         let stop = CancellationToken::new();
         let stopping = stop.clone();
         let task = tokio::spawn(async move {
@@ -396,19 +405,37 @@ impl Leading {
                         return;
                     }
                 }
-                match lease.renew().await {
-                    Ok(true) => renewed = Instant::now(),
-                    Ok(false) => {
-                        tracing::error!(
-                            "the store's lease was taken by another orchestrator: stepping down"
-                        );
+                let failed = match lease.renew().await {
+                    Ok(true) => None,
+                    // Lapsed (renewals failed for its lifetime, a broker
+                    // election say), or taken: taken again when no one
+                    // holds it, which is safe because the log's fence,
+                    // not the lease, keeps a deposed leader from writing.
+                    Ok(false) => match leases.take(partition, &holder).await {
+                        Ok(Taken::Held(again)) => {
+                            tracing::warn!(
+                                epoch = again.epoch(),
+                                "the store's lease lapsed and no one took it: taken again"
+                            );
+                            lease = *again;
+                            None
+                        }
+                        Ok(Taken::Elsewhere(by)) => {
+                            let by = by.map(|h| h.holder).unwrap_or_default();
+                            tracing::error!(%by, "the store's lease was taken by another orchestrator: stepping down");
+                            break;
+                        }
+                        Err(e) => Some(e),
+                    },
+                    Err(e) => Some(e),
+                };
+                match failed {
+                    None => renewed = Instant::now(),
+                    Some(e) if renewed.elapsed() >= bound => {
+                        tracing::error!(error = %e, unrenewed_s = renewed.elapsed().as_secs(), "the store's lease could not be renewed or taken again: stepping down");
                         break;
                     }
-                    Err(e) if renewed.elapsed() >= ttl => {
-                        tracing::error!(error = %e, "the store's lease could not be renewed for its whole lifetime: stepping down");
-                        break;
-                    }
-                    Err(e) => {
+                    Some(e) => {
                         tracing::warn!(error = %e, "renewing the store's lease failed; trying again")
                     }
                 }
@@ -418,6 +445,17 @@ impl Leading {
         });
         Kept { stop, task }
     }
+}
+
+/// How long a leader goes on when it can neither renew nor take its lease
+/// again (the brokers unreachable) before it steps down: three lease
+/// lifetimes, at least 15 s. Longer than a stream's election under load
+/// (5–10 s measured), so a lone leader rides one out; a standby takes
+/// over after one lifetime anyway, its seal refusing this leader's
+/// appends, and this bound is how long a leader cut off from every
+/// broker keeps its waiting callers before it answers them `not_leader`.
+fn step_down_after(ttl: std::time::Duration) -> std::time::Duration {
+    (ttl * 3).max(std::time::Duration::from_secs(15))
 }
 
 /// The id of the data directory `dir`, kept in its `node-id` file (made
