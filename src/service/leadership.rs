@@ -405,6 +405,14 @@ impl Leading {
                         return;
                     }
                 }
+                // Another led since (its seal refused this one's append):
+                // holding the lease would only keep a standby from leading.
+                if appender.acked().refused.is_some() {
+                    tracing::error!(
+                        "the store's log refused an append (another orchestrator led since): stepping down"
+                    );
+                    break;
+                }
                 let failed = match lease.renew().await {
                     Ok(true) => None,
                     // Lapsed (renewals failed for its lifetime, a broker
