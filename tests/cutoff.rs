@@ -58,6 +58,7 @@ async fn a_leader_cut_off_steps_down_and_what_it_took_after_is_nowhere() {
         prefix: &prefix,
         host: &inside,
         snapshot_every: "1h",
+        program: None,
     };
     let (mut a, a_url) = node_at("a", shared.path(), &agents, &across, &entry, "3s", &place_a);
     assert!(
@@ -69,6 +70,7 @@ async fn a_leader_cut_off_steps_down_and_what_it_took_after_is_nowhere() {
         prefix: &[],
         host: "127.0.0.1",
         snapshot_every: "1h",
+        program: None,
     };
     let (_b, b_url) = node_at("b", shared.path(), &agents, &local, &entry, "3s", &place_b);
     readyz_as(&b_url, "standby", Duration::from_secs(30))

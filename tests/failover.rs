@@ -248,3 +248,55 @@ async fn a_standby_far_behind_catches_up_before_it_leads() {
         "the standby did not load a snapshot:\n{said}"
     );
 }
+
+/// A leader whose binary was replaced since it started (an upgrade) and
+/// that then loses its lease (paused past it, SIGSTOP, while the standby
+/// takes over) starts again from the binary now at its path and stands
+/// by: the running one's path reads `<path> (deleted)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_binary_was_replaced_stands_by_again() {
+    use common::pair::{Place, node_at, readyz_as};
+    use nix::sys::signal::{Signal, kill};
+    let nats = NatsServer::start();
+    let shared = Shared::new();
+    let program = shared.dir.path().join("bin/orchestrator");
+    std::fs::create_dir_all(program.parent().unwrap()).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_orchestrator"), &program).unwrap();
+    let place = Place {
+        prefix: &[],
+        host: "127.0.0.1",
+        snapshot_every: "1h",
+        program: Some(&program),
+    };
+    let agents = shared.dir.path().join("agents");
+    let (a, a_url) = node_at(
+        "a",
+        shared.dir.path(),
+        &agents,
+        &nats.url(),
+        &shared.entry,
+        "2s",
+        &place,
+    );
+    assert!(leads(&a_url, Duration::from_secs(30)).await, "a leads");
+    let (_b, b_url) = shared.node("b", &nats, "2s");
+    readyz_as(&b_url, "standby", Duration::from_secs(30))
+        .await
+        .expect("b stands by");
+    // Replaced as a package manager does: a new file in the old one's place.
+    std::fs::remove_file(&program).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_orchestrator"), &program).unwrap();
+    let a_pid = nix::unistd::Pid::from_raw(a.0.id() as i32);
+    kill(a_pid, Signal::SIGSTOP).unwrap();
+    assert!(
+        leads(&b_url, Duration::from_secs(30)).await,
+        "the standby never took over"
+    );
+    kill(a_pid, Signal::SIGCONT).unwrap();
+    let said = readyz_as(&a_url, "standby", Duration::from_secs(60)).await;
+    assert!(
+        said.is_some(),
+        "the old leader never stood by again:\n{}",
+        std::fs::read_to_string(shared.dir.path().join("a.log")).unwrap_or_default()
+    );
+}

@@ -200,8 +200,17 @@ impl From<ExitCode> for Ended {
 /// the store's lease stands by again without a supervisor, its store
 /// following the log anew. Returns only when that fails.
 fn start_again() -> ExitCode {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
-    let error = match std::env::current_exe() {
+    // A binary replaced since it started (an upgrade) is `<path> (deleted)`
+    // here: the one now at its path runs, as a supervisor would run it.
+    let exe = std::env::current_exe().map(|exe| {
+        match exe.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
+            Some(path) => PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+            None => exe,
+        }
+    });
+    let error = match exe {
         Ok(exe) => std::process::Command::new(exe)
             .args(std::env::args_os().skip(1))
             .exec(),

@@ -43,6 +43,7 @@ pub fn node(
         prefix: &[],
         host: "127.0.0.1",
         snapshot_every: "300ms",
+        program: None,
     };
     node_at(name, shared, agents, nats, key, lease_ttl, &place)
 }
@@ -54,6 +55,8 @@ pub struct Place<'a> {
     pub prefix: &'a [&'a str],
     pub host: &'a str,
     pub snapshot_every: &'a str,
+    /// The `orchestrator` binary run (default: this build's).
+    pub program: Option<&'a Path>,
 }
 
 /// [`node`], run at `place`.
@@ -85,7 +88,12 @@ pub fn node_at(
         "0.0.0.0"
     };
     let mut args: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
-    args.push(env!("CARGO_BIN_EXE_orchestrator").to_string());
+    let program = place
+        .program
+        .map_or(env!("CARGO_BIN_EXE_orchestrator").to_string(), |p| {
+            p.display().to_string()
+        });
+    args.push(program);
     for a in [
         "run",
         "--agents",
