@@ -33,6 +33,22 @@ async fn a_lone_node_answers_first_as_the_leader() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
     assert_eq!(first["role"], "leader", "its first answer: {first}");
+    // Its commits go through the log, and /metrics says how long appends
+    // take.
+    let client = common::system::client_with(Some(&shared.key));
+    let body = json!({"to": "slow", "action": "work", "params": {"n": 0}, "idempotency_key": "k0"});
+    let t = common::post_json(&client, &format!("{a_url}/v1/tasks"), &body).await;
+    assert!(t["task_id"].is_string(), "{t}");
+    let metrics = http.get(format!("{a_url}/metrics")).send().await.unwrap();
+    let text = metrics.text().await.unwrap();
+    let appends = text
+        .lines()
+        .find_map(|l| l.strip_prefix("orch_store_log_append_seconds_count "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        appends.is_some_and(|n| n > 0),
+        "no appends counted:\n{text}"
+    );
 }
 
 /// A leader killed and started again on its own data directory, with no

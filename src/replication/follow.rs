@@ -342,13 +342,17 @@ pub async fn catch_up(
             held_until = entry.seq;
         }
         if (done || writes >= APPLY_WRITES) && held_until > applied {
-            store
-                .apply_commits(&held)
-                .map_err(|source| ReplicationError::Apply {
-                    seq: held_until,
-                    source,
-                })?;
-            held.clear();
+            // A transaction of thousands of writes: off the runtime's
+            // threads, which serve the standby's face meanwhile.
+            let (into, batch) = (store.clone(), std::mem::take(&mut held));
+            let failed = |source| ReplicationError::Apply {
+                seq: held_until,
+                source,
+            };
+            tokio::task::spawn_blocking(move || into.apply_commits(&batch))
+                .await
+                .map_err(|e| failed(crate::store::StoreError::Io(e.to_string())))?
+                .map_err(failed)?;
             writes = 0;
             applied = held_until;
         }

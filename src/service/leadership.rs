@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ServiceError, ServiceSettings};
 use crate::bus::Bus;
 use crate::envelope::Timestamp;
-use crate::replication::{self, Appender, Holder, Lease, Leases, ReplicationError, Taken};
+use crate::replication::{self, Appender, Caught, Holder, Lease, Leases, ReplicationError, Taken};
 use crate::store::{CommitSink, Store, StoreError, StoreSettings};
 
 /// Who leads, as a standby last read it from the lease.
@@ -89,7 +89,9 @@ pub async fn lead(
     }
     loop {
         if !unlogged {
-            (store, seq) = follow(bus, r.partition, store, &standby, seq).await?;
+            let caught;
+            (store, caught) = follow(bus, r.partition, store, &standby, seq).await?;
+            seq = caught.seq;
         }
         let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
@@ -162,9 +164,11 @@ async fn take_over(
             break started;
         }
         // Everything the last leader wrote, then the seal.
-        (store, seq) = follow(bus, partition, store, taken.settings, seq).await?;
+        let caught;
+        (store, caught) = follow(bus, partition, store, taken.settings, seq).await?;
+        seq = caught.seq;
         let at = store.log_position()?;
-        if at > replication::log_position(bus, partition).await? {
+        if at > caught.log_position {
             // The log lacks this store's last commits.
             let appender = last_appender(taken.settings);
             match replication::carry_over(
@@ -240,7 +244,8 @@ async fn refuse_unless_log_empty(
 }
 
 /// Applies the log after stream sequence `seq` to `store`; the store and
-/// the sequence of the last message read. A store that cannot follow is
+/// how far it read (the sequence of the last message, the log's position
+/// there). A store that cannot follow is
 /// made again: one that left the log (it led and committed what the log
 /// then refused) is set aside and read from the log's start; one the
 /// trimmed log has left behind (an empty one joining, or a standby far
@@ -252,7 +257,7 @@ async fn follow(
     mut store: Store,
     settings: &StoreSettings,
     mut seq: u64,
-) -> Result<(Store, u64), ServiceError> {
+) -> Result<(Store, Caught), ServiceError> {
     // An empty store starts from the newest snapshot once the log holds
     // commits: the log may start after a snapshot (trimmed, or a store
     // moved into the log as its first snapshot).
@@ -276,7 +281,7 @@ async fn follow(
                 };
                 (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
-            Ok(caught) => return Ok((store, caught.seq)),
+            Ok(caught) => return Ok((store, caught)),
             Err(ReplicationError::Apply {
                 source: StoreError::Diverged { position },
                 ..
