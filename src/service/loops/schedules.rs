@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::access::Grants;
 use crate::envelope::Timestamp;
-use crate::run::Origin;
+use crate::run::{Origin, RunRecord};
 use crate::service::runs::RunStart;
 use crate::service::{Caller, Orchestrator, ServiceError};
 use crate::store::ScheduleCursor;
@@ -125,10 +125,11 @@ async fn advance(
         None => (None, None, None),
     };
     let caller = starter(trigger);
-    let unfinished = match last_run {
-        Some(run) => store.run(run)?.is_some_and(|r| !r.state.is_terminal()),
-        None => false,
+    let last = match last_run {
+        Some(run) => store.run(run)?,
+        None => None,
     };
+    let unfinished = last.as_ref().is_some_and(|r| !r.state.is_terminal());
     // A queued time starts once the run it waits for has ended.
     if let (Some(handled), Some(queued), false) = (handled, queued, unfinished) {
         start(o, trigger, schedule, queued, handled, &caller).await?;
@@ -139,10 +140,10 @@ async fn advance(
         Turn::Wait(at) if queued.is_some() => return Ok(at.min(now.after(RECHECK))),
         Turn::Wait(at) => return Ok(at),
         Turn::Miss(slot) => (slot, queued, "schedule.missed"),
-        Turn::Fire(slot) if unfinished && schedule.overlap == Overlap::Queue => {
+        Turn::Fire(slot) if ran_past(last.as_ref(), slot) && schedule.overlap == Overlap::Queue => {
             (slot, Some(slot), "schedule.queued")
         }
-        Turn::Fire(slot) if unfinished && schedule.overlap == Overlap::Skip => {
+        Turn::Fire(slot) if ran_past(last.as_ref(), slot) && schedule.overlap == Overlap::Skip => {
             (slot, None, "schedule.skipped")
         }
         Turn::Fire(slot) => {
@@ -160,6 +161,13 @@ async fn advance(
         .await?;
     info!(trigger_id = %trigger.id, %slot, kind, "schedule: no run for this time now");
     Ok(now)
+}
+
+/// Whether time `at` came while `last` was unfinished: it runs still, or
+/// ended after `at`. Judged by the time, not by when the loop got to it: a
+/// loop that wakes late must not start a run `skip` would have refused.
+fn ran_past(last: Option<&RunRecord>, at: Timestamp) -> bool {
+    last.is_some_and(|r| !r.state.is_terminal() || r.updated_at > at)
 }
 
 /// Starts the run for time `at`; the cursor moves to `handled`.
@@ -205,6 +213,30 @@ mod tests {
             overlap: Overlap::Skip,
             input: None,
         }
+    }
+
+    /// A time is judged against the run's end, not against when the loop
+    /// looked: a run that ended just after the time still overlapped it.
+    #[test]
+    fn a_time_overlaps_a_run_that_ended_after_it() {
+        let trigger: Trigger =
+            serde_norway::from_str("id: t\nsteps: [{id: a, agent: x, action: y}]").unwrap();
+        let mut run = RunRecord::new(
+            crate::run::RunId::new(),
+            &trigger,
+            serde_json::Value::Null,
+            crate::run::Origin::Request,
+            "alice".into(),
+            Grants::all(),
+        );
+        let time = at("2026-11-22T10:10:00Z");
+        assert!(!ran_past(None, time));
+        assert!(ran_past(Some(&run), time), "a run still working");
+        run.state = crate::run::RunState::Completed;
+        run.updated_at = at("2026-11-22T10:10:00.048Z");
+        assert!(ran_past(Some(&run), time), "ended 48 ms after the time");
+        run.updated_at = at("2026-11-22T10:09:59Z");
+        assert!(!ran_past(Some(&run), time), "ended before the time");
     }
 
     #[test]
