@@ -61,6 +61,75 @@ fn a_bench_given_several_urls_runs_every_path() {
     }
 }
 
+/// On a broker of its own, the bench measures the bare round trip and the
+/// deployed path twice: at the server's default sync and on a second
+/// broker syncing before each acknowledgement.
+#[test]
+fn a_bench_on_its_own_broker_measures_both_disk_syncs() {
+    let got = bench(&[
+        "--tasks",
+        "40",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(got["broker_sync"], "interval", "{got:#}");
+    for path in [
+        "/processes/throughput/count",
+        "/sync_always/processes/throughput/count",
+        "/sync_always/bare_jetstream/throughput/count",
+    ] {
+        assert_eq!(count(&got, path), 40, "{path}");
+    }
+    assert_eq!(count(&got, "/sync_always/processes/low_load/count"), 5);
+    assert!(got["sync_always"]["throughput_of_interval"].as_f64() > Some(0.0));
+    // One of them only: no second broker.
+    let one = bench(&[
+        "--tasks",
+        "20",
+        "--samples",
+        "5",
+        "--concurrency",
+        "8",
+        "--broker-sync",
+        "always",
+        "--json",
+    ]);
+    assert_eq!(one["broker_sync"], "always", "{one:#}");
+    assert!(one["sync_always"].is_null(), "{one:#}");
+}
+
+/// A managed broker asked to sync before each acknowledgement is
+/// configured so, and the server takes that configuration.
+#[tokio::test]
+async fn a_managed_broker_syncing_always_is_configured_so() {
+    use orchestrator::broker::{DiskSync, ManagedBroker};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let broker = ManagedBroker::start_syncing(dir.path(), port, None, DiskSync::Always)
+        .await
+        .unwrap();
+    let conf = std::fs::read_to_string(dir.path().join("nats-server.conf")).unwrap();
+    assert!(conf.contains("sync_interval: always"), "{conf}");
+    let client = async_nats::connect(broker.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "SYNCED".into(),
+        subjects: vec!["synced".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish("synced", "x".into()).await.unwrap().await.unwrap();
+    broker.stop().await;
+}
+
 /// `--a2a`: the deployed path again with A2A clients, every task
 /// completed through a blocking `SendMessage`, its CPU set beside REST's,
 /// and the subscriptions held open and measured.

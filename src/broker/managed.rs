@@ -31,6 +31,18 @@ pub fn users_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("nats-auth")
 }
 
+/// When a managed broker's JetStream store writes reach its disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiskSync {
+    /// The server's default: written at once, synced every two minutes
+    /// (an acknowledged message survives a process crash, not a power
+    /// loss).
+    #[default]
+    Interval,
+    /// `sync_interval: always`: synced before each acknowledgement.
+    Always,
+}
+
 impl ManagedBroker {
     /// Starts `nats-server -js` on `127.0.0.1:port` with its store in
     /// `data_dir/nats`, and waits until it accepts connections. With
@@ -42,6 +54,16 @@ impl ManagedBroker {
         port: u16,
         users: Option<(&crate::bus::Names, &[crate::envelope::AgentName])>,
     ) -> Result<ManagedBroker, BrokerError> {
+        ManagedBroker::start_syncing(data_dir, port, users, DiskSync::Interval).await
+    }
+
+    /// [`ManagedBroker::start`], its store synced to disk as `sync` says.
+    pub async fn start_syncing(
+        data_dir: &Path,
+        port: u16,
+        users: Option<(&crate::bus::Names, &[crate::envelope::AgentName])>,
+        sync: DiskSync,
+    ) -> Result<ManagedBroker, BrokerError> {
         let store = data_dir.join("nats");
         crate::files::private_dir(&store).map_err(BrokerError::io(&store))?;
         let users = users
@@ -52,8 +74,12 @@ impl ManagedBroker {
         let conf = data_dir.join("nats-server.conf");
         let quoted = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap_or_default();
         let text = format!(
-            "# Written by `orchestrator run` for its managed broker.\nlisten: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {} }}\n{}",
+            "# Written by `orchestrator run` for its managed broker.\nlisten: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {}{} }}\n{}",
             quoted(&store),
+            match sync {
+                DiskSync::Interval => "",
+                DiskSync::Always => ", sync_interval: always",
+            },
             if users.is_some() {
                 // Relative to this file.
                 "include \"nats-auth/auth.conf\"\n"

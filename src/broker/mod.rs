@@ -12,4 +12,4 @@ mod managed;
 pub use cluster::LocalCluster;
 pub use error::BrokerError;
 use managed::spawn_server;
-pub use managed::{ManagedBroker, server_bin, users_dir};
+pub use managed::{DiskSync, ManagedBroker, server_bin, users_dir};

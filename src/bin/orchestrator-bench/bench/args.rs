@@ -81,6 +81,15 @@ pub struct BenchArgs {
     /// replica) before it is reported.
     #[arg(long, conflicts_with = "cluster")]
     pub(super) log_path: bool,
+    /// How the broker the bench starts syncs its store to disk: `both`
+    /// measures the bare round trip and the deployed path at the server's
+    /// default (an fsync every two minutes) and again on a second broker
+    /// with `sync_interval: always` (an fsync before each acknowledgement,
+    /// what survives a power loss); `interval` or `always` measure one.
+    /// Ignored with `--nats-url` (that broker's setting holds) and with
+    /// `--cluster`.
+    #[arg(long, value_enum, default_value_t = BrokerSync::Both)]
+    pub(super) broker_sync: BrokerSync,
     /// Whether the deployed orchestrator runs with `replication.enabled`
     /// (set by `--log-path`'s run, not a flag).
     #[arg(skip)]
@@ -106,4 +115,17 @@ pub(super) enum Client {
     Sync,
     /// One blocking A2A `SendMessage` (JSON-RPC 1.0).
     A2a,
+}
+
+/// Which broker syncs the bench measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum BrokerSync {
+    /// The server's default and `sync_interval: always`, one after the
+    /// other.
+    Both,
+    /// The server's default only.
+    Interval,
+    /// `sync_interval: always` only.
+    Always,
 }

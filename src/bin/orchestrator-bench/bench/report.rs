@@ -1,6 +1,7 @@
 //! The report of one sitting: every path's figures, as text or as one
 //! JSON object (`--json`).
 
+use orchestrator::broker::DiskSync;
 use serde_json::{Value, json};
 
 use super::cpu::{CpuPerTask, print_cpu};
@@ -33,8 +34,32 @@ pub(super) struct Sitting {
     pub(super) console: Option<console::Measured>,
     /// The deployed path with the store on its log, when asked for.
     pub(super) log_path: Option<procs::Measured>,
+    /// The bare round trip and the deployed path on a broker with
+    /// `sync_interval: always`, when measured beside the default's.
+    pub(super) synced: Option<Synced>,
+    /// How the bench's own broker synced in the figures above (`None`:
+    /// a broker given by URL).
+    pub(super) broker_sync: Option<DiskSync>,
     /// The bench process's own RSS (MiB) at the end.
     pub(super) process_rss: Option<f64>,
+}
+
+/// What a broker that syncs before each acknowledgement gives.
+pub(super) struct Synced {
+    /// The bare JetStream round trip.
+    pub(super) bare: (Figures, Figures),
+    /// CPU per bare message.
+    pub(super) bare_cpu: CpuPerTask,
+    /// The full path as deployed.
+    pub(super) deployed: procs::Measured,
+}
+
+/// The name of a broker's disk sync in the report.
+fn sync_name(sync: Option<DiskSync>) -> Option<&'static str> {
+    sync.map(|s| match s {
+        DiskSync::Interval => "interval",
+        DiskSync::Always => "always",
+    })
 }
 
 impl Sitting {
@@ -68,6 +93,21 @@ impl Sitting {
             "push": self.push.as_ref().map(|p| p.json(&self.cpu)),
             "llm": self.llm.as_ref().map(|l| l.json(&self.cpu)),
             "console": self.console.as_ref().map(console::Measured::json),
+            "broker_sync": sync_name(self.broker_sync),
+            "sync_always": self.synced.as_ref().map(|m| json!({
+                "processes": {
+                    "throughput": m.deployed.figures.0,
+                    "low_load": m.deployed.figures.1,
+                    "orchestrator_rss_mib": m.deployed.orchestrator_rss,
+                    "cpu_per_task": m.deployed.cpu,
+                },
+                "bare_jetstream": {
+                    "throughput": m.bare.0,
+                    "low_load": m.bare.1,
+                    "cpu_per_message": m.bare_cpu,
+                },
+                "throughput_of_interval": m.deployed.figures.0.per_second / self.deployed.0.per_second,
+            })),
             "log_path": self.log_path.as_ref().map(|m| json!({
                 "throughput": m.figures.0,
                 "low_load": m.figures.1,
@@ -120,6 +160,15 @@ impl Sitting {
             ),
         }
         print_cpu("CPU per task, as deployed", &self.cpu);
+        match self.broker_sync {
+            Some(DiskSync::Always) => outln!(
+                "the broker synced its store before each acknowledgement (sync_interval: always)"
+            ),
+            Some(_) => {
+                outln!("the broker synced its store at the server's default (every two minutes)")
+            }
+            None => outln!("the broker given by --nats-url synced its store as it is set"),
+        }
         if let Some(m) = &self.log_path {
             print_run(
                 "full path, as deployed, the store's commits through its JetStream log (replication.enabled, one replica)",
@@ -147,6 +196,29 @@ impl Sitting {
             llm.print(args, &self.cpu);
         }
         print_cpu("CPU per message, bare JetStream", &self.bare_cpu);
+        if let Some(m) = &self.synced {
+            print_run(
+                "full path, as deployed, the broker syncing before each acknowledgement (sync_interval: always)",
+                ("tasks", "tasks/s"),
+                args.concurrency,
+                &m.deployed.figures,
+            );
+            print_run(
+                "bare JetStream round trip, the broker syncing before each acknowledgement",
+                ("messages", "msgs/s"),
+                args.concurrency,
+                &m.bare,
+            );
+            outln!(
+                "sync_interval always / default: as deployed throughput {:.0} %, low-load p50 {:.0} %",
+                m.deployed.figures.0.per_second / self.deployed.0.per_second * 100.0,
+                m.deployed.figures.1.p50_ms / self.deployed.1.p50_ms * 100.0
+            );
+            print_cpu(
+                "CPU per task, as deployed, sync_interval always",
+                &m.deployed.cpu,
+            );
+        }
         if let Some(rss) = self.orchestrator_rss {
             outln!("orchestrator process RSS at the end (as deployed): {rss:.0} MiB");
         }

@@ -1,11 +1,12 @@
 //! One sitting of the single-server bench: the broker (started unless a
 //! URL is given), then each path measured in turn, and the report.
 
-use orchestrator::broker::ManagedBroker;
+use orchestrator::broker::{DiskSync, ManagedBroker};
 use orchestrator::bus::BusSettings;
 use serde_json::json;
 
-use super::report::Sitting;
+use super::args::BrokerSync;
+use super::report::{Sitting, Synced};
 use super::{
     BenchArgs, a2a, bare, cluster, console, inproc, llm, on_terminal, overload, procs, push,
     rss_mib_of, sink,
@@ -20,15 +21,11 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
     let managed = match &args.nats_url {
         Some(_) => None,
         None => {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| e.to_string())?
-                .port();
-            Some(
-                ManagedBroker::start(dir.path(), port, None)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
+            let sync = match args.broker_sync {
+                BrokerSync::Always => DiskSync::Always,
+                BrokerSync::Both | BrokerSync::Interval => DiskSync::Interval,
+            };
+            Some(start_broker(dir.path(), sync).await?)
         }
     };
     let url = args
@@ -121,6 +118,10 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         }
         false => None,
     };
+    let synced = match (&managed, args.broker_sync) {
+        (Some(_), BrokerSync::Both) => Some(synced_always(dir.path(), tag, args).await?),
+        _ => None,
+    };
     let exported = sink.as_ref().map(|((_, got), _)| {
         json!({
             "requests": got.requests.load(std::sync::atomic::Ordering::Relaxed),
@@ -141,6 +142,12 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         llm,
         console,
         log_path,
+        synced,
+        broker_sync: match (&managed, args.broker_sync) {
+            (None, _) => None,
+            (Some(_), BrokerSync::Always) => Some(DiskSync::Always),
+            (Some(_), _) => Some(DiskSync::Interval),
+        },
         process_rss: rss_mib_of(std::process::id()),
     };
     if args.json {
@@ -155,4 +162,40 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), String> {
         m.stop().await;
     }
     Ok(())
+}
+
+/// Starts a broker of the bench's own in `dir`, syncing as `sync` says.
+async fn start_broker(dir: &std::path::Path, sync: DiskSync) -> Result<ManagedBroker, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    ManagedBroker::start_syncing(dir, port, None, sync)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The bare round trip and the deployed path again, on a second broker
+/// of the bench's own with `sync_interval: always`.
+async fn synced_always(
+    dir: &std::path::Path,
+    tag: &str,
+    args: &BenchArgs,
+) -> Result<Synced, String> {
+    let dir = dir.join("sync-always");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let broker = start_broker(&dir, DiskSync::Always).await?;
+    let brokers: Vec<u32> = broker.pid().into_iter().collect();
+    let (bare, bare_cpu) =
+        bare::bare_round_trip(broker.url(), &brokers, &format!("{tag}s"), 1, args).await?;
+    let rest =
+        procs::Deployed::start(broker.url(), &format!("benchs{tag}"), &dir, 1, args, None).await?;
+    let deployed = procs::full_path(&rest, &brokers, args).await?;
+    drop(rest);
+    broker.stop().await;
+    Ok(Synced {
+        bare,
+        bare_cpu,
+        deployed,
+    })
 }
