@@ -126,7 +126,11 @@ async fn a_managed_broker_syncing_always_is_configured_so() {
     })
     .await
     .unwrap();
-    js.publish("synced", "x".into()).await.unwrap().await.unwrap();
+    js.publish("synced", "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     broker.stop().await;
 }
 

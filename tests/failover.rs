@@ -219,6 +219,92 @@ async fn a_standby_forwards_every_request_to_the_leader() {
     let _ = worker.await;
 }
 
+/// A read sent with `orch-read: local` is answered by the standby from
+/// its own copy of the store, saying how current the copy is; without it,
+/// a read is forwarded, and so is every write, wait and stream with it.
+/// The copy is let go when the standby takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_answers_reads_from_its_copy_when_asked() {
+    let nats = NatsServer::start();
+    let mut pair = start_pair(&nats, "2s").await;
+    let (stop, worker) = in_process_worker(
+        &nats,
+        pair.shared.path(),
+        pair.slow.clone(),
+        Arc::new(Slow),
+        2,
+    )
+    .await;
+    let http = common::system::client_with(Some(&pair.key));
+    let (a, b) = (pair.a_url.clone(), pair.b_url.clone());
+    let body = json!({"to": "slow", "action": "work", "params": {"n": 0}, "idempotency_key": "r1"});
+    let id = common::post_json(&http, &format!("{a}/v1/tasks"), &body).await["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::get_json(&http, &format!("{a}/v1/tasks/{id}?wait=20s")).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let local = |path: &str| {
+        http.get(format!("{b}{path}"))
+            .header("orch-read", "local")
+            .send()
+    };
+    // The copy follows the log about once a second.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let read = loop {
+        let read = local(&format!("/v1/tasks/{id}")).await.unwrap();
+        assert!(read.headers().get("orch-forwarded-to").is_none());
+        if read.status() == 200 {
+            break read;
+        }
+        assert_eq!(read.status(), 404, "not yet in the copy, or there");
+        assert!(Instant::now() < deadline, "the copy never had the task");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let header = |name: &str| read.headers()[name].to_str().unwrap().to_string();
+    assert_eq!(header("orch-read-from"), "b");
+    assert!(header("orch-log-position").parse::<u64>().unwrap() > 0);
+    assert!(header("orch-behind-ms").parse::<u64>().is_ok());
+    assert!(header("orch-current-at").ends_with('Z'));
+    let t: serde_json::Value = read.json().await.unwrap();
+    assert_eq!(t["state"], "completed", "{t}");
+    let listed: serde_json::Value = local("/v1/tasks").await.unwrap().json().await.unwrap();
+    assert_eq!(listed["tasks"][0]["task_id"], id.as_str(), "{listed}");
+    // Without the header, with a wait, or a write: the leader's.
+    let forwarded = http.get(format!("{b}/v1/tasks/{id}")).send().await.unwrap();
+    assert_eq!(forwarded.headers()["orch-forwarded-to"], "a");
+    let waits = local(&format!("/v1/tasks/{id}?wait=1s")).await.unwrap();
+    assert_eq!(waits.headers()["orch-forwarded-to"], "a");
+    let write = http
+        .post(format!("{b}/v1/tasks"))
+        .header("orch-read", "local")
+        .json(&json!({"to": "slow", "action": "work", "params": {"n": 1}, "idempotency_key": "r2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(write.status(), 201);
+    assert_eq!(write.headers()["orch-forwarded-to"], "a");
+    // The copy's reads check credentials as the leader's do.
+    let anonymous = reqwest::Client::new()
+        .get(format!("{b}/v1/tasks/{id}"))
+        .header("orch-read", "local")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(anonymous.headers()["orch-read-from"], "b");
+    // Taking over, the standby lets its copy go and leads with it.
+    pair.a.kill();
+    assert!(
+        leads(&b, Duration::from_secs(30)).await,
+        "the standby never took over"
+    );
+    let t = common::get_json(&http, &format!("{b}/v1/tasks/{id}")).await;
+    assert_eq!(t["state"], "completed", "{t}");
+    stop.cancel();
+    let _ = worker.await;
+}
+
 /// A standby paused while the leader goes on (SIGSTOP: a slow or stalled
 /// machine) falls behind the log's trimmed start; resumed just as the
 /// leader is killed, it loads the newest snapshot and reads the log to its
@@ -226,28 +312,10 @@ async fn a_standby_forwards_every_request_to_the_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_far_behind_catches_up_before_it_leads() {
     use nix::sys::signal::{Signal, kill};
-    use orchestrator::replication::entries_after;
     let nats = NatsServer::start();
     let mut pair = start_pair(&nats, "2s").await;
-    let b_pid = nix::unistd::Pid::from_raw(pair.b.0.id() as i32);
     let http = common::system::client_with(Some(&pair.key));
-    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
-        .await
-        .unwrap();
-    kill(b_pid, Signal::SIGSTOP).unwrap();
-    let paused_at = entries_after(&bus, 0, 0).await.unwrap().last().unwrap().seq;
-    let mut ids = Vec::new();
-    for n in 0..60 {
-        let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
-        let t = common::post_json(&http, &format!("{}/v1/tasks", pair.a_url), &body).await;
-        ids.push(t["task_id"].as_str().unwrap().to_string());
-    }
-    // The leader's snapshots trim the log past where the standby stopped.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while entries_after(&bus, 0, 0).await.unwrap()[0].seq <= paused_at {
-        assert!(Instant::now() < deadline, "the log was never trimmed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (b_pid, ids) = fall_behind(&nats, &pair, &http).await;
     kill(b_pid, Signal::SIGCONT).unwrap();
     pair.a.kill();
     assert!(
@@ -258,6 +326,74 @@ async fn a_standby_far_behind_catches_up_before_it_leads() {
         let t = common::get_json(&http, &format!("{}/v1/tasks/{id}", pair.b_url)).await;
         assert_eq!(t["task_id"], id.as_str(), "{t}");
     }
+    said_it_loaded(&pair);
+}
+
+/// A standby resumed far behind loads the newest snapshot and answers
+/// its reads from that new copy, not from the copy it had before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_far_behind_reads_from_the_snapshot_it_loads() {
+    use nix::sys::signal::{Signal, kill};
+    let nats = NatsServer::start();
+    let pair = start_pair(&nats, "2s").await;
+    let http = common::system::client_with(Some(&pair.key));
+    let (b_pid, ids) = fall_behind(&nats, &pair, &http).await;
+    kill(b_pid, Signal::SIGCONT).unwrap();
+    let last = ids.last().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = http
+            .get(format!("{}/v1/tasks/{last}", pair.b_url))
+            .header("orch-read", "local")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.headers()["orch-read-from"], "b");
+        if read.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby's reads never saw what it loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    said_it_loaded(&pair);
+}
+
+/// Pauses the standby (SIGSTOP: a slow or stalled machine) and submits
+/// 60 tasks to the leader until its snapshots trimmed the log past where
+/// the standby stopped; the standby's pid and the tasks.
+async fn fall_behind(
+    nats: &NatsServer,
+    pair: &Pair,
+    http: &reqwest::Client,
+) -> (nix::unistd::Pid, Vec<String>) {
+    use nix::sys::signal::{Signal, kill};
+    use orchestrator::replication::entries_after;
+    let b_pid = nix::unistd::Pid::from_raw(pair.b.0.id() as i32);
+    let bus = orchestrator::bus::Bus::connect_now(&nats.url(), Default::default())
+        .await
+        .unwrap();
+    kill(b_pid, Signal::SIGSTOP).unwrap();
+    let paused_at = entries_after(&bus, 0, 0).await.unwrap().last().unwrap().seq;
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let body = json!({"to": "slow", "action": "work", "params": {"n": n}, "idempotency_key": format!("k{n}")});
+        let t = common::post_json(http, &format!("{}/v1/tasks", pair.a_url), &body).await;
+        ids.push(t["task_id"].as_str().unwrap().to_string());
+    }
+    // The leader's snapshots trim the log past where the standby stopped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while entries_after(&bus, 0, 0).await.unwrap()[0].seq <= paused_at {
+        assert!(Instant::now() < deadline, "the log was never trimmed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (b_pid, ids)
+}
+
+/// The standby's log says it loaded a snapshot.
+fn said_it_loaded(pair: &Pair) {
     let said = std::fs::read_to_string(pair.shared.path().join("b.log")).unwrap();
     assert!(
         said.contains("loading the newest snapshot"),

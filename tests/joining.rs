@@ -50,7 +50,7 @@ async fn a_store_from_before_replication_is_moved_into_the_log() {
     let stop = tokio_util::sync::CancellationToken::new();
     let (tell, _leader) = tokio::sync::watch::channel(None);
     let config_a = settings(a.path());
-    let leading = orchestrator::service::lead(&config_a, &bus, &stop, &tell)
+    let leading = orchestrator::service::lead(&config_a, &bus, &stop, &tell, &Default::default())
         .await
         .unwrap()
         .expect("the old store leads");
@@ -68,10 +68,11 @@ async fn a_store_from_before_replication_is_moved_into_the_log() {
         .release()
         .await;
     // An empty node loads the moved store, then the commit, and leads.
-    let leading = orchestrator::service::lead(&settings(b.path()), &bus, &stop, &tell)
-        .await
-        .unwrap()
-        .expect("the empty node leads");
+    let leading =
+        orchestrator::service::lead(&settings(b.path()), &bus, &stop, &tell, &Default::default())
+            .await
+            .unwrap()
+            .expect("the empty node leads");
     drop(leading);
     assert!(
         common::sled_trees(&a.path().join("store")) == common::sled_trees(&b.path().join("store")),
@@ -79,10 +80,11 @@ async fn a_store_from_before_replication_is_moved_into_the_log() {
     );
     // A second old store cannot join a log that holds commits.
     old_store(c.path(), "c");
-    let refused = orchestrator::service::lead(&settings(c.path()), &bus, &stop, &tell)
-        .await
-        .err()
-        .expect("refused");
+    let refused =
+        orchestrator::service::lead(&settings(c.path()), &bus, &stop, &tell, &Default::default())
+            .await
+            .err()
+            .expect("refused");
     assert!(
         matches!(
             &refused,
@@ -119,7 +121,7 @@ async fn a_store_ahead_of_the_log_goes_on_from_itself_when_no_one_appended_since
     let lead = |config: ServiceSettings| {
         let (bus, stop, tell) = (bus.clone(), stop.clone(), tell.clone());
         async move {
-            orchestrator::service::lead(&config, &bus, &stop, &tell)
+            orchestrator::service::lead(&config, &bus, &stop, &tell, &Default::default())
                 .await
                 .unwrap()
                 .expect("leads")

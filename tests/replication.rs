@@ -583,7 +583,7 @@ async fn a_lapsed_lease_no_one_took_is_taken_again() {
     config.replication.renew_every = Duration::from_millis(100);
     let stop = tokio_util::sync::CancellationToken::new();
     let (tell, _leader) = tokio::sync::watch::channel(None);
-    let leading = orchestrator::service::lead(&config, &bus, &stop, &tell)
+    let leading = orchestrator::service::lead(&config, &bus, &stop, &tell, &Default::default())
         .await
         .unwrap()
         .expect("leads");

@@ -273,7 +273,16 @@ async fn run_orchestrator(args: RunArgs, settings: Settings) -> Ended {
     // forwarding the API to the leader meanwhile.
     let mut listener = None;
     let (commits, lost, kept) = match config.replication.enabled {
-        true => match stand_by(&mut config, &http, &bus, &shutdown).await {
+        true => match stand_by(
+            &mut config,
+            &http,
+            &bus,
+            &shutdown,
+            (&catalog, &triggers),
+            &access,
+        )
+        .await
+        {
             Ok(Some((leading, unused))) => {
                 listener = unused;
                 let lost = CancellationToken::new();
@@ -343,6 +352,8 @@ async fn stand_by(
     http: &orchestrator::http::HttpSettings,
     bus: &Bus,
     shutdown: &CancellationToken,
+    (catalog, triggers): (&Catalog, &Triggers),
+    access: &std::sync::Arc<Authenticator>,
 ) -> Result<
     Option<(
         orchestrator::service::Leading,
@@ -361,7 +372,14 @@ async fn stand_by(
     let standing = shutdown.child_token();
     let mut face = None;
     let mut known = leader.clone();
-    let led = orchestrator::service::lead(config, bus, shutdown, &tell);
+    // Reads sent with `orch-read: local` are answered from this node's
+    // copy of the store while it follows the log.
+    let reads = orchestrator::service::Reads {
+        catalog: catalog.clone(),
+        triggers: triggers.clone(),
+        replica: tokio::sync::watch::Sender::new(None),
+    };
+    let led = orchestrator::service::lead(config, bus, shutdown, &tell, &reads);
     tokio::pin!(led);
     let patience = tokio::time::sleep(FACE_AFTER);
     tokio::pin!(patience);
@@ -373,7 +391,12 @@ async fn stand_by(
         }
         if let Some(listener) = listener.take() {
             face = Some(tokio::spawn(orchestrator::server::stand_by(
-                leader.clone(),
+                orchestrator::server::Standing {
+                    leader: leader.clone(),
+                    replica: reads.replica.subscribe(),
+                    access: std::sync::Arc::clone(access),
+                    name: config.replication.name.clone().unwrap_or_default(),
+                },
                 http.clone(),
                 listener,
                 standing.clone(),

@@ -1,6 +1,7 @@
 //! A standby's face (`replication.enabled`, while another node leads):
-//! it answers its own `/healthz`, `/readyz` and `/metrics`, and forwards
-//! every other request to the leader's API as it came (method, path,
+//! it answers its own `/healthz`, `/readyz` and `/metrics`, the reads that
+//! ask for its own copy of the store (`local_reads`), and forwards every
+//! other request to the leader's API as it came (method, path,
 //! query, headers but the hop-by-hop ones, body), streaming the answer
 //! back (server-sent events too) with `orch-forwarded-to: <leader>`. So a
 //! load balancer may send any request to any node.
@@ -17,7 +18,10 @@ use axum::routing::get;
 use serde_json::json;
 use tokio::sync::watch;
 
+use std::sync::Arc;
+
 use super::ApiError;
+use super::LocalReads;
 use crate::service::Leader;
 
 /// The largest request body forwarded (larger ones are answered 413).
@@ -41,10 +45,12 @@ const HOP_BY_HOP: [&str; 9] = [
 struct Forward {
     leader: watch::Receiver<Option<Leader>>,
     client: reqwest::Client,
+    reads: Arc<LocalReads>,
 }
 
-/// The router of a standby forwarding to the leader `leader` names.
-pub fn standby_router(leader: watch::Receiver<Option<Leader>>) -> Router {
+/// The router of a standby forwarding to the leader `leader` names, but
+/// for the reads that ask for its own copy (`reads`).
+pub fn standby_router(leader: watch::Receiver<Option<Leader>>, reads: Arc<LocalReads>) -> Router {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .redirect(reqwest::redirect::Policy::none())
@@ -58,7 +64,11 @@ pub fn standby_router(leader: watch::Receiver<Option<Leader>>) -> Router {
             get(|| async { crate::telemetry::metrics::metrics_response().await }),
         )
         .fallback(forward)
-        .with_state(Forward { leader, client })
+        .with_state(Forward {
+            leader,
+            client,
+            reads,
+        })
 }
 
 /// The leader forwarded to, when one is known with an address.
@@ -80,6 +90,10 @@ async fn ready(State(f): State<Forward>) -> Response {
 }
 
 async fn forward(State(f): State<Forward>, request: Request) -> Response {
+    let request = match f.reads.answer(request).await {
+        Ok(answered) => return answered,
+        Err(request) => request,
+    };
     let Some((name, base)) = leader(&f) else {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

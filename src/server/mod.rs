@@ -62,17 +62,38 @@ fn bounds(
     }
 }
 
+/// What a standby's face answers from: who leads, its copy's reads, who
+/// may read them.
+pub struct Standing {
+    /// The leader, as last read from the lease.
+    pub leader: tokio::sync::watch::Receiver<Option<crate::service::Leader>>,
+    /// Reads from this node's copy of the store, when offered.
+    pub replica: tokio::sync::watch::Receiver<Option<crate::service::Replica>>,
+    /// Who may call the API (the reads served here).
+    pub access: std::sync::Arc<crate::access::Authenticator>,
+    /// This node's name, on the reads it answers.
+    pub name: String,
+}
+
 /// Serves a standby's face on `listener` until `stop` fires: its own
-/// probes and metrics, every other request forwarded to the leader
-/// `leader` names. Requests in progress get a second once it stops (the
-/// leader they went to is gone when this node takes over).
+/// probes and metrics, reads that ask for it from its copy of the store,
+/// every other request forwarded to the leader. Requests in progress get
+/// a second once it stops (the leader they went to is gone when this
+/// node takes over).
 pub async fn stand_by(
-    leader: tokio::sync::watch::Receiver<Option<crate::service::Leader>>,
+    standing: Standing,
     http: crate::http::HttpSettings,
     listener: tokio::net::TcpListener,
     stop: CancellationToken,
 ) {
-    let app = crate::http::standby_router(leader);
+    let reads = crate::http::LocalReads::new(
+        standing.replica,
+        standing.access,
+        http.clone(),
+        stop.clone(),
+        standing.name,
+    );
+    let app = crate::http::standby_router(standing.leader, reads);
     info!(addr = ?listener.local_addr().ok(), "the API forwards to the leader while this node stands by");
     let bounds = bounds(&http, Duration::from_secs(1));
     crate::http::listen::serve(listener, app.clone(), app, bounds, stop.cancelled_owned()).await;

@@ -43,6 +43,97 @@ pub fn name_node(config: &mut ServiceSettings, http_addr: std::net::SocketAddr) 
     }
 }
 
+/// What a standby answers reads from: a read-only orchestrator over its
+/// copy of the store (every write refused, nothing in the background).
+#[derive(Clone)]
+pub struct Replica {
+    /// Serves the reads.
+    pub orchestrator: super::Orchestrator,
+    /// Every commit the log held at this time is in the copy: when this
+    /// node last started reading the log and read it to its end.
+    pub current_at: Timestamp,
+    /// Another number each time the copy was opened anew (a snapshot
+    /// loaded, a store set aside): what was built on an older one goes.
+    pub generation: u64,
+}
+
+/// What a standby needs to answer reads from its copy of the store, and
+/// where it offers them (`None` while it has none to offer). The default
+/// offers them to no one, with no agents and no triggers.
+#[derive(Default)]
+pub struct Reads {
+    /// The agents, as the leader has them.
+    pub catalog: crate::agent::Catalog,
+    /// The triggers, as the leader has them.
+    pub triggers: crate::trigger::Triggers,
+    /// The reads offered now.
+    pub replica: tokio::sync::watch::Sender<Option<Replica>>,
+}
+
+/// How long a standby waits for the reads in progress on its copy to end
+/// before it replaces the copy or takes over (a read takes milliseconds).
+const WITHDRAW_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Reads {
+    /// Offers reads from `store`, every commit the log held at `at` in
+    /// it: the same orchestrator, newer, when one is offered; else a new
+    /// one (one that cannot be made leaves the reads forwarded).
+    async fn offer(&self, config: &ServiceSettings, bus: &Bus, store: &Store, at: Timestamp) {
+        // Not a change a face rebuilds for (receivers are not woken): the
+        // time is read when a read is answered.
+        let mut offered = false;
+        self.replica.send_if_modified(|r| {
+            if let Some(r) = r {
+                r.current_at = at;
+                offered = true;
+            }
+            false
+        });
+        if offered {
+            return;
+        }
+        let made = super::Orchestrator::replica(
+            config.clone(),
+            bus.clone(),
+            self.catalog.clone(),
+            self.triggers.clone(),
+            store,
+        )
+        .await;
+        match made {
+            Ok(orchestrator) => {
+                self.replica.send_modify(|r| {
+                    let generation = r.as_ref().map_or(0, |r| r.generation) + 1;
+                    *r = Some(Replica {
+                        orchestrator,
+                        current_at: at,
+                        generation,
+                    });
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "this standby cannot serve reads from its copy of the store; they are forwarded to the leader")
+            }
+        }
+    }
+
+    /// Stops offering reads and waits (at most [`WITHDRAW_WAIT`]) until
+    /// those in progress ended: the copy is then this node's alone to
+    /// replace or to lead with.
+    async fn withdraw(&self) {
+        let mut gone = None;
+        self.replica.send_if_modified(|r| {
+            gone = r.take().map(|r| r.orchestrator.weak());
+            gone.is_some()
+        });
+        let Some(gone) = gone else { return };
+        let until = Instant::now() + WITHDRAW_WAIT;
+        while gone.strong_count() > 0 && Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// What the leader holds: the lease, and the appender its store's
 /// commits go through.
 pub struct Leading {
@@ -57,12 +148,14 @@ pub struct Leading {
 
 /// Waits as a standby until this process holds the lease (its store
 /// following the log), then seals the log; `None` when `stop` fires
-/// first. Meanwhile `leader` says who leads, as last read.
+/// first. Meanwhile `leader` says who leads, as last read, and `reads`
+/// offers the store's copy to readers.
 pub async fn lead(
     config: &ServiceSettings,
     bus: &Bus,
     stop: &CancellationToken,
     leader: &tokio::sync::watch::Sender<Option<Leader>>,
+    reads: &Reads,
 ) -> Result<Option<Leading>, ServiceError> {
     let r = &config.replication;
     let holder = Holder {
@@ -89,9 +182,11 @@ pub async fn lead(
     }
     loop {
         if !unlogged {
+            let at = Timestamp::now();
             let caught;
-            (store, caught) = follow(bus, r.partition, store, &standby, seq).await?;
+            (store, caught) = follow(bus, r.partition, store, &standby, seq, reads).await?;
             seq = caught.seq;
+            reads.offer(config, bus, &store, at).await;
         }
         let lease = match leases.take(r.partition, &holder).await? {
             Taken::Held(lease) => Some(*lease),
@@ -114,13 +209,16 @@ pub async fn lead(
             }
         };
         if let Some(lease) = lease {
+            reads.withdraw().await;
             let taken = Won {
                 lease,
                 again: (leases.clone(), holder.clone(), r.partition),
                 unlogged,
                 settings: &standby,
             };
-            return take_over(config, bus, taken, store, seq).await.map(Some);
+            return take_over(config, bus, taken, store, seq, reads)
+                .await
+                .map(Some);
         }
         tokio::select! {
             () = tokio::time::sleep(r.renew_every) => {}
@@ -147,6 +245,7 @@ async fn take_over(
     taken: Won<'_>,
     mut store: Store,
     mut seq: u64,
+    reads: &Reads,
 ) -> Result<Leading, ServiceError> {
     let partition = config.replication.partition;
     let (appender, commits) = loop {
@@ -165,7 +264,7 @@ async fn take_over(
         }
         // Everything the last leader wrote, then the seal.
         let caught;
-        (store, caught) = follow(bus, partition, store, taken.settings, seq).await?;
+        (store, caught) = follow(bus, partition, store, taken.settings, seq, reads).await?;
         seq = caught.seq;
         let at = store.log_position()?;
         if at > caught.log_position {
@@ -257,6 +356,7 @@ async fn follow(
     mut store: Store,
     settings: &StoreSettings,
     mut seq: u64,
+    reads: &Reads,
 ) -> Result<(Store, Caught), ServiceError> {
     // An empty store starts from the newest snapshot once the log holds
     // commits: the log may start after a snapshot (trimmed, or a store
@@ -267,6 +367,7 @@ async fn follow(
         && replication::log_position(bus, partition).await? > 0
         && let Some(snapshot) = replication::snapshots(bus, partition).await?.pop()
     {
+        reads.withdraw().await;
         (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
     }
     loop {
@@ -279,6 +380,7 @@ async fn follow(
                 let Some(snapshot) = newest.filter(|s| s.position > at) else {
                     return Err(ReplicationError::NoSnapshot { position: at }.into());
                 };
+                reads.withdraw().await;
                 (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
             Ok(caught) => return Ok((store, caught)),
@@ -287,6 +389,7 @@ async fn follow(
                 ..
             }) => {
                 let found = format!("the log holds another record at position {position}");
+                reads.withdraw().await;
                 store = set_aside(store, settings, &found)?;
                 seq = 0;
             }
@@ -297,6 +400,7 @@ async fn follow(
                 let Some(snapshot) = replication::snapshots(bus, partition).await?.pop() else {
                     return Err(ReplicationError::NoSnapshot { position: applied }.into());
                 };
+                reads.withdraw().await;
                 (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
             Err(e) => return Err(e.into()),

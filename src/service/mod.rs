@@ -64,7 +64,7 @@ pub use declared::{Declared, SchemaError};
 pub use error::{ErrorKind, ServiceError};
 pub use follow::Follow;
 pub use held_view::HeldStep;
-pub use leadership::{Kept, Leader, Leading, lead, name_node};
+pub use leadership::{Kept, Leader, Leading, Reads, Replica, lead, name_node};
 pub use live::{Live, LiveBatch};
 pub use loops::{Background, PushBodies};
 use orchestrator::lock;

@@ -81,7 +81,7 @@ impl Orchestrator {
     /// commit goes to `commits` (the log's appender) and is reported only
     /// once the log holds it.
     pub async fn open_logged(
-        mut config: ServiceSettings,
+        config: ServiceSettings,
         bus: Bus,
         catalog: Catalog,
         triggers: Triggers,
@@ -91,6 +91,33 @@ impl Orchestrator {
         store_config.commits = commits;
         let declared = Declared::new(catalog)?;
         let store = Store::open(&store_config)?;
+        bus.provision().await?;
+        Orchestrator::around(config, bus, declared, triggers, store).await
+    }
+
+    /// A standby's orchestrator over its copy of the store, `store` (which
+    /// its follower keeps applying the leader's commits to): it serves
+    /// reads; every write is refused (`not_leader`), and nothing runs in
+    /// the background.
+    pub(crate) async fn replica(
+        config: ServiceSettings,
+        bus: Bus,
+        catalog: Catalog,
+        triggers: Triggers,
+        store: &Store,
+    ) -> Result<Orchestrator, ServiceError> {
+        let declared = Declared::new(catalog)?;
+        Orchestrator::around(config, bus, declared, triggers, store.read_only()).await
+    }
+
+    /// The orchestrator around an open store, on a provisioned bus.
+    async fn around(
+        mut config: ServiceSettings,
+        bus: Bus,
+        declared: Declared,
+        triggers: Triggers,
+        store: Store,
+    ) -> Result<Orchestrator, ServiceError> {
         let (minter, generated_keys) = config.tokens.minter(&config.data_dir)?;
         if let Some(files) = &generated_keys {
             tracing::info!(
@@ -99,7 +126,6 @@ impl Orchestrator {
                 "no signing key configured: generated a new Ed25519 pair; workers verify task tokens with the `verify` one (ORCH_VERIFY_KEY)"
             );
         }
-        bus.provision().await?;
         let claims = bus.claims(bus.settings().ack_wait).await?;
         let max_envelope = bus.max_payload().saturating_sub(HEADER_ROOM);
         // A request larger than any envelope the broker carries is refused
@@ -146,6 +172,18 @@ impl Orchestrator {
     /// signing key (workers need the `verify` one).
     pub fn generated_keys(&self) -> Option<&crate::task_token::KeyFiles> {
         self.inner.generated_keys.as_ref()
+    }
+
+    /// A handle that does not keep the orchestrator: gone once every
+    /// clone is dropped.
+    pub(in crate::service) fn weak(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The last position of the store's log its store applied (0 when it
+    /// is not on a log).
+    pub fn store_position(&self) -> Result<u64, ServiceError> {
+        Ok(self.inner.store.log_position()?)
     }
 
     /// The store (the service's own: no face reaches it).

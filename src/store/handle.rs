@@ -15,6 +15,9 @@ use crate::envelope::Timestamp;
 pub struct Store {
     /// Shared by every clone; the database closes when the last one drops.
     pub(super) inner: Arc<Inner>,
+    /// This handle only reads: a standby's copy, served to readers while
+    /// its follower applies the leader's commits through another handle.
+    pub(super) read_only: bool,
 }
 
 pub(super) struct Inner {
@@ -50,6 +53,26 @@ pub(super) struct Inner {
 }
 
 impl Store {
+    /// A handle to this store that reads and refuses every write
+    /// (`NotLeader`): a standby's copy, read while it follows the log.
+    pub fn read_only(&self) -> Store {
+        Store {
+            inner: Arc::clone(&self.inner),
+            read_only: true,
+        }
+    }
+
+    /// Refuses a write through a read-only handle.
+    fn writable(&self) -> Result<(), StoreError> {
+        match self.read_only {
+            true => Err(StoreError::NotLeader(
+                "this node stands by: its copy of the store only reads, writes go to the leader"
+                    .into(),
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// Where the store lives.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -59,6 +82,7 @@ impl Store {
     /// `now`; returns how many. The store also does this by itself every
     /// `gc_interval`.
     pub fn collect_expired_keys(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.writable()?;
         let writer = self
             .inner
             .writer
@@ -109,6 +133,7 @@ impl Store {
         &self,
         body: writer::Body<T>,
     ) -> Result<T, StoreError> {
+        self.writable()?;
         // Once the log refused a commit, another process leads it: nothing
         // more is written here.
         if let Some(refused) = self.inner.commit.refused() {

@@ -161,6 +161,7 @@ impl Store {
                 watchers: waiters::Watchers::default(),
                 changes: changes::Changes::default(),
             }),
+            read_only: false,
         })
     }
 
