@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::telemetry::quiet::warn_quietly;
+
 use super::{ServiceError, ServiceSettings};
 use crate::bus::Bus;
 use crate::envelope::Timestamp;
@@ -111,9 +113,12 @@ impl Reads {
                     });
                 });
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "this standby cannot serve reads from its copy of the store; they are forwarded to the leader")
-            }
+            // Tried again at each read of the log: said once in a while.
+            Err(e) => warn_quietly!(
+                "orchestrator.replica_reads_failed",
+                error = %e,
+                "this standby cannot serve reads from its copy of the store; they are forwarded to the leader"
+            ),
         }
     }
 
