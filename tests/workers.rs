@@ -375,6 +375,49 @@ async fn killed_mid_task_runs_again_resumed(kind: Kind) {
     assert_eq!(task["result"]["pid"], starts[1]["pid"]);
 }
 
+/// A run that takes an attempt over numbers its progress from 1 again:
+/// its reports reach the task's history beside the first run's, not
+/// dropped by the broker as copies of them (the instance is in their
+/// message ids).
+async fn a_run_taken_over_reports_its_own_progress(kind: Kind) {
+    let mut b = Bench::start().await;
+    let mut first = b.worker(kind).await;
+    let id = b
+        .submit("report_then_sleep", json!({"seconds": 1.5}), 3)
+        .await;
+    let reports = |task: &Value| -> Vec<(u64, String)> {
+        task["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.get("progress"))
+            .map(|p| {
+                (
+                    p["seq"].as_u64().unwrap(),
+                    p["message"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    eventually("the first run reports", Duration::from_secs(30), || async {
+        let (_, task) = b.sys.get(&format!("/v1/tasks/{id}")).await;
+        !reports(&task).is_empty()
+    })
+    .await;
+    first.kill();
+    let _second = b.worker(kind).await;
+    let task = b.finished(&id).await;
+    assert_eq!(task["state"], "completed", "{task:#}");
+    let starts = b.runs(&id, "start");
+    assert_eq!(attempts(&starts), [1, 1], "the same attempt, run twice");
+    let said = reports(&task);
+    let expected: Vec<(u64, String)> = starts
+        .iter()
+        .map(|s| (1, format!("run {} started", s["pid"])))
+        .collect();
+    assert_eq!(said, expected, "{task:#}");
+}
+
 /// Canceled while its handler runs: the handler stops (it never reaches
 /// its end) and the worker goes on serving.
 async fn canceled_while_running_stops_the_handler(kind: Kind) {
@@ -527,6 +570,7 @@ for_both_workers!(
     always_failing_fails_after_max_attempts,
     a_permanent_failure_is_not_retried,
     killed_mid_task_runs_again_resumed,
+    a_run_taken_over_reports_its_own_progress,
     canceled_while_running_stops_the_handler,
     canceled_before_pick_up_never_starts,
     canceled_while_disconnected_stops_the_handler,

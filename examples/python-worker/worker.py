@@ -639,10 +639,11 @@ class Worker:
         }
         if resumed:
             event["resumed"] = True
-        # A progress report has an id of its own (§6).
+        # A progress report has an id of its own, with this instance in it
+        # (§6): a run that took the attempt over reports its own 1, 2, ...
         seq = fields["progress"]["seq"] if "progress" in fields else None
         headers = {
-            "Nats-Msg-Id": f"{task}.{attempt}.{state}" + (f".{seq}" if seq else ""),
+            "Nats-Msg-Id": f"{task}.{attempt}.{state}" + (f".{self.instance}.{seq}" if seq else ""),
             "Orch-Task-Id": task,
             "Orch-Correlation-Id": header["correlation_id"],
         }

@@ -91,9 +91,18 @@ impl Bus {
         parent: &tracing::Span,
     ) -> Result<(), BusError> {
         let subject = self.inner.names.event_subject(&event.agent, event.task_id);
-        // A progress report has its own id: `<task>.<attempt>.working.<seq>`.
+        // A progress report has its own id,
+        // `<task>.<attempt>.working.<instance>.<seq>`: the instance keeps
+        // a run that took the attempt over from being dropped as copies
+        // of the first run's reports.
         let msg_id = match &event.progress {
-            Some(p) => format!("{}.{}.working.{}", event.task_id, event.attempt, p.seq),
+            Some(p) => format!(
+                "{}.{}.working.{}.{}",
+                event.task_id,
+                event.attempt,
+                event.instance.as_deref().unwrap_or("-"),
+                p.seq
+            ),
             None => format!(
                 "{}.{}.{}",
                 event.task_id,

@@ -50,6 +50,13 @@ async def skill(action, params, ctx):
         chunk = {"artifact_id": "notes", "parts": [{"text": "chunk-2"}], "append": True, "last_chunk": True}
         ctx["progress"](artifact=chunk)
         return {"reported": 3}
+    if action == "report_then_sleep":
+        # One report naming this run, then a sleep: a run that takes the
+        # attempt over reports its own seq 1.
+        ctx["progress"](message=f"run {os.getpid()} started")
+        seconds = float(params.get("seconds", 1))
+        await asyncio.sleep(seconds)
+        return {"slept": seconds, "pid": os.getpid()}
     if action == "sleep":
         seconds = float(params.get("seconds", 1))
         await asyncio.sleep(seconds)
