@@ -257,6 +257,17 @@ fn every_command_in_the_readme_and_the_docs_parses_and_no_block_uses_a_pipe_for_
                     continue;
                 }
                 checked += 1;
+                // A file of this repository it names is there.
+                let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+                for named in words.split(' ').filter(|w| w.starts_with("examples/")) {
+                    if !root.join(named).exists() {
+                        problems.push(format!(
+                            "{}:{}: `{words}` names {named}, which the repository does not hold",
+                            block.file.display(),
+                            block.line
+                        ));
+                    }
+                }
                 if let Err(why) = parses(words, scratch.path()) {
                     problems.push(format!(
                         "{}:{}: `{words}` does not parse: {why}",
