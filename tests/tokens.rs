@@ -211,6 +211,29 @@ fn malformed_claims_are_rejected_by_name() {
     );
     let message = refused(&v, &no_hash, Verdict::Rejected, "token_claim_missing");
     assert!(message.contains("`env_sha256`"), "{message}");
+    // The edge cases docs/worker-protocol.md settles: a missing `scope`
+    // (it is required even when empty), and claims that are not strings.
+    let mut claims = good_claims(&env);
+    claims.as_object_mut().unwrap().remove("scope");
+    let no_scope = with_token(
+        env.clone(),
+        sign_raw(&keys, jsonwebtoken::Algorithm::EdDSA, &claims),
+    );
+    let message = refused(&v, &no_scope, Verdict::Rejected, "token_claim_missing");
+    assert!(message.contains("`scope`"), "{message}");
+    for claim in ["iss", "sub", "aud", "jti", "scope", "env_sha256"] {
+        let mut claims = good_claims(&env);
+        claims[claim] = json!(7);
+        if claim == "aud" {
+            // An array naming the agent is not the string either.
+            claims[claim] = json!(["knowledge-agent"]);
+        }
+        let not_text = with_token(
+            env.clone(),
+            sign_raw(&keys, jsonwebtoken::Algorithm::EdDSA, &claims),
+        );
+        refused(&v, &not_text, Verdict::Rejected, "token_claim_invalid");
+    }
     let mut claims = good_claims(&env);
     claims["iss"] = json!("someone-else");
     let other_iss = with_token(

@@ -741,7 +741,62 @@ fn the_python_token_check_refuses_what_the_rust_one_refuses() {
     no_scope.control.required_scopes.clear();
     let mut moved = signed(&minter, task("py-echo"));
     moved["header"]["task_id"] = good["header"]["task_id"].clone();
+    // The good envelope with its token's claims changed, signed again.
+    let resigned = |change: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        use base64::Engine;
+        let token = good["header"]["token"].as_str().unwrap();
+        let payload = token.split('.').nth(1).unwrap();
+        let mut claims: serde_json::Map<String, Value> = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(payload)
+                .unwrap(),
+        )
+        .unwrap();
+        change(&mut claims);
+        let key = jsonwebtoken::EncodingKey::from_ed_pem(&std::fs::read(&files.signing).unwrap())
+            .unwrap();
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+        let mut env = good.clone();
+        env["header"]["token"] = json!(jsonwebtoken::encode(&header, &claims, &key).unwrap());
+        env
+    };
     let cases = [
+        (
+            resigned(&|c| {
+                c.remove("scope");
+            }),
+            "token_claim_missing",
+        ),
+        (
+            resigned(&|c| {
+                c.remove("env_sha256");
+            }),
+            "token_claim_missing",
+        ),
+        (
+            resigned(&|c| {
+                c.insert("iss".into(), json!(7));
+            }),
+            "token_claim_invalid",
+        ),
+        (
+            resigned(&|c| {
+                c.insert("sub".into(), json!(7));
+            }),
+            "token_claim_invalid",
+        ),
+        (
+            resigned(&|c| {
+                c.insert("jti".into(), json!(7));
+            }),
+            "token_claim_invalid",
+        ),
+        (
+            resigned(&|c| {
+                c.insert("aud".into(), json!(["py-echo"]));
+            }),
+            "token_claim_invalid",
+        ),
         (good.clone(), "ok"),
         (good, "ok"),
         (tampered, "envelope_tampered"),

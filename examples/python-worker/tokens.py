@@ -17,6 +17,29 @@ HS256_LABEL = "ORCHESTRATOR HS256 SECRET"
 SEEN_MAX = 100_000
 
 
+# Every claim a task token carries, each required (§4 step 3): the first
+# missing is named, in this order.
+TASK_CLAIMS = ("iss", "sub", "aud", "scope", "jti", "iat", "nbf", "exp", "act", "env_sha256")
+
+
+def task_claims(claims):
+    """Refuses claims that are not a task token's: one missing, or of
+    another type than the page gives it."""
+    for claim in TASK_CLAIMS:
+        if claim not in claims:
+            raise Refused("rejected", "token_claim_missing", f"the token has no `{claim}` claim: its claims are not task claims")
+    for claim in TASK_CLAIMS:
+        value = claims[claim]
+        if claim in ("iat", "nbf", "exp"):
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif claim == "act":
+            ok = isinstance(value, dict) and isinstance(value.get("sub"), str)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise Refused("rejected", "token_claim_invalid", f"the token's `{claim}` claim is not what a task token holds")
+
+
 class Refused(Exception):
     """A refused token: `state` is the attempt's final state
     (`auth_required` or `rejected`), `code` the error code."""
@@ -73,15 +96,24 @@ class TokenCheck:
                 audience=self.agent,
                 issuer=self.issuer,
                 leeway=self.leeway,
-                options={"require": ["exp", "nbf", "iss", "aud", "sub", "jti"]},
+                options={"require": ["exp", "nbf", "iss", "aud", "sub"]},
             )
         except jwt.ExpiredSignatureError:
             raise Refused("auth_required", "token_expired", "the task token has expired")
         except jwt.ImmatureSignatureError:
             raise Refused("auth_required", "token_not_yet_valid", "the task token is not valid yet")
         except jwt.InvalidAudienceError:
+            # Not a string: a malformed claim (§4 step 3), not another agent.
+            unverified = jwt.decode(token, options={"verify_signature": False})
+            if not isinstance(unverified.get("aud"), str):
+                raise Refused("rejected", "token_claim_invalid", "the token's `aud` claim is not a string")
             raise Refused("rejected", "token_audience", f"the token is not for `{self.agent}`")
         except jwt.InvalidIssuerError:
+            # An `iss` that is not a string is a malformed claim (§4 step 3),
+            # not another issuer. The signature was verified before this.
+            unverified = jwt.decode(token, options={"verify_signature": False})
+            if not isinstance(unverified.get("iss"), str):
+                raise Refused("rejected", "token_claim_invalid", "the token's `iss` claim is not a string")
             raise Refused("rejected", "token_issuer", f"the token was not issued by `{self.issuer}`")
         except jwt.MissingRequiredClaimError as e:
             raise Refused("rejected", "token_claim_missing", f"the token has no `{e.claim}` claim")
@@ -89,6 +121,7 @@ class TokenCheck:
             raise Refused("rejected", "token_signature", "the token's signature does not verify")
         except jwt.InvalidTokenError as e:
             raise Refused("rejected", "token_claim_invalid", f"the token cannot be read: {e}")
+        task_claims(claims)
         task, attempt = header["task_id"], int(control["attempt"])
         if claims["jti"] != task:
             raise Refused("rejected", "token_task_mismatch", f"the token is for task {claims['jti']}, the envelope is task {task}")

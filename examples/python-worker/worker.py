@@ -53,9 +53,10 @@ def parse_duration(text):
     """'500ms', '30s', '2m', '1h 30m' -> seconds (§2, durations)."""
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
     total, rest = 0.0, text.replace(" ", "")
-    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", rest):
-        total += float(number) * units[unit]
-    if not rest or re.sub(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", "", rest):
+    # Whole numbers only, as the page's grammar says.
+    for number, unit in re.findall(r"(\d+)(ms|s|m|h|d)", rest):
+        total += int(number) * units[unit]
+    if not rest or re.sub(r"(\d+)(ms|s|m|h|d)", "", rest):
         raise ValueError(f"not a duration: {text!r}")
     return total
 
