@@ -310,7 +310,11 @@ async fn a_node_that_lost_its_disk_joins_from_a_snapshot_and_takes_over() {
         .unwrap_or_default()
         .contains("another orchestrator leads the store")
     {
-        assert!(Instant::now() < deadline, "the fresh node never stood by");
+        assert!(
+            Instant::now() < deadline,
+            "the fresh node never stood by:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let said = std::fs::read_to_string(&log).unwrap();

@@ -283,7 +283,7 @@ async fn one_process_holds_a_partitions_lease_until_it_lapses() {
 /// leader's.
 #[tokio::test]
 async fn a_store_joins_a_trimmed_log_from_a_snapshot() {
-    use orchestrator::replication::{restore, snapshots, take};
+    use orchestrator::replication::{restore, restore_or_newer, snapshots, take};
     let nats = NatsServer::start();
     let bus = bus(&nats).await;
     let dir = tempfile::tempdir().unwrap();
@@ -328,8 +328,12 @@ async fn a_store_joins_a_trimmed_log_from_a_snapshot() {
         "{behind}"
     );
     drop(empty);
-    let newest = snapshots(&bus, 0).await.unwrap().pop().unwrap();
-    restore(&bus, &newest, &settings).await.unwrap();
+    // The first snapshot, listed before the second replaced it, is gone:
+    // a joining node that picked it loads the newest instead.
+    let gone = restore(&bus, &first, &settings).await.unwrap_err();
+    assert!(matches!(gone, ReplicationError::Snapshots { .. }), "{gone}");
+    let newest = restore_or_newer(&bus, 0, &first, &settings).await.unwrap();
+    assert_eq!(newest, second);
     let joined = Store::open(&settings).unwrap();
     assert_eq!(joined.log_position().unwrap(), second.position);
     catch_up(&bus, 0, &joined, newest.after_seq).await.unwrap();

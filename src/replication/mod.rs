@@ -30,5 +30,7 @@ pub use frame::{Frame, FrameError, Part, decode_frame, encode_frame, encode_part
 pub use lease::{Holder, Lease, Leases, Taken};
 pub use partition::{MAX_PARTITIONS, Partitions};
 pub use settings::ReplicationSettings;
-pub use snapshot::{LogCheck, Snapshot, carry_over, move_in, restore, snapshots, take, verify};
+pub use snapshot::{
+    LogCheck, Snapshot, carry_over, move_in, restore, restore_or_newer, snapshots, take, verify,
+};
 pub use stream::provision;

@@ -272,6 +272,37 @@ async fn trim(
     Ok(())
 }
 
+/// How many snapshots [`restore_or_newer`] tries before it gives up.
+const RESTORE_TRIES: u32 = 5;
+
+/// [`restore`] from `snapshot`, or, when it went while it was read (the
+/// leader keeps only the newest `snapshots_kept` and writes more), from
+/// the newest one then, as long as one at least as far along is there;
+/// the snapshot the store was made from.
+pub async fn restore_or_newer(
+    bus: &Bus,
+    partition: u32,
+    snapshot: &Snapshot,
+    settings: &StoreSettings,
+) -> Result<Snapshot, ReplicationError> {
+    let mut snapshot = snapshot.clone();
+    for tried in 1.. {
+        match restore(bus, &snapshot, settings).await {
+            Ok(_) => break,
+            Err(e @ ReplicationError::Snapshots { .. }) if tried < RESTORE_TRIES => {
+                let newest = snapshots(bus, partition).await?.pop();
+                let Some(newer) = newest.filter(|s| s.position >= snapshot.position) else {
+                    return Err(e);
+                };
+                tracing::info!(partition, gone = %snapshot.name, snapshot = %newer.name, error = %e, "the snapshot went while it was read: loading the newest");
+                snapshot = newer;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(snapshot)
+}
+
 /// Makes the store at `settings.path` from `snapshot` (replacing what is
 /// there); the store then follows the log after `snapshot.after_seq`.
 pub async fn restore(

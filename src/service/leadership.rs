@@ -466,8 +466,8 @@ async fn load(
         "loading the newest snapshot: the log does not hold everything this store lacks"
     );
     drop(store);
-    replication::restore(bus, snapshot, settings).await?;
-    Ok((Store::open(settings)?, snapshot.after_seq))
+    let loaded = replication::restore_or_newer(bus, partition, snapshot, settings).await?;
+    Ok((Store::open(settings)?, loaded.after_seq))
 }
 
 /// A lease being kept; [`Kept::release`] gives it up when the leader
