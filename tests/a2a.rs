@@ -119,6 +119,15 @@ async fn the_card_says_where_and_how_and_lists_the_skills() {
             .contains("max-age")
     );
     let card: Value = resp.json().await.unwrap();
+    // The older path (A2A before 0.3) serves the same card, also without
+    // credentials.
+    let older = anonymous
+        .get(format!("{}/.well-known/agent.json", sys.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(older.status(), 200);
+    assert_eq!(older.json::<Value>().await.unwrap(), card);
     for field in [
         "name",
         "description",

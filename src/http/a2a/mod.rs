@@ -48,14 +48,15 @@ pub(super) fn router() -> Router<crate::http::Api> {
         .merge(rest::router())
 }
 
-/// The public route: the agent card.
+/// The public route: the agent card, at A2A's path and at the older one
+/// (`/.well-known/agent.json`, A2A before 0.3, which the seeds name).
 pub(super) fn card_router() -> Router<crate::http::Api> {
-    Router::new().route(
-        "/.well-known/agent-card.json",
-        get(
-            |axum::extract::State(o): axum::extract::State<Orchestrator>,
-             axum::Extension(face): axum::Extension<Arc<Face>>,
-             headers: HeaderMap| async move { card::serve(&o, &face, &headers) },
-        ),
-    )
+    let serve = get(
+        |axum::extract::State(o): axum::extract::State<Orchestrator>,
+         axum::Extension(face): axum::Extension<Arc<Face>>,
+         headers: HeaderMap| async move { card::serve(&o, &face, &headers) },
+    );
+    Router::new()
+        .route("/.well-known/agent-card.json", serve.clone())
+        .route("/.well-known/agent.json", serve)
 }

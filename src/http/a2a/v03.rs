@@ -76,7 +76,13 @@ fn part_v1(p: &Value) -> Value {
         return p.clone();
     };
     let mut out = Map::new();
-    match obj.get("kind").and_then(Value::as_str) {
+    // A part without `kind` is told by its member (some 0.3 clients leave
+    // it out): a `file` one keeps its file.
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .or_else(|| obj.contains_key("file").then_some("file"));
+    match kind {
         Some("file") => {
             let file = obj.get("file").cloned().unwrap_or_default();
             if let Some(u) = file.get("uri") {
@@ -341,6 +347,13 @@ mod tests {
             json!({"url": "https://x", "mediaType": "image/png"})
         );
         assert_eq!(sent["configuration"], json!({"returnImmediately": true}));
+        // Without `kind`, a file part keeps its file.
+        let bare = send_params_v1(json!({"message": {"messageId": "m", "role": "user",
+            "parts": [{"file": {"bytes": "aGk=", "mimeType": "text/plain", "name": "a.txt"}}]}}));
+        assert_eq!(
+            bare["message"]["parts"][0],
+            json!({"raw": "aGk=", "mediaType": "text/plain", "filename": "a.txt"})
+        );
         assert_eq!(state_v1("auth-required"), "TASK_STATE_AUTH_REQUIRED");
         let ev = stream03(
             json!({"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}}),
