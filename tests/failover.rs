@@ -160,15 +160,21 @@ async fn a_leader_that_stops_gives_its_lease_up() {
     );
 }
 
-/// A standby answers every request by forwarding it to the leader: a
-/// submit, a long poll, a stream of server-sent events; its own probes
-/// and metrics it answers itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_forwards_every_request_to_the_leader() {
-    let nats = NatsServer::start();
-    let pair = start_pair(&nats, "2s").await;
-    let (stop, worker) = in_process_worker(
-        &nats,
+/// A pair with a 2 s lease, a worker of `slow` running two at a time (its
+/// stop and its task), and a client with the pair's key.
+async fn working_pair(
+    nats: &NatsServer,
+) -> (
+    Pair,
+    (
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ),
+    reqwest::Client,
+) {
+    let pair = start_pair(nats, "2s").await;
+    let worker = in_process_worker(
+        nats,
         pair.shared.path(),
         pair.slow.clone(),
         Arc::new(Slow),
@@ -176,6 +182,16 @@ async fn a_standby_forwards_every_request_to_the_leader() {
     )
     .await;
     let http = common::system::client_with(Some(&pair.key));
+    (pair, worker, http)
+}
+
+/// A standby answers every request by forwarding it to the leader: a
+/// submit, a long poll, a stream of server-sent events; its own probes
+/// and metrics it answers itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_forwards_every_request_to_the_leader() {
+    let nats = NatsServer::start();
+    let (pair, (stop, worker), http) = working_pair(&nats).await;
     let b = &pair.b_url;
     // A stream opened through the standby hears what the leader does.
     let mut changes = http.get(format!("{b}/v1/changes")).send().await.unwrap();
@@ -226,16 +242,7 @@ async fn a_standby_forwards_every_request_to_the_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_answers_reads_from_its_copy_when_asked() {
     let nats = NatsServer::start();
-    let mut pair = start_pair(&nats, "2s").await;
-    let (stop, worker) = in_process_worker(
-        &nats,
-        pair.shared.path(),
-        pair.slow.clone(),
-        Arc::new(Slow),
-        2,
-    )
-    .await;
-    let http = common::system::client_with(Some(&pair.key));
+    let (mut pair, (stop, worker), http) = working_pair(&nats).await;
     let (a, b) = (pair.a_url.clone(), pair.b_url.clone());
     let body = json!({"to": "slow", "action": "work", "params": {"n": 0}, "idempotency_key": "r1"});
     let id = common::post_json(&http, &format!("{a}/v1/tasks"), &body).await["task_id"]

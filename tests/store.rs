@@ -57,6 +57,25 @@ async fn a_submitted_task_is_stored_indexed_and_audited() {
     assert_eq!(audit[0].seq, 1);
 }
 
+/// A read-only handle (a standby's copy, as its readers get it) reads
+/// what the store holds and refuses every write, which then is not there.
+#[tokio::test]
+async fn a_read_only_handle_reads_and_refuses_every_write() {
+    let (_dir, store) = temp_store();
+    let env = envelope("knowledge-agent", "search:kb", json!({"query": "x"}), "r1");
+    store.submit(new_task(env.clone())).await.unwrap();
+    let reader = store.read_only();
+    assert!(reader.get(env.header.task_id).unwrap().is_some());
+    let other = envelope("knowledge-agent", "search:kb", json!({"query": "y"}), "r2");
+    let refused = reader.submit(new_task(other.clone())).await.unwrap_err();
+    assert!(matches!(refused, StoreError::NotLeader(_)), "{refused}");
+    assert!(store.get(other.header.task_id).unwrap().is_none());
+    assert!(matches!(
+        reader.collect_expired_keys(orchestrator::envelope::Timestamp::now()),
+        Err(StoreError::NotLeader(_))
+    ));
+}
+
 /// A retry of the same request returns the same task; the same key for a
 /// different request is a conflict; another scope is another key space.
 #[tokio::test]

@@ -374,11 +374,11 @@ async fn stand_by(
     let mut known = leader.clone();
     // Reads sent with `orch-read: local` are answered from this node's
     // copy of the store while it follows the log.
-    let reads = orchestrator::service::Reads {
-        catalog: catalog.clone(),
-        triggers: triggers.clone(),
-        replica: tokio::sync::watch::Sender::new(None),
-    };
+    let reads = orchestrator::service::Reads::new(
+        catalog.clone(),
+        triggers.clone(),
+        tokio::sync::watch::Sender::new(None),
+    );
     let led = orchestrator::service::lead(config, bus, shutdown, &tell, &reads);
     tokio::pin!(led);
     let patience = tokio::time::sleep(FACE_AFTER);

@@ -7,13 +7,12 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::quiet::warn_quietly;
-
 use super::{ServiceError, ServiceSettings};
 use crate::bus::Bus;
 use crate::envelope::Timestamp;
 use crate::replication::{self, Appender, Caught, Holder, Lease, Leases, ReplicationError, Taken};
 use crate::store::{CommitSink, Store, StoreError, StoreSettings};
+use crate::telemetry::quiet::warn_quietly;
 
 /// Who leads, as a standby last read it from the lease.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -70,6 +69,25 @@ pub struct Reads {
     pub triggers: crate::trigger::Triggers,
     /// The reads offered now.
     pub replica: tokio::sync::watch::Sender<Option<Replica>>,
+    /// Copies offered so far: the next one's generation.
+    offered: std::sync::atomic::AtomicU64,
+}
+
+impl Reads {
+    /// Reads of the agents and triggers as the leader has them, offered
+    /// on `replica`.
+    pub fn new(
+        catalog: crate::agent::Catalog,
+        triggers: crate::trigger::Triggers,
+        replica: tokio::sync::watch::Sender<Option<Replica>>,
+    ) -> Reads {
+        Reads {
+            catalog,
+            triggers,
+            replica,
+            offered: Default::default(),
+        }
+    }
 }
 
 /// How long a standby waits for the reads in progress on its copy to end
@@ -104,14 +122,17 @@ impl Reads {
         .await;
         match made {
             Ok(orchestrator) => {
-                self.replica.send_modify(|r| {
-                    let generation = r.as_ref().map_or(0, |r| r.generation) + 1;
-                    *r = Some(Replica {
-                        orchestrator,
-                        current_at: at,
-                        generation,
-                    });
-                });
+                // Never one a face saw before, though a withdrawal came
+                // between.
+                let generation = self
+                    .offered
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                self.replica.send_replace(Some(Replica {
+                    orchestrator,
+                    current_at: at,
+                    generation,
+                }));
             }
             // Tried again at each read of the log: said once in a while.
             Err(e) => warn_quietly!(
