@@ -228,6 +228,37 @@ fn the_agentcard_rfc_examples_load_with_their_warnings() {
     assert!(md.listed().all(|a| a.name.as_str() != "code_formatter"));
 }
 
+/// An AgentCard attribute the RFC defines and this orchestrator does not
+/// act on is a warning naming it (at load, and so in `validate`), not
+/// silence; the card still loads.
+#[test]
+fn attributes_read_and_not_run_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "helper.md",
+        "---
+use_history: true
+shell: true
+human_input: true
+model: m
+---
+Help.
+",
+    );
+    let c = Catalog::load(&[dir.path().to_path_buf()], &offline());
+    assert!(c.errors.is_empty(), "{:#?}", c.errors);
+    assert_eq!(names(&c), ["helper"]);
+    for field in ["use_history", "shell", "human_input"] {
+        assert!(
+            says(&c.warnings, Some(field), "read and not run here"),
+            "{field}: {:#?}",
+            c.warnings
+        );
+    }
+    assert!(!says(&c.warnings, Some("model"), "read and not run here"));
+}
+
 /// The conventions' `agent.json` (all its sections, legacy capabilities
 /// as skills, the system prompt file as the instruction) and its
 /// registry: the skill index is built and compared, the routing read.

@@ -139,6 +139,14 @@ pub(super) fn card(
             "a key written in a card is a secret in a file: it is not kept; give the model's key through the environment",
         ));
     }
+    for (attribute, what) in NOT_RUN {
+        if a.v.contains_key(attribute) {
+            a.warnings.push(FieldProblem::new(
+                attribute,
+                format!("read and not run here (the RFC: {what}); the agent runs without it"),
+            ));
+        }
+    }
     let Attributes {
         v,
         problems,
@@ -199,6 +207,23 @@ pub(super) fn card(
     };
     Ok((Made::Agent(Box::new(made)), warnings))
 }
+
+/// The RFC's attributes this orchestrator reads but does not act on, with
+/// what the RFC has them do: a card that has one is told so.
+const NOT_RUN: [(&str, &str); 12] = [
+    ("shell", "the agent may run shell commands"),
+    ("cwd", "the working directory of its shell and tools"),
+    ("use_history", "the conversation is kept between requests"),
+    ("human_input", "the agent may ask a person for input"),
+    ("max_parallel", "how many of its tool calls run at once"),
+    ("function_tools", "local functions offered as tools"),
+    ("tool_hooks", "hooks run around its tool calls"),
+    ("history_mode", "how its history is kept"),
+    ("child_timeout_sec", "a time limit for the agents it calls"),
+    ("resources", "MCP resources given to the model"),
+    ("prompts", "MCP prompts given to the model"),
+    ("skills", "skill files given to the model"),
+];
 
 /// The instruction: the body or the attribute, not both; an `agent` card
 /// needs one.
