@@ -88,7 +88,7 @@ export async function dlqPage() {
           const t = await api(`/v1/dlq/${d.task_id}/replay`, { method: "POST", body: {} });
           out.append(h("p", { role: "status" }, "Replayed as ", h("a", { href: `#/tasks/${t.task_id}` }, t.task_id), "."));
         }) }, h("button", { type: "submit", "aria-label": `Replay ${d.task_id}` }, "Replay")) : ""])) :
-      empty("No dead letters: every task that ran out of attempts would be listed here, to replay."),
+      empty("No dead letters: a message the broker gave up on (delivered too often without an answer, or unreadable) would be listed here, to replay. Tasks that failed by their own report are under Tasks, state failed."),
   );
 }
 
