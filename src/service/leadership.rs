@@ -143,18 +143,17 @@ impl Reads {
         }
     }
 
-    /// Stops offering reads and waits (at most [`WITHDRAW_WAIT`]) until
-    /// those in progress ended: the copy is then this node's alone to
-    /// replace or to lead with.
-    async fn withdraw(&self) {
-        let mut gone = None;
-        self.replica.send_if_modified(|r| {
-            gone = r.take().map(|r| r.orchestrator.weak());
-            gone.is_some()
-        });
-        let Some(gone) = gone else { return };
+    /// Stops offering reads from `store` and waits (at most
+    /// [`WITHDRAW_WAIT`]) until `store` is its only handle: the reads in
+    /// progress ended and whatever held the copy let it go. Dropping
+    /// `store` then closes the store at once, on this thread (its last
+    /// flush and commit mark written), before it is replaced or led with:
+    /// a copy closing late on another thread would write its old mark over
+    /// the new store's.
+    async fn withdraw(&self, store: &Store) {
+        self.replica.send_if_modified(|r| r.take().is_some());
         let until = Instant::now() + WITHDRAW_WAIT;
-        while gone.strong_count() > 0 && Instant::now() < until {
+        while store.handles() > 1 && Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
@@ -235,7 +234,7 @@ pub async fn lead(
             }
         };
         if let Some(lease) = lease {
-            reads.withdraw().await;
+            reads.withdraw(&store).await;
             let taken = Won {
                 lease,
                 again: (leases.clone(), holder.clone(), r.partition),
@@ -393,7 +392,7 @@ async fn follow(
         && replication::log_position(bus, partition).await? > 0
         && let Some(snapshot) = replication::snapshots(bus, partition).await?.pop()
     {
-        reads.withdraw().await;
+        reads.withdraw(&store).await;
         (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
     }
     loop {
@@ -406,7 +405,7 @@ async fn follow(
                 let Some(snapshot) = newest.filter(|s| s.position > at) else {
                     return Err(ReplicationError::NoSnapshot { position: at }.into());
                 };
-                reads.withdraw().await;
+                reads.withdraw(&store).await;
                 (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
             Ok(caught) => return Ok((store, caught)),
@@ -415,7 +414,7 @@ async fn follow(
                 ..
             }) => {
                 let found = format!("the log holds another record at position {position}");
-                reads.withdraw().await;
+                reads.withdraw(&store).await;
                 store = set_aside(store, settings, &found)?;
                 seq = 0;
             }
@@ -426,7 +425,7 @@ async fn follow(
                 let Some(snapshot) = replication::snapshots(bus, partition).await?.pop() else {
                     return Err(ReplicationError::NoSnapshot { position: applied }.into());
                 };
-                reads.withdraw().await;
+                reads.withdraw(&store).await;
                 (store, seq) = load(bus, partition, store, settings, &snapshot).await?;
             }
             Err(e) => return Err(e.into()),

@@ -174,12 +174,6 @@ impl Orchestrator {
         self.inner.generated_keys.as_ref()
     }
 
-    /// A handle that does not keep the orchestrator: gone once every
-    /// clone is dropped.
-    pub(in crate::service) fn weak(&self) -> std::sync::Weak<Inner> {
-        Arc::downgrade(&self.inner)
-    }
-
     /// The last position of the store's log its store applied (0 when it
     /// is not on a log).
     pub fn store_position(&self) -> Result<u64, ServiceError> {

@@ -62,6 +62,12 @@ impl Store {
         }
     }
 
+    /// How many handles to this store are open (read-only ones too): the
+    /// store closes when the last is dropped.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// Refuses a write through a read-only handle.
     fn writable(&self) -> Result<(), StoreError> {
         match self.read_only {
