@@ -67,7 +67,7 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     .unwrap();
 
     let mut dev = Dev::start(root, &[]);
-    // Every process's lines, each after its name; the banner after them.
+    // Every process's lines, each after its name.
     for name in ["orchestrator |", "greeter |", "shy |"] {
         assert!(
             dev.running
@@ -81,6 +81,19 @@ fn dev_runs_every_agent_and_ctrl_c_stops_everything_it_started() {
     }
     assert!(dev.running.printed(&format!("console:  {}/ui/", dev.url)));
     assert!(dev.running.printed("workers:  greeter, shy"));
+    assert!(
+        dev.running
+            .printed("orchestrator dev is up: workers greeter, shy registered")
+    );
+    // The banner comes first, once the API answers: before any worker's
+    // start-up line.
+    {
+        let lines = dev.running.lines.lock().unwrap();
+        let at = |what: &str| lines.iter().position(|l| l.contains(what));
+        let console = at("console:  ").unwrap();
+        let worker = at("greeter |").unwrap();
+        assert!(console < worker, "{lines:#?}");
+    }
     let http_port: u16 = dev.url.rsplit(':').next().unwrap().parse().unwrap();
 
     // The CLI finds the key dev made in data/keys.

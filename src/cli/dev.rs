@@ -123,6 +123,9 @@ async fn run(args: DevArgs) -> Result<ExitCode, String> {
         }
     }
 
+    // The banner first, once the API answers: where everything is comes
+    // before the workers' start-up lines.
+    banner(&api, &data_dir, &catalog, &workers);
     for (i, (name, file)) in workers.iter().enumerate() {
         let mut worker_args: Vec<String> = vec![
             "worker".into(),
@@ -137,9 +140,23 @@ async fn run(args: DevArgs) -> Result<ExitCode, String> {
             Err(e) => eprintln!("error: {e}"),
         }
     }
-    // The banner comes once the workers are up, below their first lines.
-    registered(&api, &data_dir, &workers, &mut started).await;
-    banner(&api, &data_dir, &catalog, &workers);
+    // Then one line once they are up (or why not yet): what scripts and
+    // tests wait for.
+    let names: Vec<&str> = workers.iter().map(|(n, _)| n.as_str()).collect();
+    match (
+        names.is_empty(),
+        registered(&api, &data_dir, &workers, &mut started).await,
+    ) {
+        (true, _) => outln!("orchestrator dev is up (no workers to start)"),
+        (false, true) => outln!(
+            "orchestrator dev is up: workers {} registered",
+            names.join(", ")
+        ),
+        (false, false) => outln!(
+            "orchestrator dev is up, but not every worker registered within 15 s ({}): their lines above say why",
+            names.join(", ")
+        ),
+    }
 
     // Until Ctrl-C, or the orchestrator ends; a worker that ends is said,
     // and the rest go on.
@@ -273,13 +290,13 @@ async fn wait_ready(api: &str, orchestrator: &mut Started) -> Result<(), String>
 }
 
 /// Waits (15 seconds at most) until every worker has registered with the
-/// orchestrator, or one has ended.
+/// orchestrator (true), or one has ended.
 async fn registered(
     api: &str,
     data_dir: &Path,
     workers: &[(String, PathBuf)],
     started: &mut [Started],
-) {
+) -> bool {
     let key = std::fs::read_to_string(
         orchestrator::task_token::settings::key_dir(data_dir)
             .join(orchestrator::access::api_keys::ADMIN_FILE),
@@ -292,7 +309,7 @@ async fn registered(
             .iter_mut()
             .any(|s| matches!(s.child.try_wait(), Ok(Some(_))))
         {
-            return;
+            return false;
         }
         let listed = http
             .get(format!("{api}/v1/agents"))
@@ -305,15 +322,17 @@ async fn registered(
         {
             let live = |name: &str| {
                 v["agents"].as_array().into_iter().flatten().any(|a| {
-                    a["name"] == name && a["instances"].as_array().is_some_and(|i| !i.is_empty())
+                    a["card"]["name"] == name
+                        && a["instances"].as_array().is_some_and(|i| !i.is_empty())
                 })
             };
             if workers.iter().all(|(name, _)| live(name)) {
-                return;
+                return true;
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    false
 }
 
 /// Says where everything is, and how to sign in.
@@ -328,7 +347,7 @@ fn banner(api: &str, data_dir: &Path, catalog: &Catalog, workers: &[(String, Pat
         .collect();
     let names: Vec<&str> = workers.iter().map(|(n, _)| n.as_str()).collect();
     outln!();
-    outln!("orchestrator dev is up; Ctrl-C stops everything it started.");
+    outln!("orchestrator dev: the API answers; Ctrl-C stops everything it started.");
     outln!("  API:      {api}");
     outln!("  console:  {api}/ui/");
     if key.exists() {
@@ -342,7 +361,10 @@ fn banner(api: &str, data_dir: &Path, catalog: &Catalog, workers: &[(String, Pat
     if names.is_empty() {
         outln!("  workers:  none (no agent a worker of this binary runs)");
     } else {
-        outln!("  workers:  {} (one each)", names.join(", "));
+        outln!(
+            "  workers:  {} (one each, starting below)",
+            names.join(", ")
+        );
     }
     if !held.is_empty() {
         outln!("  held by the orchestrator: {}", held.join(", "));
