@@ -58,6 +58,13 @@ async fn the_example_packs_entry_delegates_to_its_member_through_a_tool_call() {
         "Answer, from: Rayleigh scattering (physics textbook)"
     );
     let requests = model.requests();
+    // The member is offered with the one parameter a prompt takes.
+    assert_eq!(
+        requests[0]["tools"][0]["function"]["parameters"]["required"],
+        json!(["text"]),
+        "{:#}",
+        requests[0]["tools"]
+    );
     assert_eq!(requests.len(), 3, "{requests:#?}");
     // The coordinator's instruction and params; the researcher's question.
     assert!(

@@ -10,7 +10,8 @@
 //! - **User message**: a lone string param (`{"text": "…"}`) as it is,
 //!   any other params as their JSON.
 //! - **Tools**: each skill of each agent the card may call, a function
-//!   whose parameters are the skill's `inputSchema`
+//!   whose parameters are the skill's `inputSchema`; without one, a
+//!   prompt's is `{"text": string}`, anything else's any object
 //!   ([`tool_name`] names it).
 //! - **Request params**: the card's (`request_params`, a pack prompt's
 //!   `parameters`, an `llm` invocation's `params`), those the Chat
@@ -167,13 +168,23 @@ pub fn tools(card: &AgentCard, catalog: &Catalog) -> Vec<Value> {
             } else {
                 skill.description.clone()
             };
+            let parameters = match (&skill.input_schema, &agent.prompt) {
+                (Some(schema), _) => schema.clone(),
+                // A prompt takes its request as one string (the user
+                // message above): named, so a model need not guess it.
+                (None, Some(_)) => json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string", "description": "the request, in words"}},
+                    "required": ["text"],
+                }),
+                (None, None) => json!({"type": "object"}),
+            };
             out.push(json!({
                 "type": "function",
                 "function": {
                     "name": tool_name(agent, &skill.id),
                     "description": description,
-                    "parameters": skill.input_schema.clone()
-                        .unwrap_or_else(|| json!({"type": "object"})),
+                    "parameters": parameters,
                 }
             }));
         }
