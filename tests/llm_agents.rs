@@ -587,6 +587,16 @@ async fn a_runs_conversation_leads_with_the_triggers_prompt_and_its_cost_is_tota
         text.contains("models   2 calls, 22 tokens in, 14 out"),
         "{text}"
     );
+    // And `tasks get`, for the step's task, without --json.
+    let out = common::cli(
+        &server,
+        &["tasks", "get", run["steps"][0]["task_id"].as_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("models   2 calls, 22 tokens in, 14 out"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,7 @@ pub fn print_task(t: &Value) {
             s(&t["error"]["message"])
         );
     }
+    print_model_use(&t["model_use"]);
     if let Some(history) = t["history"].as_array() {
         outln!("history");
         for h in history {
@@ -114,6 +115,18 @@ pub fn print_task(t: &Value) {
                 s(&h["actor"]),
             );
         }
+    }
+}
+
+/// The models' use of a task or run (`model_use`), when it has one.
+pub fn print_model_use(used: &Value) {
+    if used.is_object() {
+        outln!(
+            "models   {} calls, {} tokens in, {} out",
+            used["model_calls"],
+            used["input_tokens"],
+            used["output_tokens"]
+        );
     }
 }
 

@@ -300,15 +300,7 @@ pub fn print_run(r: &Value) {
             s(&r["error"]["message"])
         );
     }
-    let used = &r["model_use"];
-    if used.is_object() {
-        outln!(
-            "models   {} calls, {} tokens in, {} out",
-            used["model_calls"],
-            used["input_tokens"],
-            used["output_tokens"]
-        );
-    }
+    super::output::print_model_use(&r["model_use"]);
     let rows: Vec<Vec<String>> = r["steps"]
         .as_array()
         .into_iter()
