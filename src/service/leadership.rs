@@ -64,9 +64,9 @@ pub struct Replica {
 #[derive(Default)]
 pub struct Reads {
     /// The agents, as the leader has them.
-    pub catalog: crate::agent::Catalog,
+    catalog: crate::agent::Catalog,
     /// The triggers, as the leader has them.
-    pub triggers: crate::trigger::Triggers,
+    triggers: crate::trigger::Triggers,
     /// The reads offered now.
     pub replica: tokio::sync::watch::Sender<Option<Replica>>,
     /// Copies offered so far: the next one's generation.

@@ -54,6 +54,25 @@ pub(super) struct Synced {
     pub(super) deployed: procs::Measured,
 }
 
+/// A deployed path's figures, as the report's JSON gives them.
+fn measured_json(m: &procs::Measured) -> Value {
+    json!({
+        "throughput": m.figures.0,
+        "low_load": m.figures.1,
+        "orchestrator_rss_mib": m.orchestrator_rss,
+        "cpu_per_task": m.cpu,
+    })
+}
+
+/// A bare round trip's figures, as the report's JSON gives them.
+fn bare_json(bare: &(Figures, Figures), cpu: &CpuPerTask) -> Value {
+    json!({
+        "throughput": bare.0,
+        "low_load": bare.1,
+        "cpu_per_message": cpu,
+    })
+}
+
 /// The name of a broker's disk sync in the report.
 fn sync_name(sync: Option<DiskSync>) -> Option<&'static str> {
     sync.map(|s| match s {
@@ -78,11 +97,7 @@ impl Sitting {
                 "orchestrator_rss_mib": self.orchestrator_rss,
                 "cpu_per_task": self.cpu,
             },
-            "bare_jetstream": {
-                "throughput": self.bare.0,
-                "low_load": self.bare.1,
-                "cpu_per_message": self.bare_cpu,
-            },
+            "bare_jetstream": bare_json(&self.bare, &self.bare_cpu),
             "throughput_ratio": self.ratio(),
             "preloaded": args.preload,
             "trace_sampling": args.trace_sampling,
@@ -95,26 +110,15 @@ impl Sitting {
             "console": self.console.as_ref().map(console::Measured::json),
             "broker_sync": sync_name(self.broker_sync),
             "sync_always": self.synced.as_ref().map(|m| json!({
-                "processes": {
-                    "throughput": m.deployed.figures.0,
-                    "low_load": m.deployed.figures.1,
-                    "orchestrator_rss_mib": m.deployed.orchestrator_rss,
-                    "cpu_per_task": m.deployed.cpu,
-                },
-                "bare_jetstream": {
-                    "throughput": m.bare.0,
-                    "low_load": m.bare.1,
-                    "cpu_per_message": m.bare_cpu,
-                },
+                "processes": measured_json(&m.deployed),
+                "bare_jetstream": bare_json(&m.bare, &m.bare_cpu),
                 "throughput_of_interval": m.deployed.figures.0.per_second / self.deployed.0.per_second,
             })),
-            "log_path": self.log_path.as_ref().map(|m| json!({
-                "throughput": m.figures.0,
-                "low_load": m.figures.1,
-                "orchestrator_rss_mib": m.orchestrator_rss,
-                "cpu_per_task": m.cpu,
-                "throughput_of_processes": m.figures.0.per_second / self.deployed.0.per_second,
-            })),
+            "log_path": self.log_path.as_ref().map(|m| {
+                let mut v = measured_json(m);
+                v["throughput_of_processes"] = json!(m.figures.0.per_second / self.deployed.0.per_second);
+                v
+            }),
         })
     }
 
