@@ -163,6 +163,11 @@ enum Appended {
 impl Run {
     async fn appending(mut self) {
         loop {
+            // Stopped: nothing more is appended, though commits wait (they
+            // are then never reported).
+            if self.stop.is_cancelled() {
+                return;
+            }
             let batch = std::mem::take(
                 &mut *self
                     .queue
@@ -172,8 +177,9 @@ impl Run {
             );
             let Some(last) = batch.last().map(|c| c.position) else {
                 tokio::select! {
-                    () = self.queue.wake.notified() => continue,
+                    biased;
                     () = self.stop.cancelled() => return,
+                    () = self.queue.wake.notified() => continue,
                 }
             };
             let started = std::time::Instant::now();
